@@ -1,0 +1,7 @@
+"""Subcommands. Each module has ``register(subparsers)`` which sets ``handler`` on its parser."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+COMMANDS: list[ModuleType] = []

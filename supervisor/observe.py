@@ -1,0 +1,47 @@
+"""Structured logging setup (structlog): JSON lines off a terminal, readable colour on one."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+import structlog
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def configure_logging(
+    level: str = "info", stream: TextIO | None = None, json: bool | None = None
+) -> None:
+    """Configure structlog once for the process.
+
+    ``json=None`` picks JSON lines unless ``stream`` is a terminal. Filtered-out levels cost one
+    integer comparison (``make_filtering_bound_logger``).
+    """
+    out = stream if stream is not None else sys.stderr
+    if level not in _LEVELS:
+        raise ValueError(f"log level {level!r} is not one of {', '.join(_LEVELS)}")
+    use_json = (not out.isatty()) if json is None else json
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
