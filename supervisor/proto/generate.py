@@ -1,4 +1,4 @@
-"""Regenerate the gRPC stubs from ``protos/`` (``make protos`` or ``python -m supervisor.proto.generate``).
+"""Regenerate the gRPC stubs from ``protos/`` (run ``make protos``).
 
 grpcio-tools writes ``from cuzk.v1 import proving_pb2``; we rewrite that single import so the
 stubs live inside this package instead of needing ``cuzk`` on ``sys.path``.
