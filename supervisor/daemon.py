@@ -1,0 +1,316 @@
+"""The cuzk daemon as a child we fully own: config, spawn, readiness, output, stop, exit.
+
+One ``DaemonProcess`` is one run of the daemon. It never decides what happens after an exit: it
+gathers the facts and ``exits.classify_exit`` names them; restarts are ``supervision.py``'s job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import structlog
+
+from supervisor import daemon_config
+from supervisor.address import Address, parse_address
+from supervisor.childlog import OutputPump, RotatingLineFile
+from supervisor.daemon_config import DaemonConfigValues
+from supervisor.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
+from supervisor.resources import read_oom_kill_count
+
+log = structlog.get_logger()
+
+ReadyProbe = Callable[[Address, float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSettings:
+    """How to run the daemon. Every field is a supervisor setting."""
+
+    binary: str = "cuzk"
+    extra_args: tuple[str, ...] = ()
+    config_path: Path = Path("/run/cuzk-supervisor/cuzk.toml")
+    base_config: Path | None = None
+    log_path: Path | None = Path("/var/log/cuzk-supervisor/cuzk.log")
+    log_max_bytes: int = 64 * 1024 * 1024
+    log_backups: int = 3
+    log_events_per_second: float = 500.0
+    startup_deadline_s: float = 900.0
+    stop_grace_s: float = 10.0
+    cgroup_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class DaemonStartFailed(Exception):
+    """The daemon never became ready; ``exit`` says why (kind ``failed_to_start``)."""
+
+    def __init__(self, exit: DaemonExit) -> None:
+        super().__init__(exit.reason)
+        self.exit = exit
+
+
+def _resolve_binary(binary: str) -> tuple[str | None, str]:
+    """The executable's path, or None and the one-line reason it cannot be run."""
+    if os.sep in binary:
+        path = Path(binary)
+        if not path.exists():
+            return None, f"daemon binary {binary} not found"
+        if path.is_dir() or not os.access(path, os.X_OK):
+            return None, f"daemon binary {binary} is not executable"
+        return str(path), ""
+    found = shutil.which(binary)
+    if found is None:
+        return None, f"daemon binary {binary!r} not found on PATH"
+    return found, ""
+
+
+def address_in_use(address: Address) -> bool:
+    """Whether something already listens where the daemon should (checked before spawning)."""
+    if address.path is not None:
+        if not address.path.exists():
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            try:
+                probe.connect(str(address.path))
+            except OSError:
+                return False  # a stale socket file: the daemon removes it at start
+            return True
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address.host, address.port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group."""
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
+    return members
+
+
+async def _grpc_ready_probe(address: Address, deadline_s: float) -> None:
+    from supervisor.proving import ProvingClient, ProvingTimeouts
+
+    async with ProvingClient(address, ProvingTimeouts()) as client:
+        await client.wait_ready(deadline_s)
+
+
+class DaemonProcess:
+    """One run of the daemon, from config file to classified exit."""
+
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        values: DaemonConfigValues,
+        *,
+        ready_probe: ReadyProbe = _grpc_ready_probe,
+        memory_at_limit: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.settings = settings
+        self.values = values
+        self.address = parse_address(values.listen)
+        self._ready_probe = ready_probe
+        self._memory_at_limit = memory_at_limit
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pump: OutputPump | None = None
+        self._pump_tasks: list[asyncio.Task[None]] = []
+        self._log_file: RotatingLineFile | None = None
+        self._ready = False
+        self._stop_requested = False
+        self._started_at = 0.0
+        self._oom_before: int | None = None
+        self._exit: DaemonExit | None = None
+        self._exit_lock = asyncio.Lock()
+        self.sigkill_needed = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and self._exit is None
+
+    @property
+    def output(self) -> OutputPump | None:
+        return self._pump
+
+    def _oom_count(self) -> int | None:
+        if self.settings.cgroup_dir is None:
+            return None
+        return read_oom_kill_count(self.settings.cgroup_dir)
+
+    def _command(self, binary: str) -> list[str]:
+        return [
+            binary,
+            *self.settings.extra_args,
+            "--config",
+            str(self.settings.config_path),
+            "--listen",
+            str(self.address),
+            "--log-level",
+            self.values.log_level,
+        ]
+
+    def _fail(self, reason: str) -> DaemonStartFailed:
+        self._exit = DaemonExit(ExitKind.FAILED_TO_START, reason)
+        return DaemonStartFailed(self._exit)
+
+    async def start(self) -> None:
+        """Spawn and return once the daemon answers GetStatus; raise DaemonStartFailed if not."""
+        settings = self.settings
+        base = daemon_config.load_base(settings.base_config)
+        daemon_config.write_verified(settings.config_path, self.values, base)
+        binary, problem = _resolve_binary(settings.binary)
+        if binary is None:
+            raise self._fail(problem)
+        if address_in_use(self.address):
+            raise self._fail(f"address in use: {self.address}")
+        if self.address.path is not None:
+            self.address.path.parent.mkdir(parents=True, exist_ok=True)
+        if settings.log_path is not None:
+            self._log_file = RotatingLineFile(
+                settings.log_path, settings.log_max_bytes, settings.log_backups
+            )
+        self._pump = OutputPump("cuzk", self._log_file, settings.log_events_per_second)
+        env = {**os.environ, **settings.env, "NO_COLOR": "1"}
+        self._oom_before = self._oom_count()
+        command = self._command(binary)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # own session and process group: we signal the group
+            )
+        except OSError as exc:
+            raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
+        self._started_at = time.monotonic()
+        assert self._proc.stdout is not None
+        assert self._proc.stderr is not None
+        self._pump_tasks = [
+            asyncio.create_task(self._pump.pump(self._proc.stdout, "stdout")),
+            asyncio.create_task(self._pump.pump(self._proc.stderr, "stderr")),
+        ]
+        log.info(
+            "daemon.spawned", pid=self._proc.pid, command=command, config=str(settings.config_path)
+        )
+        await self._await_ready()
+
+    async def _await_ready(self) -> None:
+        assert self._proc is not None
+        probe = asyncio.create_task(
+            self._ready_probe(self.address, self.settings.startup_deadline_s)
+        )
+        exited = asyncio.create_task(self._proc.wait())
+        done, _ = await asyncio.wait({probe, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if probe in done and probe.exception() is None:
+            exited.cancel()
+            self._ready = True
+            log.info(
+                "daemon.ready",
+                pid=self._proc.pid,
+                address=str(self.address),
+                startup_s=round(time.monotonic() - self._started_at, 3),
+            )
+            return
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await probe
+        if exited in done:
+            result = await self.wait()
+        else:
+            exited.cancel()
+            error = probe.exception()
+            reason = f"never ready within {self.settings.startup_deadline_s:g} s ({error})"
+            await self.stop()
+            result = DaemonExit(ExitKind.FAILED_TO_START, reason)
+            self._exit = result
+        raise DaemonStartFailed(result)
+
+    async def wait(self) -> DaemonExit:
+        """Wait for the daemon to exit (and its output to drain); classify it once."""
+        if self._exit is not None:
+            return self._exit
+        assert self._proc is not None
+        returncode = await self._proc.wait()
+        async with self._exit_lock:
+            if self._exit is not None:
+                return self._exit
+            await asyncio.gather(*self._pump_tasks, return_exceptions=True)
+            if self._log_file is not None:
+                self._log_file.close()
+            facts = ExitFacts(
+                returncode=returncode,
+                was_ready=self._ready,
+                stop_requested=self._stop_requested,
+                oom_kills_before=self._oom_before,
+                oom_kills_after=self._oom_count(),
+                memory_at_limit=self._memory_at_limit(),
+                last_lines=tuple(self._pump.tail) if self._pump else (),
+                uptime_s=time.monotonic() - self._started_at,
+            )
+            self._exit = classify_exit(facts)
+            self._ready = False
+            level = "info" if self._exit.kind is ExitKind.CLEAN else "warning"
+            getattr(log, level)("daemon.exited", pid=self._proc.pid, **self._exit.as_fields())
+            return self._exit
+
+    def _signal_group(self, signum: int) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signum)
+
+    async def stop(self) -> DaemonExit:
+        """SIGTERM to the group, SIGKILL after the grace period, wait for every member."""
+        if self._proc is None:
+            return self._exit or DaemonExit(ExitKind.FAILED_TO_START, "never started")
+        self._stop_requested = True
+        pgid = self._proc.pid
+        if self._proc.returncode is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(self._proc.wait()), self.settings.stop_grace_s
+                )
+            except TimeoutError:
+                self.sigkill_needed = True
+                log.warning(
+                    "daemon.stop_grace_expired", pid=pgid, grace_s=self.settings.stop_grace_s
+                )
+                self._signal_group(signal.SIGKILL)
+        result = await self.wait()
+        await self._reap_group(pgid)
+        return result
+
+    async def _reap_group(self, pgid: int) -> None:
+        """Kill what is left of the group (children the daemon left behind) and wait for it."""
+        deadline = time.monotonic() + 1.0
+        while members := group_members(pgid):
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                log.error("daemon.group_survivors", pgid=pgid, pids=members)
+                return
+            await asyncio.sleep(0.01)

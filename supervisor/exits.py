@@ -1,0 +1,130 @@
+"""What a daemon exit *was*, as a value (DESIGN.md principle 7: failures are values).
+
+Pure: the facts are gathered by ``daemon.py`` (return code, whether it was ever ready, whether we
+asked it to stop, the cgroup's ``oom_kill`` counter before and after, the memory watcher's hint);
+this module only decides what they mean.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass
+
+
+class ExitKind(enum.StrEnum):
+    CLEAN = "clean"
+    CRASHED = "crashed"
+    KILLED = "killed"
+    OOM_KILLED = "oom_killed"
+    FAILED_TO_START = "failed_to_start"
+
+
+@dataclass(frozen=True, slots=True)
+class ExitFacts:
+    """Everything observed about one daemon run, gathered by the process owner."""
+
+    returncode: int | None  # None: the process never started
+    was_ready: bool
+    stop_requested: bool = False
+    start_error: str = ""  # set when spawning failed or readiness never came
+    oom_kills_before: int | None = None
+    oom_kills_after: int | None = None
+    memory_at_limit: bool = False  # the resource watcher saw usage at the limit just before
+    last_lines: tuple[str, ...] = ()
+    uptime_s: float = 0.0
+    peak_rss_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonExit:
+    kind: ExitKind
+    reason: str
+    code: int | None = None
+    signal: int | None = None
+    cgroup_oom_kills: int = 0
+    uptime_s: float = 0.0
+    peak_rss_bytes: int = 0
+
+    @property
+    def is_failure(self) -> bool:
+        return self.kind is not ExitKind.CLEAN
+
+    def as_fields(self) -> dict[str, object]:
+        """Flat fields for a structured log event."""
+        return {
+            "exit_kind": self.kind.value,
+            "exit_reason": self.reason,
+            "exit_code": self.code,
+            "exit_signal": self.signal,
+            "cgroup_oom_kills": self.cgroup_oom_kills,
+            "uptime_s": round(self.uptime_s, 3),
+            "peak_rss_bytes": self.peak_rss_bytes,
+        }
+
+
+_ADDR_IN_USE_MARKERS = ("address already in use", "address in use", "addrinuse")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _start_failure_reason(facts: ExitFacts) -> str:
+    if facts.start_error:
+        return facts.start_error
+    lowered = [line.lower() for line in facts.last_lines]
+    if any(marker in line for line in lowered for marker in _ADDR_IN_USE_MARKERS):
+        return "address in use"
+    last = facts.last_lines[-1] if facts.last_lines else "no output"
+    if facts.returncode is not None and facts.returncode < 0:
+        return f"killed by {_signal_name(-facts.returncode)} before ready (last line: {last})"
+    return f"exited with code {facts.returncode} before ready (last line: {last})"
+
+
+def classify_exit(facts: ExitFacts) -> DaemonExit:
+    """Turn the observed facts of one daemon run into a ``DaemonExit``."""
+    oom_delta = 0
+    if facts.oom_kills_before is not None and facts.oom_kills_after is not None:
+        oom_delta = max(0, facts.oom_kills_after - facts.oom_kills_before)
+    common = {
+        "uptime_s": facts.uptime_s,
+        "peak_rss_bytes": facts.peak_rss_bytes,
+        "cgroup_oom_kills": oom_delta,
+    }
+    rc = facts.returncode
+    sig = -rc if rc is not None and rc < 0 else None
+    # The kernel's OOM killer uses SIGKILL; so do we after a stop grace, which is not an OOM.
+    if sig == signal.SIGKILL and not facts.stop_requested and (oom_delta or facts.memory_at_limit):
+        why = f"cgroup oom_kill counter +{oom_delta}" if oom_delta else "memory at the limit"
+        return DaemonExit(
+            ExitKind.OOM_KILLED, f"killed by SIGKILL, out of memory ({why})", signal=sig, **common
+        )
+    if not facts.was_ready and not facts.stop_requested:
+        return DaemonExit(
+            ExitKind.FAILED_TO_START,
+            _start_failure_reason(facts),
+            code=rc if rc is not None and rc >= 0 else None,
+            signal=sig,
+            **common,
+        )
+    if sig is not None:
+        if facts.stop_requested:
+            return DaemonExit(
+                ExitKind.CLEAN, f"stopped by us ({_signal_name(sig)})", signal=sig, **common
+            )
+        return DaemonExit(ExitKind.KILLED, f"killed by {_signal_name(sig)}", signal=sig, **common)
+    if rc == 0 or facts.stop_requested:
+        return DaemonExit(
+            ExitKind.CLEAN,
+            "exited cleanly" if rc == 0 else f"stopped by us (code {rc})",
+            code=rc,
+            **common,
+        )
+    last = facts.last_lines[-1] if facts.last_lines else "no output"
+    return DaemonExit(
+        ExitKind.CRASHED, f"exited with code {rc} (last line: {last})", code=rc, **common
+    )
