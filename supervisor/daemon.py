@@ -171,7 +171,7 @@ class DaemonProcess:
         ]
 
     def _fail(self, reason: str) -> DaemonStartFailed:
-        self._exit = DaemonExit(ExitKind.FAILED_TO_START, reason)
+        self._exit = DaemonExit(ExitKind.FAILED_TO_START, reason, permanent=True)
         return DaemonStartFailed(self._exit)
 
     async def start(self) -> None:
@@ -244,7 +244,7 @@ class DaemonProcess:
             error = probe.exception()
             reason = f"never ready within {self.settings.startup_deadline_s:g} s ({error})"
             await self.stop()
-            result = DaemonExit(ExitKind.FAILED_TO_START, reason)
+            result = DaemonExit(ExitKind.FAILED_TO_START, reason, permanent=True)
             self._exit = result
         raise DaemonStartFailed(result)
 

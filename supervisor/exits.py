@@ -45,6 +45,9 @@ class DaemonExit:
     cgroup_oom_kills: int = 0
     uptime_s: float = 0.0
     peak_rss_bytes: int = 0
+    # A start failure that retrying cannot fix (binary missing, address in use, never ready
+    # within the whole startup budget): the supervisor stops instead of crash-looping.
+    permanent: bool = False
 
     @property
     def is_failure(self) -> bool:
@@ -104,9 +107,11 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
             ExitKind.OOM_KILLED, f"killed by SIGKILL, out of memory ({why})", signal=sig, **common
         )
     if not facts.was_ready and not facts.stop_requested:
+        reason = _start_failure_reason(facts)
         return DaemonExit(
             ExitKind.FAILED_TO_START,
-            _start_failure_reason(facts),
+            reason,
+            permanent=bool(facts.start_error) or reason == "address in use",
             code=rc if rc is not None and rc >= 0 else None,
             signal=sig,
             **common,

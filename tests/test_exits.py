@@ -78,3 +78,13 @@ def test_other_signal_is_killed_with_its_name():
     result = classify_exit(ExitFacts(returncode=-int(signal.SIGSEGV), was_ready=True))
     assert result.kind is ExitKind.KILLED
     assert "SIGSEGV" in result.reason
+
+
+def test_address_in_use_is_permanent_but_an_early_crash_is_retryable():
+    in_use = classify_exit(
+        ExitFacts(returncode=1, was_ready=False, last_lines=("Address already in use",))
+    )
+    early = classify_exit(ExitFacts(returncode=7, was_ready=False, last_lines=("bye",)))
+    assert in_use.permanent
+    assert not early.permanent
+    assert early.kind is ExitKind.FAILED_TO_START
