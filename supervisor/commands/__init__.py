@@ -4,4 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-COMMANDS: list[ModuleType] = []
+from supervisor.commands import prove
+
+COMMANDS: list[ModuleType] = [prove]

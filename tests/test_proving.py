@@ -1,0 +1,417 @@
+"""The proving client against an in-process fake daemon (tests/fakedaemon.py).
+
+Timeouts are shrunk (an await deadline of 0.1 s instead of 30 s) so that the cases of the field
+(a proof ten times longer than the await deadline, dropped awaits, a daemon that lost the job)
+run in well under a second each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import grpc
+import pytest
+import structlog
+from fakedaemon import PROOF, Behaviour, FakeDaemon, free_port
+from hypothesis import given
+from hypothesis import strategies as st
+
+from supervisor.address import Address
+from supervisor.proto import proving_pb2 as pb
+from supervisor.proving import (
+    MAX_MESSAGE_BYTES,
+    DaemonCallError,
+    DaemonNotReady,
+    ProofStatus,
+    ProvingClient,
+    ProvingTimeouts,
+    await_policy,
+    channel_options,
+    proofs_per_hour,
+    ready_policy,
+    run_batch,
+    submit_policy,
+    summarize_batch,
+)
+
+FAST = ProvingTimeouts(
+    submit_deadline_s=2.0,
+    await_deadline_s=0.1,
+    proof_budget_s=10.0,
+    call_deadline_s=1.0,
+    ready_poll_interval_s=0.25,
+    ready_poll_max_s=0.5,
+    startup_deadline_s=2.0,
+    backoff_base_s=0.01,
+    backoff_max_s=0.05,
+)
+
+
+@contextlib.contextmanager
+def watch_logs(event: str) -> Iterator[tuple[list[dict], asyncio.Event]]:
+    """Capture structlog events; the asyncio.Event is set when ``event`` is logged."""
+    entries: list[dict] = []
+    seen = asyncio.Event()
+
+    def processor(logger, method, event_dict):
+        entries.append(dict(event_dict))
+        if event_dict.get("event") == event:
+            seen.set()
+        raise structlog.DropEvent
+
+    old = structlog.get_config()["processors"]
+    structlog.configure(processors=[processor])
+    try:
+        yield entries, seen
+    finally:
+        structlog.configure(processors=old)
+
+
+def porep(size: int = 1024, request_id: str = "") -> pb.SubmitProofRequest:
+    return pb.SubmitProofRequest(
+        request_id=request_id,
+        proof_kind=pb.POREP_SEAL_COMMIT,
+        sector_size=32 * 1024**3,
+        vanilla_proof=b"x" * size,
+        sector_number=1,
+        miner_id=1000,
+    )
+
+
+async def prove_once(
+    behaviour: Behaviour,
+    timeouts: ProvingTimeouts = FAST,
+    request: pb.SubmitProofRequest | None = None,
+    budget_s: float | None = None,
+):
+    async with FakeDaemon(behaviour) as fake, ProvingClient(fake.address, timeouts) as client:
+        result = await client.prove(request if request is not None else porep(), budget_s)
+    return fake, result
+
+
+# --- prove ------------------------------------------------------------------------------------
+
+
+async def test_proof_ten_times_longer_than_await_deadline_completes_with_one_submission():
+    fake, result = await prove_once(Behaviour(proof_s=10 * FAST.await_deadline_s))
+    assert result.ok, result.error
+    assert result.proof == PROOF
+    assert fake.submit_calls == [result.job_id]
+    assert result.submissions == 1
+    # The short deadline really cut the awaits: several calls, the same job each time.
+    assert result.await_attempts >= 5
+    assert set(fake.await_calls) == {result.job_id}
+    assert result.timings.total_ms >= 900
+
+
+async def test_await_sets_timeout_ms_to_its_own_deadline():
+    fake, result = await prove_once(Behaviour(proof_s=0.3))
+    assert result.ok
+    assert fake.await_timeout_ms
+    assert all(0 < ms <= 100 for ms in fake.await_timeout_ms)
+
+
+async def test_unavailable_during_awaits_reawaits_the_same_job_without_resubmitting():
+    fake, result = await prove_once(Behaviour(proof_s=0.2, await_unavailable=3))
+    assert result.ok, result.error
+    assert fake.submit_calls == [result.job_id]
+    assert result.submissions == 1
+    assert result.await_attempts >= 4
+    assert set(fake.await_calls) == {result.job_id}
+
+
+async def test_not_found_resubmits_once_with_the_same_request_id_and_completes():
+    fake, result = await prove_once(Behaviour(proof_s=0.2, lose_job_on_await=1))
+    assert result.ok, result.error
+    assert fake.submit_calls == [result.job_id, result.job_id]
+    assert result.submissions == 2
+
+
+async def test_second_not_found_after_resubmission_is_a_failure():
+    fake, result = await prove_once(Behaviour(proof_s=0.2, lose_job_on_await=2))
+    assert not result.ok
+    assert result.status is ProofStatus.LOST
+    assert "NOT_FOUND" in result.error
+    assert fake.submit_calls == [result.job_id, result.job_id]
+    assert fake.completed == []
+
+
+async def test_failed_proof_is_returned_with_the_daemons_message_and_not_retried():
+    fake, result = await prove_once(Behaviour(proof_s=0.05, fail_message="partition 3 failed"))
+    assert not result.ok
+    assert result.status is ProofStatus.FAILED
+    assert "partition 3 failed" in result.error
+    assert fake.submit_calls == [result.job_id]
+    assert result.submissions == 1
+
+
+async def test_budget_exhaustion_is_a_failed_result_with_a_reason_and_comes_quickly():
+    started = time.monotonic()
+    fake, result = await prove_once(Behaviour(proof_s=60.0), budget_s=0.5)
+    elapsed = time.monotonic() - started
+    assert result.status is ProofStatus.BUDGET_EXHAUSTED
+    assert "budget exhausted after" in result.error
+    assert "DEADLINE_EXCEEDED" in result.error
+    assert fake.submit_calls == [result.job_id]
+    assert elapsed < 3.0
+
+
+async def test_submit_that_never_landed_is_awaited_first_then_submitted_again():
+    timeouts = replace(FAST, submit_deadline_s=0.3)
+    fake, result = await prove_once(Behaviour(proof_s=0.1, submit_hang=1), timeouts)
+    assert result.ok, result.error
+    # The first submit's deadline passed; the await said NOT_FOUND; one real job was proven.
+    assert fake.submit_calls == [result.job_id, result.job_id]
+    assert fake.enqueued == [result.job_id]
+    assert fake.await_calls[0] == result.job_id
+
+
+async def test_submit_that_landed_but_lost_its_answer_is_not_submitted_again():
+    timeouts = replace(FAST, submit_deadline_s=0.3)
+    fake, result = await prove_once(Behaviour(proof_s=0.2, submit_ack_hang=1), timeouts)
+    assert result.ok, result.error
+    assert fake.submit_calls == [result.job_id]
+    assert fake.enqueued == [result.job_id]
+    assert result.submissions == 1
+
+
+async def test_rejected_submit_is_a_failure_without_retry():
+    fake, result = await prove_once(Behaviour(submit_reject=1))
+    assert result.status is ProofStatus.REJECTED
+    assert "SubmitProof failed: INVALID_ARGUMENT" in result.error
+    assert len(fake.submit_calls) == 1
+    assert result.await_attempts == 0
+
+
+async def test_submit_retries_while_the_daemon_refuses_connections_then_submits_once():
+    port = free_port()
+    fake = FakeDaemon(Behaviour(proof_s=0.05))
+    with watch_logs("proof.submit_retry") as (logs, retried):
+        async with ProvingClient(Address(host="127.0.0.1", port=port), FAST) as client:
+            task = asyncio.create_task(client.prove(porep()))
+            async with asyncio.timeout(5):
+                await retried.wait()  # the client saw the refused connection at least once
+            await fake.start(port)
+            try:
+                result = await task
+            finally:
+                await fake.stop()
+    assert result.ok, result.error
+    assert fake.submit_calls == [result.job_id]
+    assert result.submissions == 1
+    retries = [e for e in logs if e["event"] == "proof.submit_retry"]
+    assert retries[0]["attempt"] == 1
+    assert retries[0]["code"] == "UNAVAILABLE"
+    assert retries[0]["job_id"] == result.job_id
+
+
+async def test_request_id_is_set_when_missing_and_the_callers_request_is_not_changed():
+    request = porep()
+    fake, result = await prove_once(Behaviour(), request=request)
+    assert request.request_id == ""
+    assert str(uuid.UUID(result.job_id)) == result.job_id
+    assert fake.submit_calls == [result.job_id]
+
+
+async def test_given_request_id_is_the_job_id():
+    fake, result = await prove_once(Behaviour(), request=porep(request_id="job-7"))
+    assert result.job_id == "job-7"
+    assert fake.await_calls == ["job-7"]
+
+
+async def test_sixty_megabyte_input_is_accepted_end_to_end():
+    size = 60 * 1000 * 1000
+    timeouts = replace(FAST, submit_deadline_s=15.0)
+    fake, result = await prove_once(Behaviour(), timeouts, request=porep(size=size))
+    assert result.ok, result.error
+    assert fake.input_sizes == [size]
+
+
+async def test_prove_over_a_unix_socket(tmp_path):
+    async with (
+        FakeDaemon(Behaviour(proof_s=0.05), unix_path=tmp_path / "cuzk.sock") as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        assert fake.address.is_unix
+        result = await client.prove(porep())
+    assert result.ok, result.error
+
+
+async def test_events_are_logged_with_job_id_and_attempt():
+    with watch_logs("proof.completed") as (logs, _):
+        _, result = await prove_once(Behaviour(proof_s=0.2, await_unavailable=1))
+    submitted = [e for e in logs if e["event"] == "proof.submitted"]
+    assert [(e["job_id"], e["attempt"]) for e in submitted] == [(result.job_id, 1)]
+    retries = [e for e in logs if e["event"] == "proof.await_retry"]
+    assert retries[0]["code"] == "UNAVAILABLE"
+    assert retries[0]["attempt"] == 1
+    assert all(e["job_id"] == result.job_id for e in retries)
+    # The later retries are our own deadline cutting the long await: re-awaited at once.
+    assert {e["code"] for e in retries[1:]} <= {"DEADLINE_EXCEEDED"}
+    assert all(e["sleep_s"] == 0 for e in retries[1:])
+    assert [e["job_id"] for e in logs if e["event"] == "proof.completed"] == [result.job_id]
+
+
+# --- readiness, status, metrics --------------------------------------------------------------
+
+
+async def test_wait_ready_against_nothing_fails_after_its_deadline_naming_the_address():
+    address = Address(host="127.0.0.1", port=free_port())
+    deadline = 1.0
+    started = time.monotonic()
+    async with ProvingClient(address, FAST) as client:
+        with pytest.raises(DaemonNotReady) as caught:
+            await client.wait_ready(deadline)
+    elapsed = time.monotonic() - started
+    assert str(address) in str(caught.value)
+    assert "UNAVAILABLE" in str(caught.value)
+    assert deadline - FAST.ready_poll_max_s <= elapsed <= deadline + 1.0
+
+
+async def test_wait_ready_makes_no_more_than_a_few_calls_per_second():
+    deadline = 1.5
+    async with (
+        FakeDaemon(Behaviour(status_unavailable=10_000)) as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        with pytest.raises(DaemonNotReady, match=str(fake.address)):
+            await client.wait_ready(deadline)
+    times = fake.status_call_times
+    assert 2 <= len(times) <= deadline / FAST.ready_poll_interval_s + 1
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= FAST.ready_poll_interval_s * 0.9
+
+
+async def test_wait_ready_returns_the_status_once_the_daemon_answers():
+    async with (
+        FakeDaemon(Behaviour(status_unavailable=2)) as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        status = await client.wait_ready(5.0)
+    assert status.gpus[0].name == "Fake GPU"
+    assert len(fake.status_call_times) == 3
+
+
+async def test_status_and_metrics_helpers():
+    async with (
+        FakeDaemon(Behaviour(metrics_text="cuzk_uptime_seconds 1\n")) as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        assert (await client.status()).uptime_seconds == 1
+        assert await client.metrics() == "cuzk_uptime_seconds 1\n"
+
+
+async def test_status_against_nothing_raises_daemon_call_error():
+    address = Address(host="127.0.0.1", port=free_port())
+    async with ProvingClient(address, FAST) as client:
+        with pytest.raises(DaemonCallError, match="GetStatus") as caught:
+            await client.status()
+    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+
+async def test_batch_of_six_at_concurrency_two_never_has_more_than_two_in_flight():
+    seen: list[int] = []
+    async with (
+        FakeDaemon(Behaviour(proof_s=0.15)) as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        batch = await run_batch(
+            client, porep(request_id="template"), 6, 2, on_result=lambda i, r: seen.append(i)
+        )
+    assert fake.max_running == 2
+    assert len(fake.enqueued) == 6
+    assert len(set(fake.enqueued)) == 6
+    assert "template" not in fake.enqueued
+    assert sorted(seen) == list(range(6))
+    assert sorted(r.job_id for r in batch.results) == sorted(fake.enqueued)
+    summary = batch.summary
+    assert (summary.count, summary.completed, summary.failed) == (6, 6, 0)
+    first = min(r.started_at for r in batch.results)
+    last = max(r.finished_at for r in batch.results)
+    assert summary.wall_s == pytest.approx(last - first)
+    assert summary.proofs_per_hour == pytest.approx(6 / summary.wall_s * 3600)
+
+
+async def test_batch_counts_failures():
+    async with (
+        FakeDaemon(Behaviour(fail_message="boom")) as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        batch = await run_batch(client, porep(), 3, 3)
+    assert (batch.summary.completed, batch.summary.failed) == (0, 3)
+    assert batch.summary.proofs_per_hour == 0.0
+
+
+async def test_batch_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="count"):
+        await run_batch(None, porep(), 0, 1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="concurrency"):
+        await run_batch(None, porep(), 1, 0)  # type: ignore[arg-type]
+
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+def test_proofs_per_hour_examples():
+    assert proofs_per_hour(12, 3600.0) == 12.0
+    assert proofs_per_hour(6, 360.0) == 60.0
+    assert proofs_per_hour(0, 100.0) == 0.0
+    assert proofs_per_hour(5, 0.0) == 0.0
+
+
+@given(st.integers(min_value=1, max_value=10_000), st.floats(min_value=1e-3, max_value=1e6))
+def test_proofs_per_hour_is_completed_over_wall_times_3600(completed, wall_s):
+    rate = proofs_per_hour(completed, wall_s)
+    assert rate == pytest.approx(completed / wall_s * 3600)
+    assert rate > 0
+
+
+def test_summarize_empty_batch():
+    summary = summarize_batch([], 2)
+    assert (summary.count, summary.completed, summary.wall_s, summary.proofs_per_hour) == (
+        0,
+        0,
+        0.0,
+        0.0,
+    )
+
+
+def test_channel_options_raise_message_limits_and_keep_keepalive_polite():
+    options = dict(channel_options())
+    assert options["grpc.max_send_message_length"] >= 256 * 1024 * 1024
+    assert options["grpc.max_receive_message_length"] >= 256 * 1024 * 1024
+    assert MAX_MESSAGE_BYTES >= 256 * 1024 * 1024
+    assert options["grpc.keepalive_time_ms"] >= 5 * 60 * 1000
+    assert options["grpc.keepalive_permit_without_calls"] == 0
+
+
+def test_retry_policies_are_printable_comparable_values():
+    assert await_policy(FAST) == await_policy(FAST)
+    assert await_policy(FAST) != submit_policy(FAST)
+    assert "UNAVAILABLE" in repr(submit_policy(FAST))
+    assert submit_policy(FAST).before_send_only
+    assert grpc.StatusCode.NOT_FOUND not in await_policy(FAST).codes
+    assert ready_policy(FAST).min_s >= 0.25
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("ready_poll_interval_s", 0.1),
+        ("await_deadline_s", 0.0),
+        ("proof_budget_s", -1.0),
+        ("backoff_max_s", 0.001),
+    ],
+)
+def test_timeouts_reject_bad_values(field, value):
+    with pytest.raises(ValueError, match=field.split("_")[0]):
+        replace(ProvingTimeouts(), **{field: value})
