@@ -69,3 +69,12 @@ def parse_address(text: str) -> Address:
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise UsageError(f"bad address {text!r}: port must be 1-65535")
     return Address(host=str(ip), port=int(port_text))
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for demos and tests; racy by nature)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -31,6 +31,8 @@ from supervisor.resources import read_oom_kill_count
 log = structlog.get_logger()
 
 ReadyProbe = Callable[[Address, float], Awaitable[None]]
+# asyncio.create_subprocess_exec, or pid1.Reaper.spawn which also claims the pid from the reaper.
+Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +125,14 @@ class DaemonProcess:
         *,
         ready_probe: ReadyProbe = _grpc_ready_probe,
         memory_at_limit: Callable[[], bool] = lambda: False,
+        spawn: Spawner = asyncio.create_subprocess_exec,
     ) -> None:
         self.settings = settings
         self.values = values
         self.address = parse_address(values.listen)
         self._ready_probe = ready_probe
         self._memory_at_limit = memory_at_limit
+        self._spawn = spawn
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: OutputPump | None = None
         self._pump_tasks: list[asyncio.Task[None]] = []
@@ -195,7 +199,7 @@ class DaemonProcess:
         self._oom_before = self._oom_count()
         command = self._command(binary)
         try:
-            self._proc = await asyncio.create_subprocess_exec(
+            self._proc = await self._spawn(
                 *command,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,

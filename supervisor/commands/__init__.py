@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from supervisor.commands import prove
+from supervisor.commands import daemon, prove, sim
 
-COMMANDS: list[ModuleType] = [prove]
+COMMANDS: list[ModuleType] = [prove, daemon, sim]
