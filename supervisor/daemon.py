@@ -30,6 +30,9 @@ from supervisor.resources import read_oom_kill_count
 
 log = structlog.get_logger()
 
+# After the daemon exits, how long its output may take to reach EOF.
+OUTPUT_DRAIN_S = 1.0
+
 ReadyProbe = Callable[[Address, float], Awaitable[None]]
 # asyncio.create_subprocess_exec, or pid1.Reaper.spawn which also claims the pid from the reaper.
 Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
@@ -261,7 +264,7 @@ class DaemonProcess:
         async with self._exit_lock:
             if self._exit is not None:
                 return self._exit
-            await asyncio.gather(*self._pump_tasks, return_exceptions=True)
+            await self._drain_output()
             if self._log_file is not None:
                 self._log_file.close()
             facts = ExitFacts(
@@ -280,18 +283,43 @@ class DaemonProcess:
             getattr(log, level)("daemon.exited", pid=self._proc.pid, **self._exit.as_fields())
             return self._exit
 
+    async def _drain_output(self) -> None:
+        """Read what the daemon wrote before it exited. A leaked descendant (in another session)
+        can hold the pipes open for ever, so EOF is awaited only briefly, then our ends close."""
+        if not self._pump_tasks:
+            return
+        _, pending = await asyncio.wait(self._pump_tasks, timeout=OUTPUT_DRAIN_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("daemon.output_held_open", detail="a descendant still holds its pipes")
+        await asyncio.gather(*self._pump_tasks, return_exceptions=True)
+
     def _signal_group(self, signum: int) -> None:
         assert self._proc is not None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signum)
 
+    def _has_exited(self) -> bool:
+        """Peek (without reaping: its waiter collects it) whether the daemon has exited."""
+        assert self._proc is not None
+        if self._proc.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True  # already collected by its waiter
+        return info is not None
+
     async def stop(self) -> DaemonExit:
         """SIGTERM to the group, SIGKILL after the grace period, wait for every member."""
         if self._proc is None:
             return self._exit or DaemonExit(ExitKind.FAILED_TO_START, "never started")
-        self._stop_requested = True
         pgid = self._proc.pid
-        if self._proc.returncode is None:
+        if not self._has_exited():
+            # Only a stop that found it running explains its exit; one that comes after the
+            # daemon died (e.g. OOM-killed a moment ago) must not hide why it died.
+            self._stop_requested = True
             self._signal_group(signal.SIGTERM)
             try:
                 await asyncio.wait_for(

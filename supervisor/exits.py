@@ -101,7 +101,9 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
     rc = facts.returncode
     sig = -rc if rc is not None and rc < 0 else None
     # The kernel's OOM killer uses SIGKILL; so do we after a stop grace, which is not an OOM.
-    if sig == signal.SIGKILL and not facts.stop_requested and (oom_delta or facts.memory_at_limit):
+    # The cgroup counter is evidence even while we were stopping it; the watcher's hint is not.
+    oom_evidence = oom_delta or (facts.memory_at_limit and not facts.stop_requested)
+    if sig == signal.SIGKILL and oom_evidence:
         why = f"cgroup oom_kill counter +{oom_delta}" if oom_delta else "memory at the limit"
         return DaemonExit(
             ExitKind.OOM_KILLED, f"killed by SIGKILL, out of memory ({why})", signal=sig, **common

@@ -1,0 +1,314 @@
+"""The daemon as a supervised child, against the simulated daemon as a real process.
+
+In-process (DaemonKeeper) where only the daemon's fate matters; the supervisor as a subprocess
+(``cuzk-supervisor daemon``) where signals, exit codes and leftovers matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from daemonhelpers import (
+    Supervisor,
+    absent,
+    gone_or_zombie,
+    processes_mentioning,
+    sim_args,
+    sim_settings,
+    sim_values,
+)
+from simhelpers import apoll_until, free_tcp_port, poll_until
+
+from supervisor import exitcodes
+from supervisor.address import parse_address
+from supervisor.exits import ExitKind
+from supervisor.policy import RestartPolicy
+from supervisor.proofinput import build_submit_request, load_c1
+from supervisor.proving import ProvingClient, ProvingTimeouts
+from supervisor.sim.c1 import write_c1
+from supervisor.supervision import DaemonKeeper
+
+pytestmark = pytest.mark.slow
+
+FAST_RESTARTS = RestartPolicy(initial_backoff_s=0.2, max_backoff_s=1.0, jitter=0.0)
+CLIENT = ProvingTimeouts(await_deadline_s=0.5, backoff_base_s=0.05, backoff_max_s=0.3)
+
+
+@pytest.fixture
+def c1_request(tmp_path):
+    path = tmp_path / "c1.json"
+    write_c1(path, size_bytes=200_000)
+    return build_submit_request(load_c1(path))
+
+
+async def _proving(client: ProvingClient) -> bool:
+    status = await client.status()
+    return any(q.in_progress for q in status.queues)
+
+
+async def _kill_while_proving(tmp_path, c1_request):
+    settings = sim_settings(tmp_path)
+    values = sim_values(tmp_path)
+    keeper = DaemonKeeper(settings, values, FAST_RESTARTS)
+    exits = []
+    keeper.add_exit_listener(exits.append)
+    run = asyncio.create_task(keeper.run())
+    try:
+        await asyncio.wait_for(keeper.wait_ready(), 30)
+        first_pid = keeper.current.pid
+        async with ProvingClient(parse_address(values.listen), CLIENT) as client:
+            proof = asyncio.create_task(client.prove(c1_request, budget_s=60))
+            await apoll_until(lambda: _proving(client), 20, what="proof in progress")
+            os.kill(first_pid, signal.SIGKILL)
+            result = await proof
+        return exits, result, keeper, first_pid
+    finally:
+        await keeper.stop()
+        await run
+
+
+async def test_sigkill_while_proving_is_killed_then_restarted_and_next_proof_succeeds(
+    tmp_path, c1_request
+):
+    exits, result, keeper, first_pid = await _kill_while_proving(tmp_path, c1_request)
+    assert exits[0].kind is ExitKind.KILLED
+    assert exits[0].signal == signal.SIGKILL
+    assert keeper.starts == 2
+    assert keeper.current.pid != first_pid
+    # The restarted daemon lost the job: the client resubmitted once, with the same id.
+    assert result.ok, result.error
+    assert result.submissions == 2
+
+
+async def test_sim_oom_kill_with_counter_bump_is_classified_oom_killed(tmp_path, c1_request):
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    # As in a real cgroup, the counters exist (at 0) before anything was killed.
+    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    # SRS 44 GiB + 2 partitions x 15 GiB passes 60 GiB at the first proof.
+    settings = sim_settings(
+        tmp_path,
+        cgroup_dir=cgroup,
+        extra_args=sim_args(["oom:60"], extra=("--cgroup-dir", str(cgroup))),
+    )
+    values = sim_values(tmp_path)
+    keeper = DaemonKeeper(settings, values, FAST_RESTARTS)
+    exits = []
+    keeper.add_exit_listener(exits.append)
+    run = asyncio.create_task(keeper.run())
+    try:
+        await asyncio.wait_for(keeper.wait_ready(), 30)
+        async with ProvingClient(parse_address(values.listen), CLIENT) as client:
+            # The daemon may die before it answers the submit: its fate is not the point here.
+            submit = asyncio.ensure_future(client.stub.SubmitProof(c1_request, timeout=10))
+            await apoll_until(lambda: asyncio.sleep(0, exits), 20, what="daemon exit")
+            await asyncio.gather(submit, return_exceptions=True)
+        # Restarted after the backoff and answering again.
+        await asyncio.wait_for(keeper.wait_ready(), 30)
+    finally:
+        await keeper.stop()
+        await run
+    assert exits[0].kind is ExitKind.OOM_KILLED
+    assert exits[0].cgroup_oom_kills == 1
+    assert keeper.starts == 2
+
+
+def _daemon_cmd(tmp_path, *extra, faults=(), listen=None, binary=None, grace=3.0):
+    args = [
+        "--workers", "2",
+        "--listen", listen or f"127.0.0.1:{free_tcp_port()}",
+        "--status-listen", f"127.0.0.1:{free_tcp_port()}",
+        "--param-cache", str(tmp_path / "params"),
+        "--config-path", str(tmp_path / "run" / "cuzk.toml"),
+        "--daemon-log", str(tmp_path / "run" / "cuzk.log"),
+        "--stop-grace", f"{grace:g}",
+        "--startup-deadline", "20",
+        "--backoff-initial", "0.1",
+        "--backoff-max", "1",
+    ]  # fmt: skip
+    if binary is None:
+        args += ["--binary", sys.executable]
+        args += [f"--daemon-arg={a}" for a in sim_args(faults)]
+    else:
+        args += ["--binary", str(binary)]
+    return [*args, *extra]
+
+
+def test_crash_loop_backs_off_and_exits_with_the_verdict(tmp_path):
+    sup = Supervisor(
+        _daemon_cmd(tmp_path, "--crash-loop-failures", "4", "--crash-loop-window", "60",
+                    faults=["exit:7"])
+    )  # fmt: skip
+    try:
+        code = sup.wait(60)
+    finally:
+        sup.kill()
+    assert code == exitcodes.DAEMON_CRASH_LOOP
+    delays = [e["delay_s"] for e in sup.named("daemon.restart_scheduled")]
+    # Policy: 0.1 s doubling, capped at 1 s, jitter shortening by at most 20%.
+    assert len(delays) == 3
+    for delay, base in zip(delays, (0.1, 0.2, 0.4), strict=True):
+        assert base * 0.8 - 1e-3 <= delay <= base + 1e-3
+    verdict = sup.named("daemon.crash_loop")[0]
+    assert "4 failures" in verdict["verdict"]
+    assert "code 7" in verdict["verdict"]
+    assert any("crash loop" in line for line in sup.plain_lines)
+    assert len(sup.named("daemon.spawned")) == 4
+
+
+def _assert_start_failure(tmp_path, sup: Supervisor, expected: str) -> None:
+    try:
+        code = sup.wait(40)
+    finally:
+        sup.kill()
+    assert code == exitcodes.DAEMON_FAILED_TO_START
+    reason = [line for line in sup.plain_lines if line.startswith("cuzk-supervisor daemon:")]
+    assert len(reason) == 1
+    assert expected in reason[0]
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_missing_binary_fails_to_start_with_a_reason(tmp_path):
+    sup = Supervisor(_daemon_cmd(tmp_path, binary=tmp_path / "no-such-cuzk"))
+    _assert_start_failure(tmp_path, sup, "not found")
+
+
+def test_binary_not_executable_fails_to_start_with_a_reason(tmp_path):
+    binary = tmp_path / "cuzk"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o644)
+    sup = Supervisor(_daemon_cmd(tmp_path, binary=binary))
+    _assert_start_failure(tmp_path, sup, "not executable")
+
+
+def test_address_in_use_fails_to_start_with_a_reason(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        sup = Supervisor(_daemon_cmd(tmp_path, listen=f"127.0.0.1:{port}"))
+        _assert_start_failure(tmp_path, sup, "address in use")
+
+
+def test_address_in_use_reported_by_the_daemon_itself_is_permanent(tmp_path):
+    sup = Supervisor(_daemon_cmd(tmp_path, faults=["addr-in-use"]))
+    _assert_start_failure(tmp_path, sup, "address in use")
+    assert len(sup.named("daemon.spawned")) == 1
+
+
+def test_never_ready_fails_to_start_after_the_startup_deadline(tmp_path):
+    args = _daemon_cmd(tmp_path, faults=["never-ready"])
+    args[args.index("--startup-deadline") + 1] = "2"
+    sup = Supervisor(args)
+    _assert_start_failure(tmp_path, sup, "never ready within 2 s")
+
+
+def _start_and_prove(tmp_path, faults=(), grace=3.0):
+    listen = f"127.0.0.1:{free_tcp_port()}"
+    sup = Supervisor(_daemon_cmd(tmp_path, faults=faults, listen=listen, grace=grace))
+    sup.wait_event("daemon.ready")
+    c1 = tmp_path / "c1.json"
+    write_c1(c1, size_bytes=100_000)
+    request = build_submit_request(load_c1(c1))
+
+    async def submit_and_wait_in_progress() -> None:
+        async with ProvingClient(parse_address(listen), CLIENT) as client:
+            await client.stub.SubmitProof(request, timeout=10)
+            await apoll_until(lambda: _proving(client), 20, what="proof in progress")
+
+    asyncio.run(submit_and_wait_in_progress())
+    return sup
+
+
+@pytest.mark.parametrize("ignore_sigterm", [False, True], ids=["cooperative", "ignores-sigterm"])
+def test_sigterm_stops_daemon_and_descendants_within_grace(tmp_path, ignore_sigterm):
+    grace = 1.5
+    faults = ["ignore-sigterm"] if ignore_sigterm else []
+    sup = _start_and_prove(tmp_path, faults, grace)
+    try:
+        daemon = sup.daemon_pid()
+        tree = [daemon, *(c.pid for c in psutil.Process(daemon).children(True))]
+        started = time.monotonic()
+        sup.signal(signal.SIGTERM)
+        poll_until(lambda: all(gone_or_zombie(p) for p in tree), grace + 1.0, what="tree gone")
+        took = time.monotonic() - started
+        code = sup.wait(10)
+    finally:
+        sup.kill()
+    assert code == 128 + signal.SIGTERM
+    assert took <= grace + 1.0
+    needed_kill = bool(sup.named("daemon.stop_grace_expired"))
+    assert needed_kill is ignore_sigterm
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def _grandchild_pid(log_path) -> int:
+    for line in log_path.read_text().splitlines():
+        if "forked a grandchild" in line:
+            return int(line.split("pid=")[1].split()[0])
+    raise AssertionError("no grandchild line yet")
+
+
+def test_orphaned_grandchild_is_reaped_by_the_subreaper(tmp_path):
+    sup = Supervisor(
+        _daemon_cmd(tmp_path, "--backoff-initial", "30", "--backoff-max", "30",
+                    faults=["fork-grandchild:0.5"])
+    )  # fmt: skip
+    try:
+        sup.wait_event("daemon.restart_scheduled")
+        grandchild = poll_until(
+            lambda: _grandchild_pid(tmp_path / "run" / "cuzk.log"), 10, what="grandchild pid"
+        )
+        # It was re-parented to the supervisor (a subreaper), exited, and was reaped: no zombie.
+        poll_until(lambda: absent(grandchild), 10, what="grandchild reaped")
+        reaped = [e["pid"] for e in sup.named("pid1.orphan_reaped")]
+        assert grandchild in reaped
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(10) == 128 + signal.SIGTERM
+    finally:
+        sup.kill()
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, check=False
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="PID namespaces not permitted here (unshare)")
+def test_orphaned_grandchild_is_reaped_by_the_supervisor_as_pid1(tmp_path):
+    sup = Supervisor(
+        _daemon_cmd(tmp_path, "--backoff-initial", "30", "--backoff-max", "30",
+                    faults=["fork-grandchild:0.5"]),
+        prefix=["unshare", "--pid", "--fork", "--mount-proc"],
+    )  # fmt: skip
+    try:
+        started = sup.wait_event("supervisor.started")
+        assert started["as_pid1"] is True
+        sup.wait_event("daemon.restart_scheduled")
+        reaped = poll_until(lambda: sup.named("pid1.orphan_reaped"), 10, what="orphan reaped")
+        grandchild_ns_pid = _grandchild_pid(tmp_path / "run" / "cuzk.log")
+        assert grandchild_ns_pid in [e["pid"] for e in reaped]
+        # Seen from outside the namespace: nothing under unshare is a zombie.
+        outside = psutil.Process(sup.proc.pid)
+        zombies = [p.pid for p in outside.children(recursive=True) if p.status() == "zombie"]
+        assert zombies == []
+        # unshare does not pass signals on: signal the supervisor (PID 1 inside) directly.
+        (inner,) = outside.children()
+        inner.send_signal(signal.SIGTERM)
+        assert sup.wait(10) == 128 + signal.SIGTERM
+    finally:
+        sup.kill()
+    assert processes_mentioning(str(tmp_path)) == []
