@@ -312,3 +312,42 @@ def test_orphaned_grandchild_is_reaped_by_the_supervisor_as_pid1(tmp_path):
     finally:
         sup.kill()
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_stdout_flood_never_blocks_the_daemon_and_loses_no_line(tmp_path):
+    listen = f"127.0.0.1:{free_tcp_port()}"
+    sup = Supervisor(_daemon_cmd(tmp_path, faults=["flood:50000"], listen=listen))
+    log_path = tmp_path / "run" / "cuzk.log"
+    try:
+        sup.wait_event("daemon.ready")
+        supervisor_rss = []
+
+        async def probe_while_flooding() -> list[float]:
+            # The daemon answers promptly all along: its stdout never blocks it.
+            latencies = []
+            end = time.monotonic() + 2.0
+            async with ProvingClient(parse_address(listen), CLIENT) as client:
+                while time.monotonic() < end:
+                    started = time.monotonic()
+                    await client.status()
+                    latencies.append(time.monotonic() - started)
+                    supervisor_rss.append(psutil.Process(sup.proc.pid).memory_info().rss)
+            return latencies
+
+        latencies = asyncio.run(probe_while_flooding())
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(20) == 128 + signal.SIGTERM
+    finally:
+        sup.kill()
+    numbers = [
+        int(line.rsplit("n=", 1)[1])
+        for line in log_path.read_text().splitlines()
+        if "sim log flood" in line
+    ]
+    assert len(numbers) > 50_000
+    # Every line the daemon wrote is in the file, whole and in order.
+    assert numbers == list(range(len(numbers)))
+    assert max(latencies) < 1.0
+    assert max(supervisor_rss) < 200 * 1024 * 1024
+    suppressed = sum(e["lines"] for e in sup.named("child.output_suppressed"))
+    assert suppressed > 0
