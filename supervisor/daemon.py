@@ -18,10 +18,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import structlog
 
-from supervisor import daemon_config
+from supervisor import daemon_config, pid1
 from supervisor.address import Address, parse_address
 from supervisor.childlog import OutputPump, RotatingLineFile
 from supervisor.daemon_config import DaemonConfigValues
@@ -99,16 +98,6 @@ def address_in_use(address: Address) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in a process group."""
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
-                members.append(proc.pid)
-    return members
 
 
 async def _grpc_ready_probe(address: Address, deadline_s: float) -> None:
@@ -337,12 +326,10 @@ class DaemonProcess:
 
     async def _reap_group(self, pgid: int) -> None:
         """Kill what is left of the group (children the daemon left behind) and wait for it."""
-        deadline = time.monotonic() + 1.0
-        while members := group_members(pgid):
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            if time.monotonic() > deadline:
-                log.error("daemon.group_survivors", pgid=pgid, pids=members)
-                return
-            await asyncio.sleep(0.01)
+        report = await asyncio.to_thread(pid1.kill_tree, [pgid], 0.0, 1.0)
+        if report.terminated or report.killed:
+            log.warning(
+                "daemon.group_leftovers", pgid=pgid, pids=[*report.terminated, *report.killed]
+            )
+        if report.survivors:
+            log.error("daemon.group_survivors", pgid=pgid, pids=report.survivors)
