@@ -1,0 +1,531 @@
+"""Every setting of the supervisor: one frozen object, flag > environment > file > default.
+
+Each field of ``Settings`` is declared once, with its default, help text and limits; the
+command-line flags, the environment variables (prefix ``CUZK_SUPERVISOR_``), the TOML file keys,
+the ``config`` dump and the README's table are all derived from these declarations. A bad value
+is a ``UsageError`` naming the setting, the value, where it came from and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import shlex
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from supervisor.errors import UsageError
+
+ENV_PREFIX = "CUZK_SUPERVISOR_"
+CONFIG_FILE_ENV = f"{ENV_PREFIX}CONFIG_FILE"
+REDACTED = "***"
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    secret: bool = False,
+    choices: Sequence[str] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    group: str = "general",
+) -> Any:
+    """Declare one setting (a dataclass field with its documentation and limits)."""
+    return field(
+        default=default,
+        metadata={
+            "help": help,
+            "secret": secret,
+            "choices": tuple(choices) if choices else None,
+            "minimum": minimum,
+            "maximum": maximum,
+            "group": group,
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- identity and manager -------------------------------------------------------------
+    label: str = setting(
+        "", "instance label sent to /register; empty: VAST_CONTAINERLABEL", group="manager"
+    )
+    min_rate: float = setting(
+        0.0,
+        "minimum proofs/hour to pass the bench; 0: MIN_RATE, else the manager's default (50)",
+        minimum=0,
+        group="manager",
+    )
+    manager_url: str = setting(
+        "", "fleet manager base URL; empty: local run, reports only logged", group="manager"
+    )
+    manager_token: str = setting(
+        "",
+        "bearer token sent to the manager, for deployments behind an authenticating proxy",
+        secret=True,
+        group="manager",
+    )
+    manager_connect_timeout_s: float = setting(
+        3.0, "connect timeout of one manager request", minimum=0.1, group="manager"
+    )
+    manager_read_timeout_s: float = setting(
+        10.0, "read timeout of one manager request", minimum=0.1, group="manager"
+    )
+    manager_retry_s: float = setting(
+        120.0,
+        "how long one report is retried before it is left in the outbox for later",
+        minimum=1,
+        group="manager",
+    )
+    status_interval_s: float = setting(
+        60.0,
+        "cadence of status lines pushed to the manager in long phases and the run phase",
+        minimum=0.1,
+        group="manager",
+    )
+    log_push: bool = setting(True, "push log lines to the manager's log endpoint", group="manager")
+    log_buffer_lines: int = setting(
+        20_000,
+        "log lines kept for the manager while it is away; the oldest are dropped past this",
+        minimum=100,
+        group="manager",
+    )
+
+    # --- files ------------------------------------------------------------------------------
+    state_dir: Path = setting(
+        Path("/var/lib/cuzk-supervisor"), "folder of the durable state file", group="files"
+    )
+    run_dir: Path = setting(
+        Path("/run/cuzk-supervisor"),
+        "folder of the rendered daemon config and its unix socket",
+        group="files",
+    )
+    log_dir: Path = setting(
+        Path("/var/log/cuzk-supervisor"), "folder of the daemon's rotating log", group="files"
+    )
+    log_level: str = setting("info", "supervisor log level", choices=LOG_LEVELS, group="files")
+    log_format: str = setting(
+        "auto",
+        "auto: JSON lines off a terminal, colour on one",
+        choices=("auto", "json", "console"),
+        group="files",
+    )
+
+    # --- the daemon ---------------------------------------------------------------------------
+    daemon_binary: str = setting("cuzk", "daemon binary (path or name on PATH)", group="daemon")
+    daemon_args: tuple[str, ...] = setting(
+        (), "extra arguments put before the daemon's own flags", group="daemon"
+    )
+    daemon_listen: str = setting(
+        "", "daemon gRPC address; empty: unix socket in run_dir (never 0.0.0.0)", group="daemon"
+    )
+    daemon_status_listen: str = setting(
+        "127.0.0.1:9821", "daemon's HTTP /status address", group="daemon"
+    )
+    daemon_param_cache: Path = setting(
+        Path("/data/zk/params"), "parameters and PCE cache folder", group="daemon"
+    )
+    daemon_base_config: Path | None = setting(
+        None, "operator's daemon TOML to merge (our keys win)", group="daemon"
+    )
+    daemon_log_level: str = setting("info", "daemon log level", group="daemon")
+    daemon_log_max_bytes: int = setting(
+        64 * 1024 * 1024, "size of the daemon log file before rotation", minimum=4096,
+        group="daemon",
+    )  # fmt: skip
+    daemon_log_backups: int = setting(3, "rotated daemon log files kept", minimum=0, group="daemon")
+    daemon_startup_deadline_s: float = setting(
+        900.0,
+        "time the daemon may take to answer GetStatus (the SRS load comes first)",
+        minimum=1,
+        group="daemon",
+    )
+    daemon_stop_grace_s: float = setting(
+        10.0, "seconds between SIGTERM and SIGKILL", minimum=0, group="daemon"
+    )
+    restart_backoff_initial_s: float = setting(
+        1.0, "first restart delay", minimum=0.01, group="daemon"
+    )
+    restart_backoff_max_s: float = setting(60.0, "restart delay cap", minimum=0.01, group="daemon")
+    restart_stable_after_s: float = setting(
+        600.0, "healthy this long resets the backoff", minimum=1, group="daemon"
+    )
+    crash_loop_failures: int = setting(
+        5, "failures within the window that mean a crash loop", minimum=1, group="daemon"
+    )
+    crash_loop_window_s: float = setting(300.0, "crash-loop window", minimum=1, group="daemon")
+
+    # --- proving ------------------------------------------------------------------------------
+    submit_deadline_s: float = setting(
+        60.0, "deadline of one SubmitProof call (uploads ~51 MB)", minimum=0.1, group="proving"
+    )
+    await_deadline_s: float = setting(
+        30.0, "deadline of one AwaitProof call (awaited again when cut)", minimum=0.1,
+        group="proving",
+    )  # fmt: skip
+    warmup_budget_s: float = setting(
+        3600.0, "total time for the warmup proof (no PCE cache yet)", minimum=1, group="proving"
+    )
+    proof_budget_s: float = setting(
+        1800.0, "total time for any other proof", minimum=1, group="proving"
+    )
+    c1_file: Path = setting(
+        Path("/data/zk/c1.json"), "C1 input used for warmup, settle and bench proofs",
+        group="proving",
+    )  # fmt: skip
+
+    # --- memory and plan ---------------------------------------------------------------------
+    workers: int = setting(0, "partition_workers; 0: planned from memory", minimum=0, group="plan")
+    max_workers: int = setting(12, "most workers planned (more is slower)", minimum=1, group="plan")
+    warmup_workers: int = setting(2, "workers for the warmup proof", minimum=1, group="plan")
+    memory_base_gib: float = setting(
+        69.0, "daemon RSS with SRS and PCE loaded", minimum=0, group="plan"
+    )
+    memory_per_worker_gib: float = setting(
+        20.0, "peak RSS added by each partition worker", minimum=1, group="plan"
+    )
+    memory_margin_gib: float = setting(
+        4.0, "kept free below the effective memory limit", minimum=0, group="plan"
+    )
+    proactive_oom: bool = setting(
+        True, "stop and step down before the kernel's OOM killer acts", group="plan"
+    )
+    proc_root: Path = setting(Path("/proc"), "procfs root (tests point it at fixtures)",
+                              group="plan")  # fmt: skip
+    cgroup_root: Path | None = setting(
+        None, "cgroup mount root; empty: found in /proc/self/mountinfo", group="plan"
+    )
+    gpu_probe: str = setting(
+        "nvml", "GPU memory source", choices=("nvml", "sim", "none"), group="plan"
+    )
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    bench_count: int = setting(12, "proofs in the benchmark batch", minimum=1, group="bench")
+    bench_concurrency: int = setting(2, "benchmark proofs in flight", minimum=1, group="bench")
+    bench_budget_s: float = setting(
+        2700.0, "the manager's benchmark budget (its 45 min timeout)", minimum=1, group="bench"
+    )
+    restart_after_warmup: bool = setting(
+        True,
+        "restart at full workers after the warmup (off for the budget release: it loses the PCE)",
+        group="bench",
+    )
+    params_fetch_command: str = setting(
+        "", "command that downloads the proof parameters; empty: none", group="bench"
+    )
+    params_expected: tuple[str, ...] = setting(
+        (), "expected parameter files as NAME:BYTES; all present: fetch skipped", group="bench"
+    )
+    params_progress_interval_s: float = setting(
+        10.0, "cadence of parameter download progress lines", minimum=0.1, group="bench"
+    )
+    worker_commands: tuple[str, ...] = setting(
+        (), "commands supervised beside the daemon in the run phase", group="bench"
+    )
+    exit_after_run: bool = setting(
+        False, "exit once the run phase is reached (demos and tests)", group="bench"
+    )
+
+    # --- health server ----------------------------------------------------------------------
+    health_enabled: bool = setting(True, "serve /healthz /readyz /metrics", group="health")
+    health_listen: str = setting(
+        "127.0.0.1:9822", "health server address (loopback by default)", group="health"
+    )
+
+    def __post_init__(self) -> None:
+        if self.warmup_workers > self.max_workers:
+            raise UsageError(
+                f"setting warmup_workers={self.warmup_workers}: must be <= max_workers "
+                f"({self.max_workers})"
+            )
+        if self.restart_backoff_max_s < self.restart_backoff_initial_s:
+            raise UsageError(
+                f"setting restart_backoff_max_s={self.restart_backoff_max_s:g}: must be >= "
+                f"restart_backoff_initial_s ({self.restart_backoff_initial_s:g})"
+            )
+        if self.manager_url and urlsplit(self.manager_url).scheme not in ("http", "https"):
+            raise UsageError(
+                f"setting manager_url={redact_url(self.manager_url)!r}: must be an http(s) URL"
+            )
+        for name in ("params_expected",):
+            for entry in getattr(self, name):
+                _, sep, size = entry.rpartition(":")
+                if not sep or not size.isdigit():
+                    raise UsageError(f"setting {name}: {entry!r} is not NAME:BYTES")
+
+
+# --- declarations -> parsing ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    name: str
+    kind: str  # str, int, float, bool, path, optional_path, list
+    default: Any
+    help: str
+    secret: bool
+    choices: tuple[str, ...] | None
+    minimum: float | None
+    maximum: float | None
+    group: str
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def _kind(hint: Any) -> str:
+    if hint is bool:
+        return "bool"
+    if hint in (int, float, str):
+        return hint.__name__
+    if hint is Path:
+        return "path"
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union) and Path in typing.get_args(hint):
+        return "optional_path"
+    if origin is tuple:
+        return "list"
+    raise TypeError(f"unsupported setting type {hint!r}")
+
+
+def declarations() -> list[Declared]:
+    hints = typing.get_type_hints(Settings)
+    return [
+        Declared(
+            name=f.name,
+            kind=_kind(hints[f.name]),
+            default=f.default,
+            help=f.metadata["help"],
+            secret=f.metadata["secret"],
+            choices=f.metadata["choices"],
+            minimum=f.metadata["minimum"],
+            maximum=f.metadata["maximum"],
+            group=f.metadata["group"],
+        )
+        for f in dataclasses.fields(Settings)
+    ]
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _allowed(decl: Declared) -> str:
+    if decl.choices:
+        return "one of " + ", ".join(decl.choices)
+    limits = []
+    if decl.minimum is not None:
+        limits.append(f">= {decl.minimum:g}")
+    if decl.maximum is not None:
+        limits.append(f"<= {decl.maximum:g}")
+    noun = {
+        "bool": "true or false",
+        "int": "an integer",
+        "float": "a number",
+        "path": "a path",
+        "optional_path": "a path or empty",
+        "list": "a list (TOML array, or a shell-quoted string)",
+        "str": "text",
+    }[decl.kind]
+    return noun + (" " + " and ".join(limits) if limits else "")
+
+
+def _bad(decl: Declared, value: Any, source: str) -> UsageError:
+    shown = REDACTED if decl.secret else repr(value)
+    return UsageError(f"setting {decl.name} = {shown} (from {source}): must be {_allowed(decl)}")
+
+
+def parse_value(decl: Declared, raw: Any, source: str) -> Any:
+    """Text (flag, env) or a TOML value → the setting's typed value, checked against limits."""
+    try:
+        value = _convert(decl, raw)
+    except (ValueError, TypeError):
+        raise _bad(decl, raw, source) from None
+    if decl.choices and value not in decl.choices:
+        raise _bad(decl, raw, source)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise _bad(decl, raw, source)
+        if decl.minimum is not None and value < decl.minimum:
+            raise _bad(decl, raw, source)
+        if decl.maximum is not None and value > decl.maximum:
+            raise _bad(decl, raw, source)
+    return value
+
+
+def _convert(decl: Declared, raw: Any) -> Any:
+    kind = decl.kind
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError(raw)
+    if kind == "int":
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise ValueError(raw)
+        return int(str(raw).strip()) if not isinstance(raw, int | float) else int(raw)
+    if kind == "float":
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        return float(raw)
+    if kind == "path":
+        if not str(raw).strip():
+            raise ValueError(raw)
+        return Path(str(raw))
+    if kind == "optional_path":
+        return Path(str(raw)) if str(raw).strip() else None
+    if kind == "list":
+        if isinstance(raw, list | tuple):
+            return tuple(str(item) for item in raw)
+        return tuple(shlex.split(str(raw)))
+    if not isinstance(raw, str | int | float):
+        raise TypeError(raw)
+    return str(raw)
+
+
+# --- sources --------------------------------------------------------------------------------
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting, grouped; unset flags stay absent so lower sources show through."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    parser.add_argument(
+        "--config-file",
+        default=argparse.SUPPRESS,
+        help=f"TOML settings file (env {CONFIG_FILE_ENV})",
+    )
+    for decl in declarations():
+        group = groups.setdefault(decl.group, parser.add_argument_group(f"{decl.group} settings"))
+        help_text = f"{decl.help} (env {decl.env}; default {format_value(decl, decl.default)})"
+        if decl.kind == "bool":
+            group.add_argument(
+                decl.flag,
+                dest=decl.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            group.add_argument(
+                decl.flag, dest=decl.name, default=argparse.SUPPRESS, metavar="V", help=help_text
+            )
+
+
+def _file_values(path: Path) -> dict[str, Any]:
+    try:
+        document = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"settings file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"settings file {path} is not valid TOML: {exc}") from None
+    flat: dict[str, Any] = {}
+    for key, value in document.items():
+        if isinstance(value, dict):  # [daemon] binary = ... is daemon_binary
+            for inner, inner_value in value.items():
+                flat[f"{key}_{inner}"] = inner_value
+        else:
+            flat[key] = value
+    known = {decl.name for decl in declarations()}
+    unknown = sorted(set(flat) - known)
+    if unknown:
+        raise UsageError(f"settings file {path}: unknown setting(s) {', '.join(unknown)}")
+    return flat
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    settings: Settings
+    sources: dict[str, str]  # setting name -> "flag", "env CUZK_…", "file PATH" or "default"
+
+
+def load(
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Loaded:
+    """Resolve every setting: flag > environment > file > default; validate the whole."""
+    flags = dict(flags or {})
+    environ = os.environ if environ is None else environ
+    config_file = flags.pop("config_file", None) or environ.get(CONFIG_FILE_ENV) or None
+    from_file = _file_values(Path(config_file)) if config_file else {}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for decl in declarations():
+        if decl.name in flags:
+            values[decl.name] = parse_value(decl, flags[decl.name], f"flag {decl.flag}")
+            sources[decl.name] = "flag"
+        elif decl.env in environ:
+            values[decl.name] = parse_value(decl, environ[decl.env], f"env {decl.env}")
+            sources[decl.name] = f"env {decl.env}"
+        elif decl.name in from_file:
+            values[decl.name] = parse_value(decl, from_file[decl.name], f"file {config_file}")
+            sources[decl.name] = f"file {config_file}"
+        else:
+            values[decl.name] = decl.default
+            sources[decl.name] = "default"
+    return Loaded(Settings(**values), sources)
+
+
+def from_namespace(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Loaded:
+    names = {decl.name for decl in declarations()} | {"config_file"}
+    return load({k: v for k, v in vars(args).items() if k in names}, environ)
+
+
+# --- dumping --------------------------------------------------------------------------------
+
+
+def redact_url(url: str) -> str:
+    """Drop the password (and query, which may carry tokens) from a URL for display."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", f":{REDACTED}@")
+    query = REDACTED if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def format_value(decl: Declared, value: Any) -> str:
+    if decl.secret and value:
+        return REDACTED
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return shlex.join(value)
+    if decl.name.endswith("_url") and value:
+        return redact_url(str(value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def dump(loaded: Loaded) -> list[tuple[str, str, str]]:
+    """(name, shown value, source) for every setting, secrets redacted."""
+    return [
+        (
+            decl.name,
+            format_value(decl, getattr(loaded.settings, decl.name)),
+            loaded.sources[decl.name],
+        )
+        for decl in declarations()
+    ]

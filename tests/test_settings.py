@@ -1,0 +1,150 @@
+"""Settings: every one reachable by flag, env and file; precedence; validation; redaction."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from supervisor import settings
+from supervisor.errors import UsageError
+
+DECLS = settings.declarations()
+
+
+SPECIAL = {
+    # Values that must also satisfy a rule across settings or a format.
+    "manager_url": ("http://127.0.0.1:7001", "http://127.0.0.1:7001"),
+    "restart_backoff_initial_s": ("2.5", 2.5),
+    "params_expected": ("a.params:10 'b c.vk:20'", ("a.params:10", "b c.vk:20")),
+}
+
+
+def sample(decl):
+    """A valid non-default raw text value and the typed value it must become."""
+    if decl.name in SPECIAL:
+        return SPECIAL[decl.name]
+    if decl.choices:
+        choice = next(c for c in decl.choices if c != decl.default)
+        return choice, choice
+    return {
+        "bool": ("false" if decl.default else "true", not decl.default),
+        "int": (str(int(decl.minimum or 0) + 7), int(decl.minimum or 0) + 7),
+        "float": ("123.5", 123.5),
+        "str": ("127.0.0.1:7001", "127.0.0.1:7001"),
+        "path": ("/tmp/x/y", settings.Path("/tmp/x/y")),
+        "optional_path": ("/tmp/base.toml", settings.Path("/tmp/base.toml")),
+        "list": ("a 'b c'", ("a", "b c")),
+    }[decl.kind]
+
+
+def parse_flags(argv):
+    parser = argparse.ArgumentParser()
+    settings.add_flags(parser)
+    return vars(parser.parse_args(argv))
+
+
+def toml_literal(decl, raw, typed):
+    if decl.kind == "bool":
+        return "true" if typed else "false"
+    if decl.kind in ("int", "float"):
+        return raw
+    if decl.kind == "list":
+        return "[" + ", ".join(f'"{item}"' for item in typed) + "]"
+    return f'"{raw}"'
+
+
+@pytest.mark.parametrize("decl", DECLS, ids=[d.name for d in DECLS])
+def test_every_setting_reachable_by_flag_env_and_file(decl, tmp_path):
+    raw, typed = sample(decl)
+    flag = (
+        [f"--{'' if typed else 'no-'}{decl.flag[2:]}"] if decl.kind == "bool" else [decl.flag, raw]
+    )
+    by_flag = settings.load(parse_flags(flag), environ={})
+    assert getattr(by_flag.settings, decl.name) == typed
+    assert by_flag.sources[decl.name] == "flag"
+
+    by_env = settings.load({}, environ={decl.env: raw})
+    assert getattr(by_env.settings, decl.name) == typed
+    assert by_env.sources[decl.name] == f"env {decl.env}"
+
+    file = tmp_path / "s.toml"
+    file.write_text(f"{decl.name} = {toml_literal(decl, raw, typed)}\n")
+    by_file = settings.load({"config_file": str(file)}, environ={})
+    assert getattr(by_file.settings, decl.name) == typed
+    assert by_file.sources[decl.name] == f"file {file}"
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path):
+    file = tmp_path / "s.toml"
+    file.write_text("bench_count = 3\nbench_concurrency = 3\n[daemon]\nbinary = 'from-file'\n")
+    env = {
+        settings.CONFIG_FILE_ENV: str(file),
+        "CUZK_SUPERVISOR_BENCH_COUNT": "4",
+        "CUZK_SUPERVISOR_DAEMON_BINARY": "from-env",
+    }
+    loaded = settings.load(parse_flags(["--bench-count", "5"]), environ=env)
+    s = loaded.settings
+    assert s.bench_count == 5  # flag
+    assert s.daemon_binary == "from-env"  # env over file
+    assert s.bench_concurrency == 3  # file (section-less key)
+    assert s.max_workers == 12  # default
+    assert loaded.sources["max_workers"] == "default"
+
+
+def test_section_tables_flatten_to_setting_names(tmp_path):
+    file = tmp_path / "s.toml"
+    file.write_text("[daemon]\nstop_grace_s = 2.5\n")
+    assert settings.load({"config_file": str(file)}, environ={}).settings.daemon_stop_grace_s == 2.5
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"CUZK_SUPERVISOR_BENCH_COUNT": "0"}, "bench_count = '0'"),
+        ({"CUZK_SUPERVISOR_BENCH_COUNT": "two"}, "must be an integer >= 1"),
+        ({"CUZK_SUPERVISOR_LOG_LEVEL": "loud"}, "one of debug, info, warning, error"),
+        ({"CUZK_SUPERVISOR_PROACTIVE_OOM": "maybe"}, "true or false"),
+        ({"CUZK_SUPERVISOR_AWAIT_DEADLINE_S": "nan"}, "await_deadline_s"),
+        ({"CUZK_SUPERVISOR_WARMUP_WORKERS": "13"}, "warmup_workers=13"),
+        ({"CUZK_SUPERVISOR_MANAGER_URL": "ftp://x"}, "manager_url"),
+        ({"CUZK_SUPERVISOR_PARAMS_EXPECTED": "a.params"}, "NAME:BYTES"),
+    ],
+)
+def test_bad_values_name_the_setting(env, fragment):
+    with pytest.raises(UsageError) as caught:
+        settings.load({}, environ=env)
+    assert fragment in str(caught.value)
+
+
+def test_secret_is_redacted_in_errors():
+    decl = next(d for d in DECLS if d.secret)
+    assert "***" in str(settings._bad(decl, "hunter2", "env"))
+
+
+def test_unknown_file_key_is_an_error(tmp_path):
+    file = tmp_path / "s.toml"
+    file.write_text("bench_cuont = 3\n")
+    with pytest.raises(UsageError, match="bench_cuont"):
+        settings.load({"config_file": str(file)}, environ={})
+
+
+def test_config_command_redacts_a_secret_set_by_env_and_exits_2_on_bad_value():
+    env = {"CUZK_SUPERVISOR_MANAGER_TOKEN": "hunter2", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor", "config", "--manager-url", "http://u:pw@h:1/"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    assert "hunter2" not in out.stdout
+    assert "pw@" not in out.stdout
+    token_line = next(line for line in out.stdout.splitlines() if line.startswith("manager_token"))
+    assert "***" in token_line
+    assert "env CUZK_SUPERVISOR_MANAGER_TOKEN" in token_line
+    bad = subprocess.run(
+        [sys.executable, "-m", "supervisor", "config", "--bench-count", "-1"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1
+    assert "bench_count" in bad.stderr
+    assert "Traceback" not in bad.stderr
