@@ -1,0 +1,181 @@
+"""Issue 2 acceptance: the proving client against the simulated daemon as a real process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from simhelpers import SimProcess, free_tcp_port, write_config
+
+from supervisor.address import parse_address
+from supervisor.proofinput import build_submit_request, load_c1
+from supervisor.proving import DaemonNotReady, ProvingClient, ProvingTimeouts
+from supervisor.sim.c1 import write_c1
+
+pytestmark = pytest.mark.slow
+
+SHORT = ProvingTimeouts(
+    submit_deadline_s=0.3,
+    await_deadline_s=0.2,
+    call_deadline_s=0.3,
+    backoff_base_s=0.05,
+    backoff_max_s=0.3,
+)
+LONGEST_CALL_DEADLINE = max(SHORT.submit_deadline_s, SHORT.await_deadline_s, SHORT.call_deadline_s)
+
+
+def submissions(sim: SimProcess, request_id: str) -> int:
+    pattern = rf'cuzk_sim_submissions_total\{{request_id="{re.escape(request_id)}"\}}\s+(\d+)'
+    match = re.search(pattern, sim.metrics())
+    return int(match.group(1)) if match else 0
+
+
+def steady_rate(sim: SimProcess) -> float:
+    match = re.search(r"^cuzk_sim_steady_state_proofs_per_hour\s+(\S+)$", sim.metrics(), re.M)
+    assert match, "sim exposes its steady-state rate"
+    return float(match.group(1))
+
+
+@pytest.fixture
+def c1(tmp_path):
+    path = tmp_path / "c1.json"
+    write_c1(path, size_bytes=300_000)
+    return path
+
+
+@pytest.fixture
+def started(tmp_path):
+    sims: list[SimProcess] = []
+
+    def start(*faults: str, listen: str | None = None, workers: int = 2) -> SimProcess:
+        config = write_config(
+            tmp_path,
+            synthesis={"partition_workers": workers},
+            srs={"param_cache": str(tmp_path / "params")},
+        )
+        args = [arg for fault in faults for arg in ("--fault", fault)]
+        sim = SimProcess.start(
+            listen=listen or f"127.0.0.1:{free_tcp_port()}", config=config, args=args
+        )
+        sims.append(sim)
+        return sim
+
+    yield start
+    for sim in sims:
+        sim.kill()
+
+
+async def test_first_proof_ten_times_longer_than_any_deadline_completes_with_one_submission(
+    started, c1
+):
+    sim = started()
+    request = build_submit_request(load_c1(c1), request_id="first-proof")
+    async with ProvingClient(parse_address(sim.listen), SHORT) as client:
+        result = await client.prove(request, budget_s=60)
+    assert result.ok, result.error
+    # The first proof (no PCE yet) outlived every single call's deadline many times over.
+    assert result.wall_s > 10 * LONGEST_CALL_DEADLINE
+    assert result.await_attempts >= 10
+    assert submissions(sim, "first-proof") == 1
+
+
+async def test_three_dropped_connections_during_one_proof(started, c1):
+    sim = started("drop,times=3")
+    request = build_submit_request(load_c1(c1), request_id="dropped")
+    async with ProvingClient(parse_address(sim.listen), SHORT) as client:
+        result = await client.prove(request, budget_s=60)
+    assert result.ok, result.error
+    assert len([ln for ln in sim.lines if "sim fault firing" in ln and "drop" in ln]) == 3
+    assert submissions(sim, "dropped") == 1
+
+
+async def test_sim_restart_mid_proof_resubmits_once_with_same_id(started, c1):
+    listen = f"127.0.0.1:{free_tcp_port()}"
+    first = started(listen=listen)
+    request = build_submit_request(load_c1(c1), request_id="survives-restart")
+    async with ProvingClient(parse_address(listen), SHORT) as client:
+        proof = asyncio.create_task(client.prove(request, budget_s=90))
+        await asyncio.to_thread(first.wait_for_line, r"proof submitted job_id=survives-restart")
+        first.kill()
+        second = started(listen=listen)
+        result = await proof
+    assert result.ok, result.error
+    assert result.submissions == 2
+    assert submissions(second, "survives-restart") == 1
+
+
+async def test_wait_ready_with_nothing_listening_names_the_address():
+    address = parse_address(f"127.0.0.1:{free_tcp_port()}")
+    timeouts = ProvingTimeouts(ready_poll_interval_s=0.25, ready_poll_max_s=0.5)
+    async with ProvingClient(address, timeouts) as client:
+        started = time.monotonic()
+        with pytest.raises(DaemonNotReady) as caught:
+            await client.wait_ready(deadline_s=2.0)
+    assert time.monotonic() - started <= 3.0
+    assert str(address) in str(caught.value)
+    assert caught.value.calls <= 2.0 / 0.25 + 1
+
+
+async def test_sixty_megabyte_input_accepted_end_to_end(started, tmp_path):
+    sim = started()
+    big = tmp_path / "c1-60mb.json"
+    write_c1(big, size_bytes=61 * 1024 * 1024)
+    request = build_submit_request(load_c1(big), request_id="big-input")
+    assert request.ByteSize() >= 60 * 1024 * 1024
+    async with ProvingClient(parse_address(sim.listen), SHORT) as client:
+        result = await client.prove(request, budget_s=90)
+    assert result.ok, result.error
+    assert result.proof_len == 1920
+    assert submissions(sim, "big-input") == 1
+
+
+async def test_failed_proof_returns_the_daemons_message_after_one_attempt(started, c1):
+    sim = started("fail:GPU fell off the bus")
+    request = build_submit_request(load_c1(c1), request_id="doomed")
+    async with ProvingClient(parse_address(sim.listen), SHORT) as client:
+        result = await client.prove(request, budget_s=60)
+    assert not result.ok
+    assert "GPU fell off the bus" in result.error
+    assert result.submissions == 1
+    assert submissions(sim, "doomed") == 1
+
+
+def test_prove_batch_rate_within_two_percent_of_the_sims_steady_state(started, c1):
+    sim = started()
+    base = [sys.executable, "-m", "supervisor", "prove", "--addr", sim.listen, "--c1", str(c1)]
+    # The first proofs after a start are slow (no PCE, cold start): warm up outside the batch.
+    subprocess.run([*base, "--count", "2"], check=True, capture_output=True, timeout=60)
+    out = subprocess.run(
+        [*base, "--count", "6", "--concurrency", "2", "--await-deadline", "0.5", "--json"],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    summary = json.loads(out.stdout)
+    assert summary["completed"] == 6
+    # The sim's clock runs time_scale (100) times faster than the wall clock.
+    measured = summary["proofs_per_hour"] / 100.0
+    expected = steady_rate(sim)
+    assert measured == pytest.approx(expected, rel=0.02)
+
+
+def test_bad_input_is_a_one_line_error_with_exit_2(tmp_path):
+    bad = tmp_path / "c1.json"
+    bad.write_text("not json")
+    cases = [
+        ["--addr", "127.0.0.1:1", "--c1", str(bad)],
+        ["--addr", "127.0.0.1:1", "--c1", str(tmp_path / "missing.json")],
+        ["--addr", "localhost:1", "--c1", str(bad)],
+        ["--addr", "127.0.0.1:1", "--c1", str(bad), "--kind", "nonsense"],
+    ]
+    for args in cases:
+        out = subprocess.run(
+            [sys.executable, "-m", "supervisor", "prove", *args],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stderr.count("\n") == 1, out.stderr
+        assert "Traceback" not in out.stderr
