@@ -13,3 +13,13 @@ SIGNAL_BASE = 128
 DAEMON_FAILED_TO_START = 3
 # The daemon crash-looped: too many failures within the restart policy's window.
 DAEMON_CRASH_LOOP = 4
+# Out of memory: no plan fits the memory limit, or still out of memory at 1 worker.
+OUT_OF_MEMORY = 5
+# The benchmark failed: below min_rate (the manager said passed: false) or no proof completed.
+BENCH_FAILED = 6
+# The manager no longer knows this instance (404): it was killed; we stopped cleanly.
+INSTANCE_GONE = 7
+# The proof parameters could not be made ready (fetch failed, hung, or wrong files).
+PARAMS_FAILED = 8
+# The state file cannot be written (folder not writable, disk full): nothing is safe to report.
+STATE_UNWRITABLE = 9

@@ -1158,3 +1158,64 @@ def assess_risk(
 def sample_interval_s(assessment: RiskAssessment, policy: RiskPolicy) -> float:
     """How long until the next sample: fast while memory is at risk."""
     return policy.interval_s if assessment.level is RiskLevel.OK else policy.fast_interval_s
+
+
+# =================================================================================================
+# Benchmark sizing and rate (incidents I5, I6): fit the batch into the manager's budget, and
+# measure the rate from wall-clock time.
+# =================================================================================================
+
+
+@dataclass(frozen=True)
+class BenchSize:
+    """How many proofs the benchmark runs, at what concurrency, and why."""
+
+    count: int
+    concurrency: int
+    estimated_s: float
+    reason: str
+
+
+def size_bench(
+    requested: int,
+    concurrency: int,
+    per_proof_s: float,
+    remaining_s: float,
+    safety: float = 1.25,
+) -> BenchSize:
+    """Largest batch (up to ``requested``) whose estimate fits the remaining budget.
+
+    ``per_proof_s`` is the wall time of one proof alone at full workers (the settle proof). The
+    estimate assumes concurrency buys no throughput (true when partitions already fill the
+    workers, cuzk.md §3) and adds ``safety``; so a batch that fits here fits in practice.
+    At least one proof always runs: a rate needs one, and the manager kills silence anyway.
+    """
+    if requested < 1 or concurrency < 1:
+        raise ValueError("requested and concurrency must be >= 1")
+    if per_proof_s <= 0 or safety < 1:
+        raise ValueError("per_proof_s must be > 0 and safety >= 1")
+    per_proof = per_proof_s * safety
+    fits = int(max(0.0, remaining_s) // per_proof)
+    count = max(1, min(requested, fits))
+    if fits >= requested:
+        reason = (
+            f"{requested} requested, about {requested * per_proof:.0f} s fit in {remaining_s:.0f} s"
+        )
+    elif fits >= 1:
+        reason = (
+            f"cut from {requested} to {count}: {per_proof_s:.1f} s per proof x {safety:g} safety "
+            f"leaves room for {fits} in the {remaining_s:.0f} s left of the manager's budget"
+        )
+    else:
+        reason = (
+            f"not even one proof ({per_proof_s:.1f} s x {safety:g}) fits the {remaining_s:.0f} s "
+            "left; running one anyway so a rate is reported"
+        )
+    return BenchSize(count, min(concurrency, count), count * per_proof, reason)
+
+
+def proofs_per_hour(completed: int, wall_s: float) -> float:
+    """The benchmark rate: completed proofs / wall-clock seconds × 3600 (0 when nothing ran)."""
+    if completed <= 0 or wall_s <= 0:
+        return 0.0
+    return completed / wall_s * 3600.0

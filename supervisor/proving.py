@@ -41,6 +41,7 @@ from tenacity import (
 from tenacity.wait import wait_base
 
 from supervisor.address import Address
+from supervisor.policy import proofs_per_hour
 from supervisor.proto import proving_pb2 as pb
 from supervisor.proto import proving_pb2_grpc as pb_grpc
 
@@ -743,16 +744,6 @@ class _ProofRun:
 
 
 # --- batches ----------------------------------------------------------------------------------
-
-
-def proofs_per_hour(completed: int, wall_s: float) -> float:
-    """The benchmark rate: completed proofs / wall-clock seconds × 3600 (0 when no time passed).
-
-    Pure; the policy module will own it.
-    """
-    if completed <= 0 or wall_s <= 0:
-        return 0.0
-    return completed / wall_s * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
