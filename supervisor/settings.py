@@ -195,8 +195,15 @@ class Settings:
     memory_per_worker_gib: float = setting(
         20.0, "peak RSS added by each partition worker", minimum=1, group="plan"
     )
-    memory_margin_gib: float = setting(
-        4.0, "kept free below the effective memory limit", minimum=0, group="plan"
+    memory_margin_fraction: float = setting(
+        0.25,
+        "share of the memory limit kept free (the rule's error at high worker counts)",
+        minimum=0,
+        maximum=0.9,
+        group="plan",
+    )
+    memory_margin_min_gib: float = setting(
+        4.0, "least memory kept free below the limit", minimum=0, group="plan"
     )
     proactive_oom: bool = setting(
         True, "stop and step down before the kernel's OOM killer acts", group="plan"

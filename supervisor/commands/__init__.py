@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from supervisor.commands import config, daemon, prove, sim
+from supervisor.commands import config, daemon, plan, prove, sim
 
-COMMANDS: list[ModuleType] = [prove, daemon, sim, config]
+COMMANDS: list[ModuleType] = [prove, daemon, sim, plan, config]

@@ -1,0 +1,544 @@
+"""The manager client and the durable outbox, against a scripted manager (httpx.MockTransport).
+
+The script answers like the real manager (reference/manager-api.md) unless a test queues
+failures for a path: a status code, a (status, body) pair, or an exception to raise (how
+httpx reports timeouts and refused connections). Backoff is shrunk to milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import socket
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from structlog.testing import capture_logs
+
+from supervisor.manager import (
+    MAX_BODY_BYTES,
+    HttpRetryPolicy,
+    InstanceGone,
+    ManagerBadResponse,
+    ManagerClient,
+    ManagerRejected,
+    ManagerRetry,
+    ManagerTimeouts,
+    ManagerUnavailable,
+    Outbox,
+    is_transient,
+)
+from supervisor.state import (
+    BENCH_DONE,
+    OUTCOME_GONE,
+    OUTCOME_OK,
+    OUTCOME_REJECTED,
+    PARAM_DONE,
+    RUNNING,
+    Report,
+    StateKeeper,
+    StateStore,
+    StateWriteError,
+)
+
+URL = "http://manager.test:8080"
+FAST = ManagerRetry(
+    backoff_base_s=0.001,
+    backoff_max_s=0.005,
+    register_stop_s=2.0,
+    report_stop_s=2.0,
+    log_stop_s=0.5,
+)
+
+
+class SimulatedCrash(BaseException):
+    """The supervisor process dies here."""
+
+
+class ScriptedManager:
+    """A MockTransport handler: real-manager answers, with scripted failures first."""
+
+    def __init__(self, min_rate: float = 50.0) -> None:
+        self.min_rate = min_rate
+        self.requests: list[httpx.Request] = []
+        self.steps: dict[str, list[Any]] = defaultdict(list)
+        self.on_request: Any = None
+
+    def fail(self, path: str, *steps: Any) -> None:
+        self.steps[path].extend(steps)
+
+    def paths(self) -> list[str]:
+        return [r.url.path for r in self.requests]
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if self.on_request is not None:
+            self.on_request(request)
+        path = request.url.path
+        if self.steps[path]:
+            step = self.steps[path].pop(0)
+            if isinstance(step, BaseException):
+                raise step
+            if isinstance(step, type) and issubclass(step, httpx.TransportError):
+                raise step("scripted", request=request)
+            status, body = step if isinstance(step, tuple) else (step, {"error": "scripted"})
+            if isinstance(body, str):
+                return httpx.Response(status, text=body)
+            return httpx.Response(status, json=body)
+        return self.answer(path, request)
+
+    def answer(self, path: str, request: httpx.Request) -> httpx.Response:
+        if path == "/api/log-push":
+            return httpx.Response(204)
+        body = json.loads(request.content)
+        if path == "/register":
+            return httpx.Response(200, json={"uuid": "u-1", "runner_id": 7})
+        if path in ("/param-done", "/running"):
+            return httpx.Response(200, json={"ok": True})
+        if path == "/bench-done":
+            return httpx.Response(200, json={"ok": True, "passed": body["rate"] >= self.min_rate})
+        return httpx.Response(404, json={"error": "not found"})
+
+    def client(self, **kwargs: Any) -> ManagerClient:
+        kwargs.setdefault("retry", FAST)
+        return ManagerClient(URL, transport=httpx.MockTransport(self.handler), **kwargs)
+
+
+@pytest.fixture
+def manager() -> ScriptedManager:
+    return ScriptedManager()
+
+
+# --- retry rules --------------------------------------------------------------------------------
+
+
+async def test_503s_then_success_is_retried_and_acknowledged_once(manager):
+    manager.fail("/param-done", 503, (503, {"error": "database is locked"}))
+    async with manager.client() as client:
+        with capture_logs() as logs:
+            await client.param_done("u-1")
+    assert manager.paths() == ["/param-done"] * 3
+    retries = [e for e in logs if e["event"] == "manager.retry"]
+    assert [e["attempt"] for e in retries] == [1, 2]
+    assert retries[1]["reason"] == "HTTP 503: database is locked"
+    assert all(e["call"] == PARAM_DONE for e in retries)
+
+
+async def test_400_is_not_retried(manager):
+    manager.fail("/register", (400, {"error": "label is required"}))
+    async with manager.client() as client:
+        with pytest.raises(ManagerRejected) as caught:
+            await client.register("C.1", 30)
+    assert caught.value.status == 400
+    assert caught.value.message == "label is required"
+    assert len(manager.requests) == 1
+
+
+async def test_plain_text_405_is_rejected_with_its_text(manager):
+    manager.fail("/running", (405, "Method Not Allowed"))
+    async with manager.client() as client:
+        with pytest.raises(ManagerRejected, match="405: Method Not Allowed"):
+            await client.running("u-1")
+    assert len(manager.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "call"),
+    [
+        ("/running", lambda c: c.running("u-1")),
+        ("/bench-done", lambda c: c.bench_done("u-1", 60.0)),
+        ("/param-done", lambda c: c.param_done("u-1")),
+    ],
+)
+async def test_404_on_a_report_means_the_instance_is_gone(manager, path, call):
+    manager.fail(path, (404, {"error": "instance not found or already killed"}))
+    async with manager.client() as client:
+        with pytest.raises(InstanceGone, match="instance not found or already killed"):
+            await call(client)
+    assert len(manager.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [httpx.ReadTimeout, httpx.ConnectTimeout, httpx.WriteTimeout, httpx.PoolTimeout],
+)
+async def test_timeouts_are_retried(manager, failure):
+    manager.fail("/bench-done", failure, failure)
+    async with manager.client() as client:
+        verdict = await client.bench_done("u-1", 60.0)
+    assert verdict.passed
+    assert len(manager.requests) == 3
+
+
+@pytest.mark.parametrize(
+    "failure", [httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError]
+)
+async def test_connection_errors_are_retried(manager, failure):
+    manager.fail("/register", failure)
+    async with manager.client() as client:
+        registration = await client.register("C.1", 30)
+    assert registration.uuid == "u-1"
+    assert registration.runner_id == 7
+    assert len(manager.requests) == 2
+
+
+async def test_retrying_stops_at_the_calls_stop_and_says_why(manager):
+    manager.fail("/running", *([503] * 1000))
+    retry = dataclasses.replace(FAST, report_stop_s=0.1)
+    async with manager.client(retry=retry) as client:
+        started = time.monotonic()
+        with capture_logs() as logs, pytest.raises(ManagerUnavailable) as caught:
+            await client.running("u-1")
+    assert time.monotonic() - started < 1.0
+    assert caught.value.attempts >= 2
+    assert caught.value.attempts == len(manager.requests)
+    assert "HTTP 503" in caught.value.reason
+    assert any(e["event"] == "manager.unavailable" for e in logs)
+
+
+async def test_a_callers_stop_s_cuts_the_retrying(manager):
+    manager.fail("/register", *([httpx.ConnectError] * 1000))
+    async with manager.client() as client:
+        started = time.monotonic()
+        with pytest.raises(ManagerUnavailable):
+            await client.register("C.1", 30, stop_s=0.05)
+    assert time.monotonic() - started < 1.0
+
+
+async def test_a_real_refused_connection_is_retried_until_the_stop():
+    # No transport injected: real sockets, so the real exception classes are checked.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    retry = dataclasses.replace(FAST, report_stop_s=0.1)
+    async with ManagerClient(f"http://127.0.0.1:{port}", retry=retry) as client:
+        with pytest.raises(ManagerUnavailable, match="ConnectError") as caught:
+            await client.param_done("u-1")
+    assert caught.value.attempts >= 2
+
+
+async def test_a_real_server_that_never_answers_times_out_and_is_retried():
+    accepted = 0
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        await reader.read()  # hold the connection; never answer
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    retry = dataclasses.replace(FAST, report_stop_s=0.2)
+    timeouts = ManagerTimeouts(read_s=0.05)
+    try:
+        async with ManagerClient(
+            f"http://127.0.0.1:{port}", retry=retry, timeouts=timeouts
+        ) as client:
+            with pytest.raises(ManagerUnavailable, match="ReadTimeout") as caught:
+                await client.running("u-1")
+    finally:
+        server.close()
+    assert caught.value.attempts >= 2
+    assert accepted >= 2
+
+
+def test_only_transient_errors_are_retried():
+    request = httpx.Request("POST", URL)
+    assert is_transient(httpx.ConnectError("x", request=request))
+    assert is_transient(httpx.ReadTimeout("x", request=request))
+    assert not is_transient(httpx.UnsupportedProtocol("x", request=request))
+    assert not is_transient(ManagerRejected("x", 400, "bad"))
+    assert not is_transient(ValueError("x"))
+
+
+def test_retry_policy_is_a_value():
+    assert FAST.policy("register") == HttpRetryPolicy("register", 0.001, 0.005, 2.0)
+    assert FAST.policy("log_push").stop_s == 0.5
+    assert FAST.policy("running").stop_s == 2.0
+    with pytest.raises(ValueError, match="backoff_max_s"):
+        ManagerRetry(backoff_base_s=2.0, backoff_max_s=1.0)
+
+
+# --- answers ------------------------------------------------------------------------------------
+
+
+async def test_register_sends_label_and_min_rate(manager):
+    async with manager.client() as client:
+        await client.register("C.42", 30.0)
+    assert json.loads(manager.requests[0].content) == {"label": "C.42", "min_rate": 30.0}
+    assert manager.requests[0].method == "POST"
+
+
+async def test_register_answer_without_uuid_is_a_bad_response(manager):
+    manager.fail("/register", (200, {"runner_id": 1}))
+    async with manager.client() as client:
+        with pytest.raises(ManagerBadResponse):
+            await client.register("C.1", 30)
+
+
+async def test_non_json_success_is_a_bad_response_not_retried(manager):
+    manager.fail("/bench-done", (200, "<html>proxy</html>"))
+    async with manager.client() as client:
+        with pytest.raises(ManagerBadResponse):
+            await client.bench_done("u-1", 60.0)
+    assert len(manager.requests) == 1
+
+
+@pytest.mark.parametrize(("rate", "passed"), [(60.0, True), (50.0, True), (35.9, False)])
+async def test_bench_verdict_is_a_value(manager, rate, passed):
+    async with manager.client() as client:
+        verdict = await client.bench_done("u-1", rate)
+    assert verdict.passed is passed
+    assert verdict.checked
+    assert json.loads(manager.requests[0].content) == {"uuid": "u-1", "rate": rate}
+
+
+async def test_push_logs_sends_headers_and_lines(manager):
+    async with manager.client() as client:
+        await client.push_logs("u-1", "cuzk", ["a", "b\n", ""])
+    request = manager.requests[0]
+    assert request.headers["X-Instance-UUID"] == "u-1"
+    assert request.headers["X-Log-Source"] == "cuzk"
+    assert request.content == b"a\nb\n"
+
+
+async def test_push_logs_never_sends_a_body_over_256_kib(manager):
+    lines = ["x" * 100_000] * 7 + ["é" * 200_000]  # the last line is 400 KB of UTF-8
+    async with manager.client() as client:
+        bodies = await client.push_logs("u-1", "benchout", lines)
+    assert bodies == len(manager.requests) >= 4
+    assert all(len(r.content) <= MAX_BODY_BYTES for r in manager.requests)
+    received = b"".join(r.content for r in manager.requests).decode().splitlines()
+    assert received[:7] == lines[:7]
+    assert received[7].startswith("é" * 1000)
+    assert received[7].endswith("bytes]")
+    assert "truncated" in received[7]
+
+
+# --- no manager ---------------------------------------------------------------------------------
+
+
+async def test_without_a_manager_reports_are_only_logged():
+    async with ManagerClient(None) as client:
+        assert client.is_local
+        with capture_logs() as logs:
+            registration = await client.register("C.9", 30)
+            await client.param_done(registration.uuid)
+            verdict = await client.bench_done(registration.uuid, 1.0)
+            await client.running(registration.uuid)
+            assert await client.push_logs(registration.uuid, "cuzk", ["x"]) == 0
+    assert registration.local
+    assert registration.uuid == "local-C.9"
+    assert verdict.passed
+    assert not verdict.checked
+    skipped = [e for e in logs if e["event"] == "manager.report_skipped"]
+    assert [e["call"] for e in skipped] == ["register", PARAM_DONE, BENCH_DONE, RUNNING]
+    assert skipped[2]["payload"] == {"uuid": "local-C.9", "rate": 1.0}
+    assert "assumed passed" in skipped[2]["note"]
+
+
+def test_a_manager_url_needs_a_scheme():
+    with pytest.raises(ValueError, match="http"):
+        ManagerClient("manager:8080")
+
+
+# --- the outbox ---------------------------------------------------------------------------------
+
+
+def open_outbox(path: Path, client: ManagerClient) -> tuple[StateKeeper, Outbox]:
+    """What a (re)started supervisor does: load the state file, rebuild the outbox from it."""
+    keeper = StateKeeper(StateStore(path))
+    return keeper, Outbox.for_keeper(client, keeper)
+
+
+async def test_a_report_is_on_disk_before_it_is_sent(tmp_path, manager):
+    path = tmp_path / "state.json"
+    seen_on_disk: list[list[str]] = []
+    manager.on_request = lambda _: seen_on_disk.append(
+        [r.id for r in StateStore(path).load().outbox]
+    )
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        report = Report(kind=PARAM_DONE, uuid="u-1")
+        done = await outbox.send_now(report)
+    assert seen_on_disk == [[report.id]]
+    assert done.outcome == OUTCOME_OK
+    on_disk = StateStore(path).load()
+    assert on_disk.outbox == ()
+    assert [r.id for r in on_disk.acked] == [report.id]
+
+
+async def test_a_report_queued_before_a_crash_is_sent_once_after_the_restart(tmp_path, manager):
+    path = tmp_path / "state.json"
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        report = Report(kind=RUNNING, uuid="u-1")
+        await outbox.enqueue(report)
+        # Crash: the process is gone before anything was sent.
+    assert manager.requests == []
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        assert [r.id for r in outbox.pending] == [report.id]
+        result = await outbox.drain()
+    assert [r.id for r in result.sent] == [report.id]
+    assert result.pending == 0
+    assert result.error is None
+    assert manager.paths() == ["/running"]
+    assert StateStore(path).load().outbox == ()
+
+
+async def test_a_crash_during_the_send_resends_after_the_restart(tmp_path):
+    path = tmp_path / "state.json"
+    first = ScriptedManager()
+    first.fail("/bench-done", SimulatedCrash())
+    report = Report(kind=BENCH_DONE, uuid="u-1", rate=60.0)
+    async with first.client() as client:
+        _, outbox = open_outbox(path, client)
+        with pytest.raises(SimulatedCrash):
+            await outbox.send_now(report)
+    second = ScriptedManager()
+    async with second.client() as client:
+        _, outbox = open_outbox(path, client)
+        # The lifecycle resumes: the bench report it queued is still there, with the same id.
+        again = outbox.latest(BENCH_DONE)
+        assert again is not None
+        assert again.id == report.id
+        done = await outbox.send_now(again)
+    assert done.passed is True
+    assert second.paths() == ["/bench-done"]
+    assert json.loads(second.requests[0].content) == {"uuid": "u-1", "rate": 60.0}
+
+
+async def test_a_verdict_acknowledged_before_a_crash_is_not_sent_again(tmp_path, manager):
+    path = tmp_path / "state.json"
+    report = Report(kind=BENCH_DONE, uuid="u-1", rate=40.0)
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        first = await outbox.send_now(report)
+        # Crash before the lifecycle wrote what it did with the verdict.
+    assert first.passed is False
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        known = outbox.latest(BENCH_DONE)
+        assert known is not None
+        assert known.outcome == OUTCOME_OK
+        again = await outbox.send_now(known)
+    assert again.passed is False
+    assert manager.paths() == ["/bench-done"]
+
+
+async def test_order_is_kept_across_an_outage(tmp_path, manager):
+    path = tmp_path / "state.json"
+    manager.fail("/param-done", *([httpx.ConnectError] * 1000))
+    reports = [
+        Report(kind=PARAM_DONE, uuid="u-1"),
+        Report(kind=BENCH_DONE, uuid="u-1", rate=55.0),
+        Report(kind=RUNNING, uuid="u-1"),
+    ]
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        for report in reports:
+            await outbox.enqueue(report)
+        result = await outbox.drain(deadline_s=0.05)
+        assert isinstance(result.error, ManagerUnavailable)
+        assert result.pending == 3
+        # The manager is back.
+        manager.steps["/param-done"].clear()
+        manager.requests.clear()
+        result = await outbox.drain()
+    assert manager.paths() == ["/param-done", "/bench-done", "/running"]
+    assert [r.id for r in result.sent] == [r.id for r in reports]
+    assert result.sent[1].passed is True
+
+
+async def test_send_now_sends_earlier_reports_first_and_returns_the_verdict(tmp_path, manager):
+    async with manager.client() as client:
+        _, outbox = open_outbox(tmp_path / "state.json", client)
+        await outbox.enqueue(Report(kind=PARAM_DONE, uuid="u-1"))
+        done = await outbox.send_now(Report(kind=BENCH_DONE, uuid="u-1", rate=20.0))
+    assert manager.paths() == ["/param-done", "/bench-done"]
+    assert done.passed is False
+
+
+async def test_send_now_gives_up_at_its_deadline_and_keeps_the_report(tmp_path, manager):
+    path = tmp_path / "state.json"
+    manager.fail("/bench-done", *([503] * 1000))
+    report = Report(kind=BENCH_DONE, uuid="u-1", rate=60.0)
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        started = time.monotonic()
+        with pytest.raises(ManagerUnavailable):
+            await outbox.send_now(report, deadline_s=0.1)
+        assert time.monotonic() - started < 1.0
+        assert [r.id for r in StateStore(path).load().outbox] == [report.id]
+        # Trying again with the same report does not queue it twice.
+        manager.steps["/bench-done"].clear()
+        manager.requests.clear()
+        done = await outbox.send_now(report)
+    assert done.passed is True
+    assert manager.paths() == ["/bench-done"]
+    assert outbox.pending == ()
+
+
+async def test_instance_gone_is_raised_and_recorded(tmp_path, manager):
+    path = tmp_path / "state.json"
+    manager.fail("/running", (404, {"error": "instance not found or already killed"}))
+    report = Report(kind=RUNNING, uuid="u-1")
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        with pytest.raises(InstanceGone):
+            await outbox.send_now(report)
+        # Asked again (e.g. after a restart): the recorded answer, no new request.
+        with pytest.raises(InstanceGone):
+            await outbox.send_now(report)
+    assert len(manager.requests) == 1
+    on_disk = StateStore(path).load()
+    assert on_disk.outbox == ()
+    assert on_disk.acked[-1].outcome == OUTCOME_GONE
+
+
+async def test_a_rejected_report_is_dropped_and_the_next_one_still_goes(tmp_path, manager):
+    manager.fail("/param-done", (400, {"error": "bad json"}))
+    async with manager.client() as client:
+        _, outbox = open_outbox(tmp_path / "state.json", client)
+        await outbox.enqueue(Report(kind=PARAM_DONE, uuid="u-1"))
+        await outbox.enqueue(Report(kind=RUNNING, uuid="u-1"))
+        with capture_logs() as logs:
+            result = await outbox.drain()
+    assert [r.outcome for r in result.sent] == [OUTCOME_REJECTED, OUTCOME_OK]
+    assert manager.paths() == ["/param-done", "/running"]
+    assert any(e["event"] == "manager.report_rejected" for e in logs)
+
+
+async def test_a_report_that_cannot_be_written_is_not_sent(tmp_path, manager):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    async with manager.client() as client:
+        keeper = StateKeeper(StateStore(blocker / "state.json"))
+        outbox = Outbox.for_keeper(client, keeper)
+        with pytest.raises(StateWriteError):
+            await outbox.send_now(Report(kind=PARAM_DONE, uuid="u-1"))
+    assert manager.requests == []
+    assert outbox.pending == ()
+
+
+async def test_acked_reports_are_bounded(tmp_path, manager):
+    async with manager.client() as client:
+        keeper, outbox = open_outbox(tmp_path / "state.json", client)
+        for _ in range(20):
+            await outbox.send_now(Report(kind=RUNNING, uuid="u-1"))
+    assert len(outbox.acked) == 8
+    assert len(keeper.state.acked) == 8
+
+
+async def test_without_a_manager_the_outbox_completes_locally(tmp_path):
+    async with ManagerClient(None) as client:
+        _, outbox = open_outbox(tmp_path / "state.json", client)
+        with capture_logs() as logs:
+            done = await outbox.send_now(Report(kind=BENCH_DONE, uuid="local-C.1", rate=1.0))
+    assert done.passed is True
+    assert any(e["event"] == "manager.report_skipped" for e in logs)
