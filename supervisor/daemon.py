@@ -14,10 +14,11 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import structlog
 
 from supervisor import daemon_config, pid1
@@ -100,6 +101,35 @@ def address_in_use(address: Address) -> bool:
     return False
 
 
+def _pidfile(settings: DaemonSettings) -> Path:
+    return settings.config_path.with_name("cuzk.pid")
+
+
+def _reclaim_stale_daemon(settings: DaemonSettings) -> None:
+    """Stop a daemon a previous supervisor left running (it was SIGKILLed, not PID 1): it
+    would hold the port, the GPUs and the memory the new plan counts on."""
+    path = _pidfile(settings)
+    try:
+        pid_text, started_text = path.read_text().split()
+        pid, started = int(pid_text), float(started_text)
+    except (OSError, ValueError):
+        return
+    try:
+        alive = abs(psutil.Process(pid).create_time() - started) < 0.01
+    except psutil.Error:
+        alive = False
+    if alive:
+        log.warning("daemon.stale_reclaimed", pid=pid, pidfile=str(path))
+        pid1.kill_tree([pid], settings.stop_grace_s)
+    path.unlink(missing_ok=True)
+
+
+def _write_pidfile(settings: DaemonSettings, pid: int) -> None:
+    with contextlib.suppress(psutil.Error, OSError):
+        started = psutil.Process(pid).create_time()
+        _pidfile(settings).write_text(f"{pid} {started}\n")
+
+
 async def _grpc_ready_probe(address: Address, deadline_s: float) -> None:
     from supervisor.proving import ProvingClient, ProvingTimeouts
 
@@ -118,6 +148,7 @@ class DaemonProcess:
         ready_probe: ReadyProbe = _grpc_ready_probe,
         memory_at_limit: Callable[[], bool] = lambda: False,
         spawn: Spawner = asyncio.create_subprocess_exec,
+        line_listeners: Sequence[Callable[[str], None]] = (),
     ) -> None:
         self.settings = settings
         self.values = values
@@ -125,6 +156,7 @@ class DaemonProcess:
         self._ready_probe = ready_probe
         self._memory_at_limit = memory_at_limit
         self._spawn = spawn
+        self._line_listeners = tuple(line_listeners)
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: OutputPump | None = None
         self._pump_tasks: list[asyncio.Task[None]] = []
@@ -175,6 +207,7 @@ class DaemonProcess:
         settings = self.settings
         base = daemon_config.load_base(settings.base_config)
         daemon_config.write_verified(settings.config_path, self.values, base)
+        await asyncio.to_thread(_reclaim_stale_daemon, settings)
         binary, problem = _resolve_binary(settings.binary)
         if binary is None:
             raise self._fail(problem)
@@ -187,6 +220,8 @@ class DaemonProcess:
                 settings.log_path, settings.log_max_bytes, settings.log_backups
             )
         self._pump = OutputPump("cuzk", self._log_file, settings.log_events_per_second)
+        for listener in self._line_listeners:
+            self._pump.add_listener(listener)
         env = {**os.environ, **settings.env, "NO_COLOR": "1"}
         self._oom_before = self._oom_count()
         command = self._command(binary)
@@ -202,6 +237,7 @@ class DaemonProcess:
         except OSError as exc:
             raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
         self._started_at = time.monotonic()
+        _write_pidfile(settings, self._proc.pid)
         assert self._proc.stdout is not None
         assert self._proc.stderr is not None
         self._pump_tasks = [
@@ -322,6 +358,7 @@ class DaemonProcess:
                 self._signal_group(signal.SIGKILL)
         result = await self.wait()
         await self._reap_group(pgid)
+        _pidfile(self.settings).unlink(missing_ok=True)
         return result
 
     async def _reap_group(self, pgid: int) -> None:

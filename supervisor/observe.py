@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
 import structlog
@@ -17,7 +18,10 @@ _LEVELS = {
 
 
 def configure_logging(
-    level: str = "info", stream: TextIO | None = None, json: bool | None = None
+    level: str = "info",
+    stream: TextIO | None = None,
+    json: bool | None = None,
+    extra_processors: Sequence[structlog.typing.Processor] = (),
 ) -> None:
     """Configure structlog once for the process.
 
@@ -39,6 +43,7 @@ def configure_logging(
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            *extra_processors,  # e.g. the log shipper: after the timestamp, before rendering
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),

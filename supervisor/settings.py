@@ -237,6 +237,25 @@ class Settings:
     params_progress_interval_s: float = setting(
         10.0, "cadence of parameter download progress lines", minimum=0.1, group="bench"
     )
+    params_timeout_s: float = setting(
+        5400.0,
+        "longest the fetch command may run (the manager kills at 90 min in registered)",
+        minimum=1,
+        group="bench",
+    )
+    rate_time_scale: float = setting(
+        1.0,
+        "daemon seconds per wall second: rates are reported in the daemon's clock (the "
+        "simulator's --time-scale; 1 on real hardware)",
+        minimum=0.001,
+        group="bench",
+    )
+    plan_memory_scale: float = setting(
+        1.0,
+        "planned bytes per measured byte (1024 against the simulator's 1 MiB per GiB)",
+        minimum=0.001,
+        group="plan",
+    )
     worker_commands: tuple[str, ...] = setting(
         (), "commands supervised beside the daemon in the run phase", group="bench"
     )
