@@ -30,7 +30,7 @@ def sample(decl):
     return {
         "bool": ("false" if decl.default else "true", not decl.default),
         "int": (str(int(decl.minimum or 0) + 7), int(decl.minimum or 0) + 7),
-        "float": ("123.5", 123.5),
+        "float": ("0.5", 0.5) if decl.maximum is not None else ("123.5", 123.5),
         "str": ("127.0.0.1:7001", "127.0.0.1:7001"),
         "path": ("/tmp/x/y", settings.Path("/tmp/x/y")),
         "optional_path": ("/tmp/base.toml", settings.Path("/tmp/base.toml")),
