@@ -1,0 +1,323 @@
+"""SQLite state of the simulated fleet manager: instances, the runner-id counter, bad hosts.
+
+The rules are the real manager's (``reference/manager-api.md``); every method is one
+transaction, so a second sim process on the same file (a restart) sees a consistent state.
+Times are unix seconds in the database and RFC 3339 (UTC, as Go prints a ``time.Time``) in JSON.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REGISTERED = "registered"
+PARAMS_DONE = "params_done"
+BENCH_DONE = "bench_done"
+RUNNING = "running"
+KILLED = "killed"
+STATES = (REGISTERED, PARAMS_DONE, BENCH_DONE, RUNNING, KILLED)
+
+DEFAULT_MIN_RATE = 50.0  # what /register uses when min_rate <= 0
+PARAM_TIMEOUT_REASON = "param fetch timeout"
+BENCH_TIMEOUT_REASON = "benchmark timeout"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS counters (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS instances (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    uuid          TEXT NOT NULL UNIQUE,
+    label         TEXT NOT NULL,
+    runner_id     INTEGER NOT NULL,
+    state         TEXT NOT NULL,
+    min_rate      REAL NOT NULL,
+    registered_at REAL NOT NULL,
+    param_done_at REAL,
+    bench_done_at REAL,
+    bench_rate    REAL,
+    killed_at     REAL,
+    kill_reason   TEXT
+);
+CREATE INDEX IF NOT EXISTS instances_label ON instances (label, state);
+CREATE TABLE IF NOT EXISTS bad_hosts (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    machine_id  TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    reported_at REAL NOT NULL
+);
+"""
+_COLUMNS = (
+    "uuid, label, runner_id, state, min_rate, registered_at, param_done_at, bench_done_at, "
+    "bench_rate, killed_at, kill_reason"
+)
+
+
+def rfc3339(ts: float) -> str:
+    """``ts`` (unix seconds) as Go's RFC3339Nano in UTC: trailing zeros of the fraction cut."""
+    moment = datetime.fromtimestamp(ts, tz=UTC)
+    fraction = f"{moment.microsecond:06d}".rstrip("0")
+    base = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{fraction}Z" if fraction else f"{base}Z"
+
+
+def effective_min_rate(min_rate: float) -> float:
+    """``min_rate <= 0`` means the register default, 50 proofs per hour."""
+    return min_rate if min_rate > 0 else DEFAULT_MIN_RATE
+
+
+def bench_fail_reason(rate: float, min_rate: float) -> str:
+    return f"benchmark failed: rate {rate:g} below min_rate {min_rate:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One row of ``instances``; ``to_json`` is the shape ``GET /status`` lists."""
+
+    uuid: str
+    label: str
+    runner_id: int
+    state: str
+    min_rate: float
+    registered_at: float
+    param_done_at: float | None = None
+    bench_done_at: float | None = None
+    bench_rate: float | None = None
+    killed_at: float | None = None
+    kill_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "uuid": self.uuid,
+            "label": self.label,
+            "runner_id": self.runner_id,
+            "state": self.state,
+            "min_rate": self.min_rate,
+            "registered_at": rfc3339(self.registered_at),
+        }
+        for name in ("param_done_at", "bench_done_at", "killed_at"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = rfc3339(value)
+        if self.bench_rate is not None:
+            out["bench_rate"] = self.bench_rate
+        if self.kill_reason is not None:
+            out["kill_reason"] = self.kill_reason
+        return out
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Instance:
+        return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    instance: Instance  # as it is after the report
+    passed: bool
+
+
+class Store:
+    """The manager's database. One connection guarded by a lock (the HTTP server is threaded);
+    WAL so a reader in another process never blocks on a writer."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=10.0
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._closed = False
+
+    # --- plumbing ------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction (BEGIN IMMEDIATE: another process on the file waits)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    @staticmethod
+    def _get(cur: sqlite3.Cursor, uuid: str) -> Instance | None:
+        row = cur.execute(f"SELECT {_COLUMNS} FROM instances WHERE uuid = ?", (uuid,)).fetchone()
+        return Instance.from_row(row) if row is not None else None
+
+    @staticmethod
+    def _kill(cur: sqlite3.Cursor, inst: Instance, reason: str, now: float) -> Instance:
+        cur.execute(
+            "UPDATE instances SET state = ?, killed_at = ?, kill_reason = ? WHERE uuid = ?",
+            (KILLED, now, reason, inst.uuid),
+        )
+        return replace(inst, state=KILLED, killed_at=now, kill_reason=reason)
+
+    # --- the API's rules -----------------------------------------------------------------
+    def register(self, label: str, min_rate: float) -> tuple[Instance, bool]:
+        """The live (not killed) instance with ``label`` if there is one (its min_rate kept),
+        else a new one with a fresh uuid and the next runner id. ``(instance, created)``."""
+        with self._tx() as cur:
+            row = cur.execute(
+                f"SELECT {_COLUMNS} FROM instances WHERE label = ? AND state != ? "
+                "ORDER BY seq DESC LIMIT 1",
+                (label, KILLED),
+            ).fetchone()
+            if row is not None:
+                return Instance.from_row(row), False
+            cur.execute(
+                "INSERT INTO counters (name, value) VALUES ('runner_id', 1) "
+                "ON CONFLICT (name) DO UPDATE SET value = value + 1"
+            )
+            (runner_id,) = cur.execute(
+                "SELECT value FROM counters WHERE name = 'runner_id'"
+            ).fetchone()
+            inst = Instance(
+                uuid=str(uuidlib.uuid4()),
+                label=label,
+                runner_id=int(runner_id),
+                state=REGISTERED,
+                min_rate=effective_min_rate(min_rate),
+                registered_at=self._clock(),
+            )
+            cur.execute(
+                "INSERT INTO instances (uuid, label, runner_id, state, min_rate, registered_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (inst.uuid, label, inst.runner_id, REGISTERED, inst.min_rate, inst.registered_at),
+            )
+            return inst, True
+
+    def get(self, uuid: str) -> Instance | None:
+        with self._tx() as cur:
+            return self._get(cur, uuid)
+
+    def param_done(self, uuid: str) -> Instance | None:
+        """``registered`` → ``params_done``; any other state unchanged. None: unknown uuid."""
+        with self._tx() as cur:
+            inst = self._get(cur, uuid)
+            if inst is None or inst.state != REGISTERED:
+                return inst
+            now = self._clock()
+            cur.execute(
+                "UPDATE instances SET state = ?, param_done_at = ? WHERE uuid = ?",
+                (PARAMS_DONE, now, uuid),
+            )
+            return replace(inst, state=PARAMS_DONE, param_done_at=now)
+
+    def bench_done(self, uuid: str, rate: float) -> BenchResult | None:
+        """Pass (``rate >= min_rate``) → ``bench_done`` with the rate; fail → ``killed``.
+        The current state is deliberately not checked (the real manager does not)."""
+        with self._tx() as cur:
+            inst = self._get(cur, uuid)
+            if inst is None:
+                return None
+            now = self._clock()
+            if rate >= inst.min_rate:
+                cur.execute(
+                    "UPDATE instances SET state = ?, bench_done_at = ?, bench_rate = ? "
+                    "WHERE uuid = ?",
+                    (BENCH_DONE, now, rate, uuid),
+                )
+                return BenchResult(
+                    replace(inst, state=BENCH_DONE, bench_done_at=now, bench_rate=rate), True
+                )
+            killed = self._kill(cur, inst, bench_fail_reason(rate, inst.min_rate), now)
+            return BenchResult(killed, False)
+
+    def running(self, uuid: str) -> Instance | None:
+        """Any state but ``killed`` → ``running``. None: unknown or killed."""
+        with self._tx() as cur:
+            inst = self._get(cur, uuid)
+            if inst is None or inst.state == KILLED:
+                return None
+            cur.execute("UPDATE instances SET state = ? WHERE uuid = ?", (RUNNING, uuid))
+            return replace(inst, state=RUNNING)
+
+    def kill(self, uuid: str, reason: str) -> Instance | None:
+        """Kill as an operator would (any state, a killed one again). None: unknown uuid."""
+        with self._tx() as cur:
+            inst = self._get(cur, uuid)
+            if inst is None:
+                return None
+            return self._kill(cur, inst, reason, self._clock())
+
+    def instances(self) -> list[Instance]:
+        with self._tx() as cur:
+            rows = cur.execute(f"SELECT {_COLUMNS} FROM instances ORDER BY seq").fetchall()
+        return [Instance.from_row(row) for row in rows]
+
+    def expire(self, param_timeout: float, bench_timeout: float) -> list[Instance]:
+        """The periodic check: kill what overstayed ``registered`` or ``params_done``, and any
+        ``bench_done`` below its min_rate. Returns the instances killed now."""
+        killed: list[Instance] = []
+        with self._tx() as cur:
+            now = self._clock()
+            rows = cur.execute(
+                f"SELECT {_COLUMNS} FROM instances WHERE state IN (?, ?, ?) ORDER BY seq",
+                (REGISTERED, PARAMS_DONE, BENCH_DONE),
+            ).fetchall()
+            for row in rows:
+                inst = Instance.from_row(row)
+                reason: str | None = None
+                if inst.state == REGISTERED and now - inst.registered_at > param_timeout:
+                    reason = PARAM_TIMEOUT_REASON
+                elif (
+                    inst.state == PARAMS_DONE
+                    and now - (inst.param_done_at or inst.registered_at) > bench_timeout
+                ):
+                    reason = BENCH_TIMEOUT_REASON
+                elif (
+                    inst.state == BENCH_DONE
+                    and inst.bench_rate is not None
+                    and inst.bench_rate < inst.min_rate
+                ):
+                    reason = bench_fail_reason(inst.bench_rate, inst.min_rate)
+                if reason is not None:
+                    killed.append(self._kill(cur, inst, reason, now))
+        return killed
+
+    def add_bad_host(self, machine_id: str, reason: str) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO bad_hosts (machine_id, reason, reported_at) VALUES (?, ?, ?)",
+                (machine_id, reason, self._clock()),
+            )
+
+    def bad_hosts(self) -> list[dict[str, Any]]:
+        with self._tx() as cur:
+            rows = cur.execute(
+                "SELECT machine_id, reason, reported_at FROM bad_hosts ORDER BY seq"
+            ).fetchall()
+        return [{"machine_id": m, "reason": r, "reported_at": rfc3339(t)} for m, r, t in rows]
+
+    def runner_id_counter(self) -> int:
+        """The last runner id handed out (0 before the first register)."""
+        with self._tx() as cur:
+            row = cur.execute("SELECT value FROM counters WHERE name = 'runner_id'").fetchone()
+        return int(row[0]) if row is not None else 0
