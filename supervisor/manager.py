@@ -28,7 +28,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -360,6 +360,7 @@ class ManagerClient:
         timeouts: ManagerTimeouts | None = None,
         retry: ManagerRetry | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/") if base_url else None
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
@@ -369,7 +370,10 @@ class ManagerClient:
         self._http: httpx.AsyncClient | None = None
         if self.base_url is not None:
             self._http = httpx.AsyncClient(
-                base_url=self.base_url, timeout=self.timeouts.as_httpx(), transport=transport
+                base_url=self.base_url,
+                timeout=self.timeouts.as_httpx(),
+                transport=transport,
+                headers=dict(headers or {}),  # e.g. a token for a proxy; never logged
             )
 
     @property

@@ -17,6 +17,24 @@ _LEVELS = {
 }
 
 
+# Process-wide context (phase, uuid) added to every event. Not contextvars: tasks copy those when
+# they are created, so a task started in one phase would report that phase for ever.
+_CONTEXT: dict[str, object] = {}
+
+
+def bind(**values: object) -> None:
+    """Set process-wide fields carried by every later log event (e.g. phase, uuid)."""
+    _CONTEXT.update(values)
+
+
+def _add_context(
+    logger: object, method_name: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    for key, value in _CONTEXT.items():
+        event_dict.setdefault(key, value)
+    return event_dict
+
+
 def configure_logging(
     level: str = "info",
     stream: TextIO | None = None,
@@ -40,6 +58,7 @@ def configure_logging(
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            _add_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,

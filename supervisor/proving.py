@@ -104,7 +104,7 @@ class ProvingTimeouts:
     ready_poll_interval_s: float = 0.5
     """Least time between two GetStatus calls while waiting for readiness (at least 0.25 s)."""
 
-    ready_poll_max_s: float = 2.0
+    ready_poll_max_s: float = 0.5
     """Longest wait between two readiness polls (the backoff's cap while starting)."""
 
     startup_deadline_s: float = 300.0

@@ -159,6 +159,8 @@ class SupervisorState:
     plan: Mapping[str, Any] | None = None
     pce_ready: bool = False
     params_verified: bool = False
+    params_done_at: float | None = None
+    """Wall-clock time (epoch s) the params were done: the manager's bench timer starts then."""
     bench: tuple[BenchRecord, ...] = ()
     failures: tuple[str, ...] = ()
     """The last :data:`MAX_FAILURES` failure reasons, oldest first."""
@@ -185,6 +187,7 @@ class SupervisorState:
             "plan": dict(self.plan) if self.plan is not None else None,
             "pce_ready": self.pce_ready,
             "params_verified": self.params_verified,
+            "params_done_at": self.params_done_at,
             "bench": [record.to_dict() for record in self.bench],
             "failures": list(self.failures),
             "outbox": [report.to_dict() for report in self.outbox],
@@ -225,6 +228,7 @@ class SupervisorState:
             plan=d.opt_obj("plan"),
             pce_ready=d.flag("pce_ready", False),
             params_verified=d.flag("params_verified", False),
+            params_done_at=d.opt_float("params_done_at"),
             bench=tuple(_bench_from(item, i) for i, item in enumerate(d.items("bench"))),
             failures=tuple(
                 _str_item(item, f"failures[{i}]") for i, item in enumerate(d.items("failures"))

@@ -121,6 +121,8 @@ class DaemonKeeper:
 
     async def _one_run(self) -> DaemonExit | None:
         """Start the daemon and wait for its exit; None when we replaced it ourselves."""
+        # Values set by restart_with() during a backoff are used now; no replacement is due.
+        self._replan.clear()
         process = self._factory(self.settings, self.values)
         self.current = process
         self.starts += 1
@@ -149,10 +151,11 @@ class DaemonKeeper:
             return None
         return result
 
-    async def restart_with(self, values: DaemonConfigValues) -> None:
+    def restart_with(self, values: DaemonConfigValues) -> None:
         """Stop the running daemon and start it again with new config values (e.g. fewer
         workers after an OOM risk). Not counted as a failure."""
         self.values = values
+        self._ready.clear()  # wait_ready() from now on waits for the new daemon
         self._replan.set()
 
     async def stop(self) -> None:

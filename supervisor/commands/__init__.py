@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from supervisor.commands import config, daemon, plan, prove, sim
+from supervisor.commands import config, daemon, plan, prove, run, sim
 
-COMMANDS: list[ModuleType] = [prove, daemon, sim, plan, config]
+COMMANDS: list[ModuleType] = [run, sim, prove, daemon, plan, config]

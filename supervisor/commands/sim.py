@@ -1,144 +1,178 @@
-"""``cuzk-supervisor sim``: the demo on a laptop, no GPU.
+"""``cuzk-supervisor sim``: the whole lifecycle on a laptop, no GPU.
 
-Starts the simulated daemon as a supervised child (rendered config, own process group, output
-carried to a log file), waits until it answers, runs a warmup proof (it builds the PCE cache)
-and a batch, and prints the measured rate beside the simulator's true steady-state rate.
-The full lifecycle (register, params, warmup, restart, settle, bench, report, run) replaces this
-body when it lands; the command line stays.
+Starts the simulated manager, then runs exactly what ``run`` runs — register, params (a
+simulated download), plan, warmup, restart, settle, bench, report, run — against the simulated
+daemon in scaled time, printing each phase. Stays in the run phase until Ctrl-C, or exits there
+with ``--exit-after-run``. Any ``run`` setting can be given too (e.g. ``--bench-count 6``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
-import re
+import dataclasses
+import os
+import select
+import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
-from supervisor import exitcodes
-from supervisor.address import free_loopback_port, parse_address
-from supervisor.daemon import DaemonProcess, DaemonSettings
-from supervisor.daemon_config import DaemonConfigValues
+from supervisor import settings
+from supervisor.address import free_loopback_port
+from supervisor.commands.run import run_lifecycle
 from supervisor.errors import UsageError
-from supervisor.observe import configure_logging
-from supervisor.policy import RestartPolicy
-from supervisor.proofinput import build_submit_request, load_c1
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proving import ProvingClient, ProvingTimeouts, run_batch
-from supervisor.runtime import Runtime, run_supervised
+from supervisor.settings import Settings
 from supervisor.sim.c1 import write_c1
-from supervisor.supervision import DaemonKeeper
 
-_STEADY_RATE = re.compile(r"^cuzk_sim_steady_state_proofs_per_hour\s+([0-9.eE+-]+)$", re.M)
+# Simulated parameter files: small, but written at a pace that shows progress.
+SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "sim",
-        help="run the simulated daemon and a proof batch against it (no GPU needed)",
+        help="run the whole lifecycle against the simulator",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--run-dir",
+    sim = parser.add_argument_group("simulator")
+    sim.add_argument(
+        "--sim-dir",
         type=Path,
         default=Path("run/sim"),
-        help="folder for the config, socket, logs, params and C1 (default run/sim)",
+        help="folder for the simulator's state, logs, params and C1 (default run/sim)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="partition_workers (default 2)")
-    parser.add_argument("--count", type=int, default=6, help="proofs in the batch (default 6)")
-    parser.add_argument("--concurrency", type=int, default=2, help="proofs in flight (default 2)")
-    parser.add_argument(
+    sim.add_argument(
         "--time-scale",
         type=float,
         default=100.0,
         help="simulated seconds per real second (default 100)",
     )
-    parser.add_argument("--c1-mb", type=int, default=51, help="size of the C1 input in MB")
-    parser.add_argument("--log-level", default="info", help="supervisor log level")
+    sim.add_argument(
+        "--memory-scale", type=float, default=1.0, help="real MiB per simulated GiB (default 1)"
+    )
+    sim.add_argument(
+        "--sim-fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault switch for the simulated daemon (docs/simulator.md)",
+    )
+    sim.add_argument(
+        "--manager-fault",
+        default="",
+        metavar="K=V,...",
+        help="fault switches for the simulated manager (e.g. fail_rate=0.3)",
+    )
+    sim.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget the previous demo's state and manager database first",
+    )
+    settings.add_flags(parser)
     parser.set_defaults(handler=main)
 
 
-def _validate(args: argparse.Namespace) -> None:
-    for name in ("workers", "count", "concurrency", "c1_mb"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.time_scale <= 0:
-        raise UsageError("--time-scale must be > 0")
+def _sim_settings(
+    base: settings.Loaded, args: argparse.Namespace, sim_dir: Path, manager_url: str
+) -> Settings:
+    """The run settings pointed at the simulator; whatever the operator set explicitly wins."""
+    scale = args.time_scale
+    daemon_args = [
+        "-m",
+        "supervisor.sim.daemon",
+        "--time-scale",
+        f"{scale:g}",
+        "--memory-scale",
+        f"{args.memory_scale:g}",
+    ]
+    for fault in args.sim_fault:
+        daemon_args += ["--fault", fault]
+    overrides: dict[str, Any] = {
+        "label": "C.sim-demo",
+        "min_rate": 30.0,
+        "manager_url": manager_url,
+        "state_dir": sim_dir / "state",
+        "run_dir": sim_dir / "run",
+        "log_dir": sim_dir / "log",
+        "daemon_binary": sys.executable,
+        "daemon_args": tuple(daemon_args),
+        "daemon_status_listen": f"127.0.0.1:{free_loopback_port()}",
+        "daemon_param_cache": sim_dir / "params",
+        "daemon_startup_deadline_s": 60.0,
+        "daemon_stop_grace_s": 5.0,
+        "c1_file": sim_dir / "c1.json",
+        "gpu_probe": "sim",
+        "rate_time_scale": scale,
+        "plan_memory_scale": 1024.0 / args.memory_scale,
+        "bench_budget_s": 2700.0 / scale,
+        "status_interval_s": 2.0,
+        "await_deadline_s": 2.0,
+        "params_fetch_command": f"{sys.executable} -m supervisor.sim.fetch " + " ".join(SIM_PARAMS),
+        "params_expected": SIM_PARAMS,
+        "params_progress_interval_s": 0.5,
+        "health_listen": f"127.0.0.1:{free_loopback_port()}",
+    }
+    chosen = {k: v for k, v in overrides.items() if base.sources.get(k) == "default"}
+    return dataclasses.replace(base.settings, **chosen)
+
+
+def _start_manager(sim_dir: Path, faults: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_loopback_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_SIM_MANAGER_")}
+    if faults:
+        env["CUZK_SIM_MANAGER_FAULTS"] = faults
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.sim.manager", "--db", str(sim_dir / "manager.db"),
+         "--listen", f"127.0.0.1:{port}", "--check-interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline().decode(errors="replace")
+            if "listening on" in line:
+                return proc, line.split("listening on", 1)[1].strip()
+            if not line:
+                break
+    proc.kill()
+    raise UsageError(f"the simulated manager did not start: {proc.stderr.read().decode()[-500:]}")
 
 
 def main(args: argparse.Namespace) -> int:
-    _validate(args)
-    configure_logging(args.log_level)
-    run_dir: Path = args.run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    c1_path = run_dir / "c1.json"
-    if not c1_path.exists() or c1_path.stat().st_size < args.c1_mb * 1_000_000 * 0.9:
-        write_c1(c1_path, size_bytes=args.c1_mb * 1_000_000)
-    settings = DaemonSettings(
-        binary=sys.executable,
-        extra_args=("-m", "supervisor.sim.daemon", "--time-scale", f"{args.time_scale:g}"),
-        config_path=run_dir / "cuzk.toml",
-        log_path=run_dir / "cuzk.log",
-        startup_deadline_s=60.0,
-        stop_grace_s=5.0,
-    )
-    values = DaemonConfigValues(
-        partition_workers=args.workers,
-        total_budget_gib=69 + 20 * args.workers,
-        max_parallel_synthesis=args.workers,
-        listen=f"unix://{run_dir / 'cuzk.sock'}",
-        status_listen=f"127.0.0.1:{free_loopback_port()}",
-        param_cache=str(run_dir / "params"),
-    )
-    request = build_submit_request(load_c1(c1_path))
-    return run_supervised(lambda rt: _demo(rt, settings, values, request, args))
-
-
-async def _demo(
-    rt: Runtime,
-    settings: DaemonSettings,
-    values: DaemonConfigValues,
-    request: pb.SubmitProofRequest,
-    args: argparse.Namespace,
-) -> int:
-    keeper = DaemonKeeper(
-        settings,
-        values,
-        RestartPolicy(),
-        process_factory=functools.partial(DaemonProcess, spawn=rt.reaper.spawn),
-    )
-    keeper_task = asyncio.create_task(keeper.run())
-    ready = asyncio.create_task(keeper.wait_ready())
-    await asyncio.wait({keeper_task, ready}, return_when=asyncio.FIRST_COMPLETED)
-    if keeper_task.done():
-        outcome = keeper_task.result()
-        print(f"daemon did not start: {outcome.reason}", file=sys.stderr)
-        return outcome.exit_code
-    timeouts = ProvingTimeouts(await_deadline_s=1.0)
+    base = settings.from_namespace(args)
+    if args.time_scale <= 0 or args.memory_scale <= 0:
+        raise UsageError("--time-scale and --memory-scale must be > 0")
+    sim_dir = args.sim_dir.resolve()
+    if args.fresh:
+        for stale in (sim_dir / "state" / "state.json", sim_dir / "manager.db"):
+            stale.unlink(missing_ok=True)
+    sim_dir.mkdir(parents=True, exist_ok=True)
+    c1 = sim_dir / "c1.json"
+    if not c1.exists():
+        write_c1(c1)
+    manager, url = _start_manager(sim_dir, args.manager_fault)
     try:
-        async with ProvingClient(parse_address(values.listen), timeouts) as client:
-            print("warmup: first proof (no PCE cache yet, so slow) ...", flush=True)
-            warm = await client.prove(request)
-            print(f"warmup: {'ok' if warm.ok else 'FAILED ' + warm.error} in {warm.wall_s:.2f} s")
-            if not warm.ok:
-                return exitcodes.FAILURE
-            print(f"batch: {args.count} proofs at concurrency {args.concurrency} ...", flush=True)
-            batch = await run_batch(client, request, args.count, args.concurrency)
-            metrics = await client.metrics()
+        s = _sim_settings(base, args, sim_dir, url)
+        print(
+            f"sim: manager {url}, state {s.state_dir}, daemon log {s.log_dir / 'cuzk.log'}",
+            flush=True,
+        )
+        started = time.monotonic()
+        code = run_lifecycle(
+            s, os.environ,
+            on_phase=lambda phase: print(
+                f"sim: {time.monotonic() - started:6.1f}s  phase {phase}", flush=True
+            ),
+        )  # fmt: skip
+        print(f"sim: finished with exit code {code} after {time.monotonic() - started:.1f}s")
+        return code
     finally:
-        await keeper.stop()
-        await keeper_task
-    s = batch.summary
-    match = _STEADY_RATE.search(metrics)
-    true_rate = float(match.group(1)) if match else float("nan")
-    # The simulator's clock runs time_scale times faster than the wall clock.
-    measured = s.proofs_per_hour / args.time_scale
-    print(f"completed {s.completed}/{s.count}, failed {s.failed}, wall {s.wall_s:.2f} s")
-    print(
-        f"measured rate {measured:.2f} proofs/hour in simulated time "
-        f"(the simulator's steady-state rate: {true_rate:.2f}; "
-        f"error {100 * (measured - true_rate) / true_rate:+.2f}%)"
-    )
-    return exitcodes.OK if s.failed == 0 else exitcodes.FAILURE
+        manager.terminate()
+        try:
+            manager.wait(10)
+        except subprocess.TimeoutExpired:
+            manager.kill()

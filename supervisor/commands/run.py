@@ -1,0 +1,97 @@
+"""``cuzk-supervisor run``: the container's entrypoint — the whole lifecycle, then keep proving.
+
+Register with the manager, make sure the parameters are on disk, plan the workers from the
+memory limit, warm up, restart at full workers, settle, benchmark, report the rate, and keep the
+daemon up until a signal (or until the manager has killed this instance). Every setting is a
+flag, a ``CUZK_SUPERVISOR_*`` variable or a key of ``--config-file``; see ``config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping
+
+from supervisor import assemble, exitcodes, settings
+from supervisor.errors import UsageError
+from supervisor.lifecycle import Lifecycle, resolve_label, resolve_min_rate
+from supervisor.logship import LogShipper, ShipperSettings, shipping_processor
+from supervisor.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
+from supervisor.observe import configure_logging
+from supervisor.runtime import Runtime, run_supervised
+from supervisor.settings import Settings
+from supervisor.state import StateKeeper, StateStore, StateWriteError
+
+STATE_FILE = "state.json"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "run", help="the entrypoint: the whole lifecycle, then keep proving", description=__doc__
+    )
+    settings.add_flags(parser)
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    loaded = settings.from_namespace(args)
+    return run_lifecycle(loaded.settings, os.environ)
+
+
+def check_inputs(s: Settings) -> None:
+    """Everything that can be refused before anything starts (exit 2, nothing half-done)."""
+    if not s.c1_file.is_file():
+        raise UsageError(f"C1 input {s.c1_file} does not exist (setting c1_file)")
+    if not os.access(s.c1_file, os.R_OK):
+        raise UsageError(f"C1 input {s.c1_file} is not readable (setting c1_file)")
+
+
+def run_lifecycle(
+    s: Settings,
+    environ: Mapping[str, str],
+    *,
+    on_phase: Callable[[str], None] | None = None,
+) -> int:
+    label = resolve_label(s, environ)
+    min_rate = resolve_min_rate(s, environ)
+    check_inputs(s)
+    manager = ManagerClient(
+        s.manager_url or None,
+        timeouts=ManagerTimeouts(
+            connect_s=s.manager_connect_timeout_s, read_s=s.manager_read_timeout_s
+        ),
+        retry=ManagerRetry(report_stop_s=s.manager_retry_s),
+        headers={"Authorization": f"Bearer {s.manager_token}"} if s.manager_token else None,
+    )
+    shipper = LogShipper(
+        manager if s.log_push else None,
+        ShipperSettings(max_buffer_lines=s.log_buffer_lines),
+    )
+    json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
+    configure_logging(s.log_level, json=json_logs, extra_processors=[shipping_processor(shipper)])
+
+    async def body(rt: Runtime) -> int:
+        try:
+            keeper = StateKeeper(StateStore(s.state_dir / STATE_FILE))
+        except StateWriteError as exc:
+            print(f"cuzk-supervisor run: {exc}", file=sys.stderr)
+            return exitcodes.STATE_UNWRITABLE
+        async with manager:
+            lifecycle = Lifecycle(
+                s,
+                rt,
+                label=label,
+                min_rate=min_rate,
+                manager=manager,
+                state=keeper,
+                outbox=Outbox.for_keeper(manager, keeper),
+                shipper=shipper,
+                sampler=assemble.memory_sampler(s),
+                gpu=assemble.gpu_probe(s),
+            )
+            if on_phase is not None:
+                lifecycle.phase_listeners.append(on_phase)
+            return await lifecycle.run()
+
+    return run_supervised(body, cleanup_grace_s=s.daemon_stop_grace_s)

@@ -1,0 +1,675 @@
+"""The phase machine: register, params, plan, warmup, restart, settle, bench, report, run.
+
+The only module that knows the order of phases (DESIGN.md). Every transition is written to the
+state file before anyone is told, logged, and shipped to the manager's log endpoint. Failures are
+values with reasons: a benchmark that cannot complete reports rate 0 with the reason (never
+silence, incident I2) and ends with a documented exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+
+from supervisor import assemble, exitcodes, observe, params
+from supervisor.address import parse_address
+from supervisor.childlog import OutputPump
+from supervisor.daemon import DaemonProcess
+from supervisor.daemon_config import DaemonConfigValues
+from supervisor.errors import UsageError
+from supervisor.exits import DaemonExit, ExitKind
+from supervisor.gpu import GpuProbe
+from supervisor.logship import LogShipper
+from supervisor.manager import InstanceGone, ManagerClient, ManagerError, ManagerUnavailable, Outbox
+from supervisor.memwatch import MemoryWatch
+from supervisor.policy import (
+    GIB,
+    GiveUpOOM,
+    PlanInputs,
+    PlanRefusal,
+    RiskPolicy,
+    WorkerPlan,
+    plan_workers,
+    proofs_per_hour,
+    size_bench,
+    step_down,
+)
+from supervisor.proofinput import build_submit_request, load_c1
+from supervisor.proto import proving_pb2 as pb
+from supervisor.proving import ProofResult, ProvingClient, run_batch
+from supervisor.resources import MemorySampler
+from supervisor.runtime import Runtime
+from supervisor.settings import Settings
+from supervisor.state import (
+    BENCH_DONE,
+    PARAM_DONE,
+    RUNNING,
+    BenchRecord,
+    Report,
+    StateKeeper,
+    StateWriteError,
+    SupervisorState,
+)
+from supervisor.supervision import DaemonKeeper, KeeperOutcome
+
+log = structlog.get_logger()
+T = TypeVar("T")
+
+# How often a failed proof (daemon FAILED result, lost job, budget) is tried before giving up.
+PROOF_ATTEMPTS = 3
+
+
+class LifecycleFailure(Exception):
+    """The lifecycle cannot go on: ``reason`` goes to the manager, ``exit_code`` to the shell."""
+
+    def __init__(self, exit_code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.exit_code = exit_code
+        self.reason = reason
+
+
+class _MemoryTrouble(Exception):
+    """Critical memory or an OOM kill interrupted a proof: step down and try again."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def resolve_label(settings: Settings, environ: Mapping[str, str]) -> str:
+    label = settings.label or environ.get("VAST_CONTAINERLABEL", "").strip()
+    if not label:
+        raise UsageError(
+            "no instance label: set --label (CUZK_SUPERVISOR_LABEL) or VAST_CONTAINERLABEL"
+        )
+    return label
+
+
+def resolve_min_rate(settings: Settings, environ: Mapping[str, str]) -> float:
+    if settings.min_rate:
+        return settings.min_rate
+    raw = environ.get("MIN_RATE", "").strip()
+    if not raw:
+        return 0.0  # the manager applies its default (50)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"MIN_RATE={raw!r} is not a number of proofs per hour") from None
+    if value < 0:
+        raise UsageError(f"MIN_RATE={raw!r} must be >= 0")
+    return value
+
+
+@dataclass
+class Progress:
+    """What the status lines say: kept by the lifecycle, read by the status task."""
+
+    phase: str = "start"
+    phase_started: float = dataclasses.field(default_factory=time.monotonic)
+    proofs_done: int = 0
+    proofs_failed: int = 0
+    step_downs: int = 0
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: Runtime,
+        *,
+        label: str,
+        min_rate: float,
+        manager: ManagerClient,
+        state: StateKeeper,
+        outbox: Outbox,
+        shipper: LogShipper,
+        sampler: MemorySampler,
+        gpu: GpuProbe,
+        risk_policy: RiskPolicy | None = None,
+    ) -> None:
+        self.s = settings
+        self.rt = runtime
+        self.label = label
+        self.min_rate = min_rate
+        self.manager = manager
+        self.state = state
+        self.outbox = outbox
+        self.shipper = shipper
+        self.sampler = sampler
+        self.gpu = gpu
+        self.progress = Progress()
+        self.keeper: DaemonKeeper | None = None
+        self._keeper_task: asyncio.Task[KeeperOutcome] | None = None
+        self.watch = MemoryWatch(sampler, risk_policy or RiskPolicy(), self._daemon_pid)
+        self._trouble = asyncio.Event()
+        self._gone = asyncio.Event()
+        self._trouble_cause = ""
+        self.plan: WorkerPlan | None = None
+        self.uuid: str | None = None
+        self.reported = False
+        self.last_failure = ""
+        self._request: pb.SubmitProofRequest | None = None
+        self.phase_listeners: list[Callable[[str], None]] = []
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _daemon_pid(self) -> int | None:
+        current = self.keeper.current if self.keeper else None
+        return current.pid if current is not None else None
+
+    async def _enter(self, phase: str) -> None:
+        """Durable before visible: the state file first, then the log (and so the manager)."""
+        await self.state.update(lambda st: dataclasses.replace(st, phase=phase))
+        self.progress.phase = phase
+        self.progress.phase_started = time.monotonic()
+        observe.bind(phase=phase)
+        log.info("phase.entered", phase=phase)
+        for listener in self.phase_listeners:
+            listener(phase)
+
+    def _values(self, workers: int) -> DaemonConfigValues:
+        assert self.plan is not None
+        full = self.plan.config_values()
+        # The budget release reserves 14 GiB per partition; scale its budget with the workers.
+        per_partition = 14
+        budget = min(
+            full["total_budget_gib"],
+            full["total_budget_gib"] - per_partition * (full["partition_workers"] - workers),
+        )
+        return DaemonConfigValues(
+            partition_workers=workers,
+            total_budget_gib=max(1, budget),
+            max_parallel_synthesis=workers,
+            listen=assemble.daemon_listen(self.s),
+            status_listen=self.s.daemon_status_listen,
+            param_cache=str(self.s.daemon_param_cache),
+            log_level=self.s.daemon_log_level,
+        )
+
+    def _on_daemon_exit(self, exit: DaemonExit) -> None:
+        self.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
+        if exit.kind is ExitKind.OOM_KILLED:
+            self._flag_trouble(f"daemon OOM-killed ({exit.reason})")
+
+    def _flag_trouble(self, cause: str) -> None:
+        if not self._trouble.is_set():
+            self._trouble_cause = cause
+            self._trouble.set()
+
+    async def _critical_memory(self) -> None:
+        while True:
+            await self.watch.critical.wait()
+            assessment = self.watch.assessment
+            reason = assessment.reason if assessment else "memory critical"
+            if self.s.proactive_oom:
+                self._flag_trouble(f"memory critical: {reason}")
+                return
+            log.warning("memory.critical_ignored", detail="proactive_oom is off", reason=reason)
+            self.watch.critical.clear()
+
+    # --- the run ----------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        async with asyncio.TaskGroup() as group:
+            shipper_task = group.create_task(self.shipper.run())
+            status_task = group.create_task(self._status_loop())
+            watch_task = group.create_task(self.watch.run())
+            critical_task = group.create_task(self._critical_memory())
+            try:
+                return await self._run_guarded()
+            finally:
+                await self._stop_daemon()
+                for task in (status_task, watch_task, critical_task):
+                    task.cancel()
+                self.shipper.stop()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(shipper_task), 10)
+
+    async def _run_guarded(self) -> int:
+        try:
+            return await self._run()
+        except LifecycleFailure as failure:
+            await self._report_failure(failure.reason)
+            return failure.exit_code
+        except InstanceGone as gone:
+            log.warning("manager.instance_gone", reason=str(gone))
+            return exitcodes.INSTANCE_GONE
+        except StateWriteError as exc:
+            log.error("state.unwritable", reason=str(exc))
+            await self._report_failure(f"state file unwritable: {exc}", durable=False)
+            return exitcodes.STATE_UNWRITABLE
+
+    async def _run(self) -> int:
+        drained = await self.outbox.drain(deadline_s=10)
+        if drained.sent:
+            log.info("manager.outbox_resent", reports=len(drained.sent))
+        await self._register()
+        await self._params()
+        verdict = self.outbox.latest(BENCH_DONE)
+        if verdict is not None and verdict.passed is not None:
+            # A finished and answered benchmark is not rerun after a restart.
+            log.info("bench.already_reported", rate=verdict.rate, passed=verdict.passed)
+            if not verdict.passed:
+                return exitcodes.BENCH_FAILED
+            self.reported = True
+            await self._plan()
+            await self._start_daemon(self.plan.full_workers)  # type: ignore[union-attr]
+            return await self._run_phase()
+        await self._plan()
+        rate, completed, wall_s = await self._benchmark()
+        passed = await self._report(rate, completed, wall_s)
+        if not passed:
+            return exitcodes.BENCH_FAILED
+        return await self._run_phase()
+
+    # --- phases ---------------------------------------------------------------------------
+
+    async def _register(self) -> None:
+        await self._enter("register")
+        while True:
+            try:
+                registration = await self.manager.register(self.label, self.min_rate)
+                break
+            except ManagerUnavailable as exc:
+                log.warning("manager.register_waiting", reason=str(exc))
+        previous = self.state.state
+        if previous.uuid and previous.uuid != registration.uuid:
+            # The manager killed our old instance and gave a new one: nothing of it carries on
+            # except the parameters on disk.
+            log.warning("manager.new_instance", old_uuid=previous.uuid, uuid=registration.uuid)
+            await self.state.update(
+                lambda st: SupervisorState(params_verified=st.params_verified, phase=st.phase)
+            )
+            self.outbox = Outbox.for_keeper(self.manager, self.state)
+        self.uuid = registration.uuid
+        await self.state.update(
+            lambda st: dataclasses.replace(
+                st, uuid=registration.uuid, runner_id=registration.runner_id, label=self.label
+            )
+        )
+        self.shipper.set_uuid(registration.uuid)
+        observe.bind(uuid=registration.uuid)
+
+    async def _params(self) -> None:
+        await self._enter("params")
+        expected = params.parse_expected(self.s.params_expected)
+        already = self.state.state.params_verified
+        if already and not expected:
+            log.info("params.already_verified")
+        else:
+            pump = OutputPump("setup", None)
+            pump.add_listener(self.shipper.listener("setup"))
+            try:
+                await params.ensure_params(
+                    self.s.daemon_param_cache,
+                    expected,
+                    "" if already else self.s.params_fetch_command,
+                    timeout_s=self.s.params_timeout_s,
+                    progress_interval_s=self.s.params_progress_interval_s,
+                    spawn=self.rt.reaper.spawn,
+                    pump=pump,
+                    on_progress=lambda p: print(p.line(), flush=True) if _tty() else None,
+                )
+            except params.ParamsFailed as exc:
+                raise LifecycleFailure(exitcodes.PARAMS_FAILED, f"params: {exc}") from None
+        if not already:
+            await self.state.update(
+                lambda st: dataclasses.replace(st, params_verified=True, params_done_at=time.time())
+            )
+        if self.outbox.latest(PARAM_DONE) is None:
+            await self._send(Report(kind=PARAM_DONE, uuid=self._uuid()))
+
+    async def _plan(self) -> None:
+        await self._enter("plan")
+        snapshot = self.sampler.sample()
+        devices = []
+        if self.gpu.available:
+            devices = await asyncio.to_thread(self.gpu.devices)
+        inputs = PlanInputs(
+            host_total_bytes=snapshot.host_total,
+            cgroup_limit_bytes=snapshot.cgroup_limit,
+            gpu_vram_total_bytes=tuple(d.total_bytes for d in devices),
+            workers_override=self.s.workers or None,
+            memory_scale=self.s.plan_memory_scale,
+        )
+        result = plan_workers(inputs, assemble.memory_policy(self.s))
+        if isinstance(result, PlanRefusal):
+            raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"plan refused: {result.reason}")
+        await self._adopt(result)
+
+    async def _adopt(self, plan: WorkerPlan) -> None:
+        self.plan = plan
+        await self.state.update(lambda st: dataclasses.replace(st, plan=plan.to_dict()))
+        log.info(
+            "plan.made",
+            summary=plan.summary(),
+            full_workers=plan.full_workers,
+            warmup_workers=plan.warmup_workers,
+            total_budget_gib=plan.total_budget_gib,
+        )
+
+    async def _benchmark(self) -> tuple[float, int, float]:
+        """Warmup, restart, settle and bench; returns (rate, completed, wall_s)."""
+        while True:
+            try:
+                return await self._benchmark_once()
+            except _MemoryTrouble as trouble:
+                await self._step_down(trouble.cause)
+
+    async def _benchmark_once(self) -> tuple[float, int, float]:
+        assert self.plan is not None
+        plan = self.plan
+        await self._enter("warmup")
+        await self._start_daemon(plan.warmup_workers)
+        warm = await self._prove(self.s.warmup_budget_s)
+        await self.state.update(lambda st: dataclasses.replace(st, pce_ready=True))
+        log.info("warmup.done", wall_s=round(warm.wall_s, 3), workers=plan.warmup_workers)
+        if self.s.restart_after_warmup and plan.full_workers != plan.warmup_workers:
+            await self._enter("restart")
+            await self._restart_daemon(plan.full_workers)
+        await self._enter("settle")
+        settle = await self._prove(self.s.proof_budget_s)
+        log.info("settle.done", wall_s=round(settle.wall_s, 3), workers=plan.full_workers)
+        await self._enter("bench")
+        done_at = self.state.state.params_done_at or time.time()
+        remaining = self.s.bench_budget_s - (time.time() - done_at)
+        size = size_bench(self.s.bench_count, self.s.bench_concurrency, settle.wall_s, remaining)
+        log.info(
+            "bench.sized",
+            count=size.count,
+            concurrency=size.concurrency,
+            estimated_s=round(size.estimated_s, 1),
+            reason=size.reason,
+        )
+        benchout = self.shipper.listener("benchout")
+
+        def on_result(index: int, result: ProofResult) -> None:
+            if result.ok:
+                self.progress.proofs_done += 1
+            else:
+                self.progress.proofs_failed += 1
+            benchout(
+                f"proof {index + 1}/{size.count} {result.status} {result.wall_s:.2f}s "
+                f"{result.error}".rstrip()
+            )
+
+        batch = await self._watched(
+            lambda client: run_batch(
+                client, self._c1_request(), size.count, size.concurrency,
+                budget_s=self.s.proof_budget_s, on_result=on_result,
+            )
+        )  # fmt: skip
+        summary = batch.summary
+        rate = proofs_per_hour(summary.completed, summary.wall_s) / self.s.rate_time_scale
+        benchout(
+            f"bench {summary.completed}/{summary.count} completed in {summary.wall_s:.2f}s: "
+            f"{rate:.2f} proofs/hour"
+        )
+        return rate, summary.completed, summary.wall_s
+
+    async def _report(self, rate: float, completed: int, wall_s: float) -> bool:
+        await self._enter("report")
+        assert self.plan is not None
+        plan = self.plan
+        snapshot = self.watch.last or self.sampler.sample()
+        figures = {
+            "rate": round(rate, 3),
+            "completed": completed,
+            "wall_s": round(wall_s, 3),
+            "workers": plan.full_workers,
+            "gpus": plan.gpu_count,
+            "vram_gib": [round(v / GIB, 1) for v in plan.gpu_vram_total_bytes],
+            "ram_gib": round(snapshot.host_total / GIB, 1),
+            "cgroup_limit_gib": round(snapshot.cgroup_limit / GIB, 1)
+            if snapshot.cgroup_limit
+            else None,
+        }
+        log.info("bench.result", **figures)
+        await self.state.update(
+            lambda st: st.with_bench(
+                BenchRecord(rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict())
+            )
+        )
+        if completed == 0:
+            raise LifecycleFailure(
+                exitcodes.BENCH_FAILED, f"no benchmark proof completed ({self.last_failure})"
+            )
+        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self._uuid(), rate=rate)
+        done = await self._send(report)
+        self.reported = True
+        if done.passed is False:
+            reason = f"bench failed: rate {rate:.2f} proofs/hour is below min_rate"
+            log.warning("bench.failed", rate=rate, min_rate=self.min_rate, reason=reason)
+            self.shipper.add_line("supervisor", reason)
+            return False
+        log.info("bench.passed", rate=rate)
+        return True
+
+    async def _run_phase(self) -> int:
+        await self._enter("run")
+        await self._send(Report(kind=RUNNING, uuid=self._uuid()))
+        if self.s.exit_after_run:
+            return exitcodes.OK
+        assert self._keeper_task is not None
+        while True:
+            trouble = asyncio.create_task(self._trouble.wait())
+            gone = asyncio.create_task(self._gone.wait())
+            done, _ = await asyncio.wait(
+                {trouble, gone, self._keeper_task}, return_when=asyncio.FIRST_COMPLETED
+            )
+            trouble.cancel()
+            gone.cancel()
+            if gone in done:
+                return exitcodes.INSTANCE_GONE
+            if self._keeper_task in done:
+                outcome = self._keeper_task.result()
+                raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
+            await self._step_down(self._trouble_cause)
+
+    # --- the daemon and proofs ------------------------------------------------------------
+
+    async def _start_daemon(self, workers: int) -> None:
+        if self.keeper is None:
+            factory = functools.partial(
+                DaemonProcess,
+                spawn=self.rt.reaper.spawn,
+                memory_at_limit=self.watch.at_limit,
+                line_listeners=(self.shipper.listener("cuzk"),),
+            )
+            self.keeper = DaemonKeeper(
+                assemble.daemon_settings(
+                    self.s, self.sampler.cgroup.dir if self.sampler.cgroup else None
+                ),
+                self._values(workers),
+                assemble.restart_policy(self.s),
+                process_factory=factory,
+            )
+            self.keeper.add_exit_listener(self._on_daemon_exit)
+            self._keeper_task = asyncio.create_task(self.keeper.run())
+        elif self.keeper.values.partition_workers != workers:
+            self.keeper.restart_with(self._values(workers))
+        await self._daemon_ready()
+
+    async def _restart_daemon(self, workers: int) -> None:
+        assert self.keeper is not None
+        self.keeper.restart_with(self._values(workers))
+        await self._daemon_ready()
+
+    async def _daemon_ready(self) -> None:
+        assert self.keeper is not None
+        assert self._keeper_task is not None
+        ready = asyncio.create_task(self.keeper.wait_ready())
+        done, _ = await asyncio.wait(
+            {ready, self._keeper_task}, return_when=asyncio.FIRST_COMPLETED
+        )
+        if ready not in done:
+            ready.cancel()
+            outcome = self._keeper_task.result()
+            code = outcome.exit_code
+            raise LifecycleFailure(code, f"daemon: {outcome.reason}")
+
+    async def _stop_daemon(self) -> None:
+        if self.keeper is not None and self._keeper_task is not None:
+            await self.keeper.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._keeper_task)
+
+    def _c1_request(self) -> pb.SubmitProofRequest:
+        if self._request is None:
+            try:
+                self._request = build_submit_request(load_c1(self.s.c1_file))
+            except UsageError as exc:
+                raise LifecycleFailure(exitcodes.USAGE, str(exc)) from None
+        return self._request
+
+    async def _watched(self, work: Callable[[ProvingClient], Awaitable[T]]) -> T:
+        """Run proof work; critical memory, an OOM kill or a dead keeper interrupt it."""
+        assert self._keeper_task is not None
+        address = parse_address(assemble.daemon_listen(self.s))
+        async with ProvingClient(address, assemble.proving_timeouts(self.s)) as client:
+            job = asyncio.ensure_future(work(client))
+            trouble = asyncio.create_task(self._trouble.wait())
+            try:
+                done, _ = await asyncio.wait(
+                    {job, trouble, self._keeper_task}, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                trouble.cancel()
+            if job in done:
+                return job.result()
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await job
+            if trouble in done:
+                raise _MemoryTrouble(self._trouble_cause)
+            outcome = self._keeper_task.result()
+            raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
+
+    async def _prove(self, budget_s: float) -> ProofResult:
+        """One proof, tried up to PROOF_ATTEMPTS times; memory trouble propagates."""
+        last = None
+        for attempt in range(1, PROOF_ATTEMPTS + 1):
+            result = await self._watched(lambda client: client.prove(self._c1_request(), budget_s))
+            if result.ok:
+                self.progress.proofs_done += 1
+                return result
+            self.progress.proofs_failed += 1
+            last = result
+            self.last_failure = f"{self.progress.phase} proof {result.status}: {result.error}"
+            log.warning(
+                "proof.attempt_failed",
+                attempt=attempt,
+                of=PROOF_ATTEMPTS,
+                status=str(result.status),
+                reason=result.error,
+            )
+        assert last is not None
+        raise LifecycleFailure(
+            exitcodes.BENCH_FAILED,
+            f"{self.progress.phase} proof failed {PROOF_ATTEMPTS} times; last: {last.error}",
+        )
+
+    async def _step_down(self, cause: str) -> None:
+        assert self.plan is not None
+        result = step_down(self.plan, cause, assemble.memory_policy(self.s))
+        if isinstance(result, GiveUpOOM):
+            raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"out of memory: {result.reason}")
+        self.progress.step_downs += 1
+        log.warning(
+            "plan.step_down",
+            cause=cause,
+            full_workers=result.full_workers,
+            warmup_workers=result.warmup_workers,
+        )
+        await self._adopt(result)
+        self._trouble.clear()
+        self.watch.acknowledge()
+        if self.progress.phase == "run" and self.keeper is not None:
+            self.keeper.restart_with(self._values(result.full_workers))
+            await self._daemon_ready()
+
+    # --- manager --------------------------------------------------------------------------
+
+    def _uuid(self) -> str:
+        assert self.uuid is not None
+        return self.uuid
+
+    def _pending_bench(self) -> Report | None:
+        report = self.outbox.latest(BENCH_DONE)
+        return report if report is not None and report.outcome is None else None
+
+    async def _send(self, report: Report) -> Report:
+        """Send a report until the manager answers; InstanceGone ends the instance."""
+        while True:
+            try:
+                return await self.outbox.send_now(report)
+            except ManagerUnavailable as exc:
+                log.warning("manager.report_waiting", kind=report.kind, reason=str(exc))
+            except InstanceGone:
+                raise
+            except ManagerError as exc:
+                log.error("manager.report_rejected", kind=report.kind, reason=str(exc))
+                return report
+
+    async def _report_failure(self, reason: str, *, durable: bool = True) -> None:
+        """No silence: the reason to the log endpoint, and rate 0 if no rate was reported."""
+        log.error("lifecycle.failed", reason=reason, phase=self.progress.phase)
+        self.shipper.add_line("supervisor", f"FAILED in {self.progress.phase}: {reason}")
+        if durable:
+            with contextlib.suppress(StateWriteError):
+                await self.state.update(lambda st: st.with_failure(reason))
+        if self.uuid is None or self.reported:
+            return
+        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self.uuid, rate=0.0)
+        try:
+            if durable:
+                await self.outbox.send_now(report, deadline_s=60)
+            else:
+                await self.manager.bench_done(self.uuid, 0.0, stop_s=60)
+            self.reported = True
+        except (ManagerError, StateWriteError) as exc:
+            log.error("manager.failure_unreported", reason=str(exc))
+
+    # --- status lines ---------------------------------------------------------------------
+
+    def status_fields(self) -> dict[str, Any]:
+        snapshot = self.watch.last
+        return {
+            "phase": self.progress.phase,
+            "elapsed_s": round(time.monotonic() - self.progress.phase_started, 1),
+            "proofs_done": self.progress.proofs_done,
+            "proofs_failed": self.progress.proofs_failed,
+            "headroom_gib": round(snapshot.headroom / GIB, 2) if snapshot else None,
+            "risk": self.watch.level.value,
+            "restarts": max(0, (self.keeper.starts - 1) if self.keeper else 0),
+            "step_downs": self.progress.step_downs,
+        }
+
+    async def _status_loop(self) -> None:
+        """A status line at a steady cadence, so a slow but healthy machine visibly is one; in
+        the run phase also a repeated (idempotent) /running as the liveness ping."""
+        while True:
+            await asyncio.sleep(self.s.status_interval_s)
+            log.info("status", **self.status_fields())
+            if self.progress.phase == "run" and self.uuid is not None:
+                try:
+                    await self.manager.running(self.uuid, stop_s=self.s.status_interval_s)
+                except InstanceGone:
+                    log.warning("manager.instance_gone", detail="killed by the manager")
+                    self._gone.set()
+                    return
+                except ManagerError as exc:
+                    log.warning("manager.ping_failed", reason=str(exc))
+
+
+def _tty() -> bool:
+    return sys.stderr.isatty()

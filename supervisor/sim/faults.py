@@ -1,0 +1,150 @@
+"""Fault switches: parsing ``KIND[:ARG][,KEY=VALUE]...`` and deciding when one is due (pure).
+
+Carrying a fault out (cutting connections, exiting, ...) is ``chaos.py``'s job. A fault is
+looked at only at *checkpoints*; each kind listens to some of them:
+
+- ``start``: the server is up (after the bind); ``timer``: an ``after_s`` deadline passed;
+- ``partition``: partition K of a PoRep proof starts synthesis;
+- ``finishing``: a proof is about to end (``fail`` decides here; the count excludes it);
+- ``completed``: a proof has completed and its result is stored (the count includes it);
+- ``memory``: the simulated memory grew (``oom``);
+- ``bind``: the daemon is about to bind its listen address.
+
+The triggers ``after_proofs``, ``after_s`` and ``at_partition`` must all hold; ``times``
+caps how often a fault fires (0 = every time).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Point = Literal["start", "timer", "partition", "finishing", "completed", "memory", "bind"]
+
+_PROCESS_POINTS: frozenset[Point] = frozenset({"start", "timer", "partition", "completed"})
+# Which checkpoints each kind listens to.
+POINTS: dict[str, frozenset[Point]] = {
+    # Nobody is connected at start, so a bare `drop` waits for the first partition.
+    "drop": frozenset({"timer", "partition", "completed"}),
+    "hang": _PROCESS_POINTS,
+    "exit": _PROCESS_POINTS,
+    "flood": _PROCESS_POINTS,
+    "ignore-sigterm": _PROCESS_POINTS,
+    "fork-grandchild": _PROCESS_POINTS,
+    "oom": frozenset({"memory"}),
+    "fail": frozenset({"partition", "finishing"}),
+    "never-ready": frozenset({"bind"}),
+    "addr-in-use": frozenset({"bind"}),
+}
+_ARG_REQUIRED = {"exit", "oom", "flood", "fork-grandchild"}
+_NO_ARG = {"drop", "hang", "never-ready", "addr-in-use", "ignore-sigterm"}
+_TRIGGERS = ("after_proofs", "after_s", "at_partition", "times")
+DEFAULT_FAIL_MESSAGE = "simulated proving failure"
+
+
+class FaultSpecError(ValueError):
+    """A fault switch that does not parse; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    kind: str
+    arg: str | None = None
+    after_proofs: int | None = None
+    after_s: float | None = None
+    at_partition: int | None = None
+    times: int = 1
+    text: str = ""
+
+    @property
+    def number(self) -> float:
+        """The numeric ARG (exit code, GiB limit, lines/s, seconds)."""
+        return float(self.arg or 0)
+
+    @property
+    def message(self) -> str:
+        return self.arg or DEFAULT_FAIL_MESSAGE
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    point: Point
+    proofs_completed: int = 0
+    elapsed_s: float = 0.0
+    partition: int | None = None
+    memory_gib: float = 0.0
+
+
+def _number(kind: str, key: str, text: str, integer: bool) -> float:
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise FaultSpecError(f"fault {kind!r}: {key}={text!r} is not a number") from None
+    if value < 0 or not math.isfinite(value):
+        raise FaultSpecError(f"fault {kind!r}: {key} must be >= 0")
+    return value
+
+
+def parse_fault(text: str) -> FaultSpec:
+    """One switch. Segments after a comma that are not ``trigger=value`` belong to the ARG,
+    so ``fail:disk full, retry later`` keeps its comma."""
+    raw = text.strip()
+    segments = raw.split(",")
+    head, options = [segments[0]], []
+    for seg in segments[1:]:
+        key = seg.split("=", 1)[0].strip()
+        if "=" in seg and key in _TRIGGERS:
+            options.append(seg)
+        elif options:
+            raise FaultSpecError(f"fault {raw!r}: unknown option {seg.strip()!r}")
+        else:
+            head.append(seg)
+    kind, sep, arg = ",".join(head).partition(":")
+    kind = kind.strip()
+    if kind not in POINTS:
+        raise FaultSpecError(f"unknown fault kind {kind!r} (known: {', '.join(sorted(POINTS))})")
+    arg_value: str | None = arg.strip() if sep else None
+    if kind in _ARG_REQUIRED:
+        if not arg_value:
+            raise FaultSpecError(f"fault {kind!r} needs an argument ({kind}:VALUE)")
+        _number(kind, "argument", arg_value, integer=kind in {"exit", "flood"})
+    if kind in _NO_ARG and arg_value:
+        raise FaultSpecError(f"fault {kind!r} takes no argument")
+    fields: dict[str, float] = {}
+    for opt in options:
+        key, value = (s.strip() for s in opt.split("=", 1))
+        fields[key] = _number(kind, key, value, integer=key != "after_s")
+    return FaultSpec(
+        kind=kind,
+        arg=arg_value,
+        after_proofs=int(fields["after_proofs"]) if "after_proofs" in fields else None,
+        after_s=fields.get("after_s"),
+        at_partition=int(fields["at_partition"]) if "at_partition" in fields else None,
+        times=int(fields.get("times", 1)),
+        text=raw,
+    )
+
+
+def parse_faults(flags: list[str], env: str | None) -> list[FaultSpec]:
+    """All switches: each ``--fault`` flag, then ``CUZK_SIM_FAULTS`` split on ``;``."""
+    texts = [*flags, *(env.split(";") if env else [])]
+    return [parse_fault(t) for t in texts if t.strip()]
+
+
+def is_due(spec: FaultSpec, fired: int, cp: Checkpoint) -> bool:
+    """Whether ``spec``, having fired ``fired`` times, fires at checkpoint ``cp``."""
+    if spec.times and fired >= spec.times:
+        return False
+    if cp.point not in POINTS[spec.kind]:
+        return False
+    if spec.at_partition is not None:
+        if cp.partition != spec.at_partition:
+            return False
+    elif spec.kind == "fail" and cp.point == "partition":
+        return False  # without at_partition, a failure is decided when the proof ends
+    if spec.after_proofs is not None and cp.proofs_completed < spec.after_proofs:
+        return False
+    if spec.after_s is not None and cp.elapsed_s < spec.after_s:
+        return False
+    return not (spec.kind == "oom" and cp.memory_gib <= spec.number)
