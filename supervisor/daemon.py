@@ -32,6 +32,8 @@ log = structlog.get_logger()
 
 # After the daemon exits, how long its output may take to reach EOF.
 OUTPUT_DRAIN_S = 1.0
+# How long an address must stay taken before the start counts as "address in use".
+ADDRESS_RELEASE_S = 1.0
 
 ReadyProbe = Callable[[Address, float], Awaitable[None]]
 # asyncio.create_subprocess_exec, or pid1.Reaper.spawn which also claims the pid from the reaper.
@@ -211,7 +213,7 @@ class DaemonProcess:
         binary, problem = _resolve_binary(settings.binary)
         if binary is None:
             raise self._fail(problem)
-        if address_in_use(self.address):
+        if await self._address_stays_busy():
             raise self._fail(f"address in use: {self.address}")
         if self.address.path is not None:
             self.address.path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,6 +250,16 @@ class DaemonProcess:
             "daemon.spawned", pid=self._proc.pid, command=command, config=str(settings.config_path)
         )
         await self._await_ready()
+
+    async def _address_stays_busy(self) -> bool:
+        """In use now and still in use a moment later: a process we just stopped (a stale
+        daemon) can hold its socket for a few milliseconds while the kernel tears it down."""
+        deadline = time.monotonic() + ADDRESS_RELEASE_S
+        while address_in_use(self.address):
+            if time.monotonic() >= deadline:
+                return True
+            await asyncio.sleep(0.05)
+        return False
 
     async def _await_ready(self) -> None:
         assert self._proc is not None

@@ -76,14 +76,23 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
 
 
 class Supervisor:
-    """``cuzk-supervisor daemon …`` as a subprocess; JSON events from stderr in ``events``."""
+    """``cuzk-supervisor COMMAND …`` as a subprocess; JSON events from stderr in ``events``."""
 
-    def __init__(self, args: Sequence[str], prefix: Sequence[str] = ()) -> None:
-        command = [*prefix, sys.executable, "-m", "supervisor", "daemon", *args]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_SIM_")}
-        self.proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
+    def __init__(
+        self,
+        args: Sequence[str],
+        prefix: Sequence[str] = (),
+        command: str = "daemon",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        argv = [*prefix, sys.executable, "-m", "supervisor", command, *args]
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CUZK_SIM_", "CUZK_SUPERVISOR_", "VAST_", "MIN_RATE"))
+        }
+        env = {**base, **(env or {})}
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.events: list[dict[str, Any]] = []
         self.plain_lines: list[str] = []
         self._lock = threading.Lock()
@@ -99,6 +108,9 @@ class Supervisor:
                     self.events.append(json.loads(line))
                 except json.JSONDecodeError:
                     self.plain_lines.append(line)
+
+    def phases(self) -> list[str]:
+        return [e["phase"] for e in self.named("phase.entered")]
 
     def named(self, event: str) -> list[dict[str, Any]]:
         with self._lock:

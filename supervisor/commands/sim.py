@@ -153,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
     sim_dir.mkdir(parents=True, exist_ok=True)
     c1 = sim_dir / "c1.json"
     if not c1.exists():
-        write_c1(c1)
+        write_c1(c1, size_bytes=1_000_000)  # the real 51 MB only slows the demo
     manager, url = _start_manager(sim_dir, args.manager_fault)
     try:
         s = _sim_settings(base, args, sim_dir, url)

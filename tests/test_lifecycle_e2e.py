@@ -1,0 +1,182 @@
+"""Issue 5 acceptance: the whole lifecycle, real processes on loopback (sim manager, sim daemon)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from daemonhelpers import processes_mentioning
+from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
+from managerhelpers import ManagerProcess
+from simhelpers import poll_until
+
+from supervisor import exitcodes
+from supervisor.sim import model
+
+pytestmark = pytest.mark.slow
+
+REPORT_PATHS = ("/register", "/param-done", "/bench-done", "/running")
+
+
+@pytest.fixture
+def manager(tmp_path):
+    managers: list[ManagerProcess] = []
+
+    def start(*args: str) -> ManagerProcess:
+        mgr = ManagerProcess.start(tmp_path / "manager.db", "--check-interval", "1", *args)
+        managers.append(mgr)
+        return mgr
+
+    yield start
+    for mgr in managers:
+        mgr.kill()
+
+
+def _finish(run, timeout=90):
+    try:
+        return run.wait(timeout)
+    finally:
+        run.kill()
+
+
+def _report_order(mgr):
+    order = [r["path"] for r in mgr.requests() if r["path"] in REPORT_PATHS]
+    return [p for p in order if p in REPORT_PATHS]
+
+
+def test_lifecycle_reports_each_phase_once_in_order_with_the_true_rate(tmp_path, manager):
+    mgr = manager()
+    env = lifecycle_env(
+        tmp_path, mgr.url, time_scale=100, workers=5, bench_count=12, exit_after_run="true"
+    )
+    run = start_run(env)
+    assert _finish(run) == exitcodes.OK
+    ok = {path: reports(mgr, path) for path in REPORT_PATHS}
+    assert {path: len(found) for path, found in ok.items()} == dict.fromkeys(REPORT_PATHS, 1)
+    sequence = sorted((found[0]["seq"], path) for path, found in ok.items())
+    assert [path for _, path in sequence] == list(REPORT_PATHS)
+    (instance,) = mgr.instances()
+    assert instance["state"] == "running"
+    # 12 proofs at concurrency 2 on 5 workers: within 2% of the simulator's long-run rate.
+    true_rate = model.steady_state_proofs_per_hour(5, 2, 2)
+    assert instance["bench_rate"] == pytest.approx(true_rate, rel=0.02)
+    logs = mgr.get(f"/api/instance-logs/{instance['uuid']}", params={"source": "supervisor"})
+    texts = "\n".join(line["text"] for line in logs.json())
+    for phase in ("register", "params", "plan", "warmup", "restart", "settle", "bench", "run"):
+        assert f'"phase": "{phase}"' in texts or f"phase={phase}" in texts
+    assert processes_mentioning(str(tmp_path / "run")) == []
+
+
+def test_manager_away_then_flaky_each_report_arrives_exactly_once(tmp_path, manager):
+    mgr = manager("--refuse-for", "4", "--fail-rate", "0.3", "--seed", "11")
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", manager_retry_s=300)
+    run = start_run(env)
+    assert _finish(run, timeout=120) == exitcodes.OK
+    for path in REPORT_PATHS:
+        assert len(reports(mgr, path)) == 1, path
+    assert any(r.get("faulted") for r in mgr.requests())
+    assert mgr.instances()[0]["state"] == "running"
+
+
+def test_sigkill_mid_bench_then_restart_resumes_without_refetching(tmp_path, manager):
+    mgr = manager()
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=12)
+    first = start_run(env)
+    try:
+        poll_until(lambda: "bench" in first.phases(), 60, what="bench phase")
+        uuid = first.named("manager.registered")[0]["uuid"]
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.kill()
+    second = start_run(env)
+    assert _finish(second) == exitcodes.OK
+    assert fetch_runs(tmp_path) == 1
+    assert second.named("manager.registered")[0]["uuid"] == uuid
+    assert "bench" in second.phases()
+    assert len(reports(mgr, "/bench-done")) == 1
+    assert len(reports(mgr, "/param-done")) >= 1
+    assert processes_mentioning(str(tmp_path / "run")) == []
+
+
+def test_rate_below_min_rate_stops_with_the_reason(tmp_path, manager):
+    mgr = manager()
+    env = lifecycle_env(tmp_path, mgr.url, min_rate=100000)
+    run = start_run(env)
+    assert _finish(run) == exitcodes.BENCH_FAILED
+    (instance,) = mgr.status()
+    assert instance["state"] == "killed"
+    logs = mgr.get(f"/api/instance-logs/{instance['uuid']}").json()
+    assert any("below min_rate" in line["text"] for line in logs)
+    assert processes_mentioning(str(tmp_path / "run")) == []
+
+
+def test_out_of_memory_even_at_one_worker_reports_rate_zero_with_the_reason(tmp_path, manager):
+    mgr = manager()
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    env = lifecycle_env(
+        tmp_path, mgr.url, workers=2,
+        # SRS 44 GiB + one 15 GiB partition passes 50 GiB: out of memory at any worker count.
+        sim_faults=("oom:50,times=0",), sim_args=("--cgroup-dir", str(cgroup)),
+        cgroup_root=cgroup,
+    )  # fmt: skip
+    run = start_run(env)
+    assert _finish(run, timeout=120) == exitcodes.OUT_OF_MEMORY
+    steps = run.named("plan.step_down")
+    assert steps
+    assert steps[-1]["full_workers"] == 1
+    (bench,) = reports(mgr, "/bench-done")
+    assert bench["json"]["rate"] == 0
+    (instance,) = mgr.status()
+    logs = mgr.get(f"/api/instance-logs/{instance['uuid']}").json()
+    assert any("out of memory" in line["text"] for line in logs)
+
+
+def test_params_progress_shown_then_fetch_skipped_on_the_next_start(tmp_path, manager):
+    mgr = manager()
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true")
+    first = start_run(env)
+    assert _finish(first) == exitcodes.OK
+    progress = first.named("params.progress")
+    assert len(progress) >= 3
+    assert progress[0]["done_bytes"] < progress[-1]["done_bytes"]
+    second = start_run(env)
+    assert _finish(second) == exitcodes.OK
+    assert fetch_runs(tmp_path) == 1
+    assert second.named("params.present")
+    # The finished benchmark is not rerun either.
+    assert "bench" not in second.phases()
+    assert second.named("bench.already_reported")
+
+
+def test_status_pings_in_each_phase_and_kill_stops_within_one_interval(tmp_path, manager):
+    mgr = manager()
+    env = lifecycle_env(tmp_path, mgr.url, status_interval_s=0.5, bench_count=12)
+    run = start_run(env)
+    try:
+        poll_until(lambda: "run" in run.phases(), 90, what="run phase")
+        poll_until(lambda: len(reports(mgr, "/running")) >= 3, 10, what="running pings")
+        phases = {e["phase"] for e in run.named("status")}
+        assert {"warmup", "bench", "run"} <= phases
+        uuid = run.named("manager.registered")[0]["uuid"]
+        mgr.kill_instance(uuid, "operator says no")
+        code = run.wait(0.5 + 3.0)
+    finally:
+        run.kill()
+    assert code == exitcodes.INSTANCE_GONE
+    assert processes_mentioning(str(tmp_path / "run")) == []
+
+
+def test_sim_command_completes_the_lifecycle(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
+         "--exit-after-run", "--log-format", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    for phase in ("register", "params", "warmup", "bench", "report", "run"):
+        assert f"phase {phase}" in out.stdout
