@@ -60,6 +60,7 @@ from supervisor.state import (
     SupervisorState,
 )
 from supervisor.supervision import DaemonKeeper, KeeperOutcome
+from supervisor.workers import CommandProcess
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -459,6 +460,41 @@ class Lifecycle:
         await self._send(Report(kind=RUNNING, uuid=self._uuid()))
         if self.s.exit_after_run:
             return exitcodes.OK
+        async with asyncio.TaskGroup() as workers:
+            keepers = [self._worker_keeper(i, cmd) for i, cmd in enumerate(self.s.worker_commands)]
+            for keeper in keepers:
+                workers.create_task(self._keep_worker(keeper))
+            try:
+                return await self._keep_running()
+            finally:
+                for keeper in keepers:
+                    await keeper.stop()
+
+    def _worker_keeper(self, index: int, command: str) -> DaemonKeeper:
+        source = "curio" if index == 0 else f"worker{index}"
+
+        def factory(*_: object) -> CommandProcess:
+            return CommandProcess(
+                command,
+                source=source,
+                stop_grace_s=self.s.daemon_stop_grace_s,
+                spawn=self.rt.reaper.spawn,
+                line_listener=self.shipper.listener(source),
+            )
+
+        assert self.keeper is not None
+        return DaemonKeeper(
+            self.keeper.settings, self.keeper.values, assemble.restart_policy(self.s),
+            process_factory=factory, name=source,
+        )  # fmt: skip
+
+    async def _keep_worker(self, keeper: DaemonKeeper) -> None:
+        """A worker that crash-loops is given up on (logged and shipped); proving goes on."""
+        outcome = await keeper.run()
+        if outcome.exit_code:
+            self.shipper.add_line("supervisor", f"{keeper.name} stopped: {outcome.reason}")
+
+    async def _keep_running(self) -> int:
         assert self._keeper_task is not None
         while True:
             trouble = asyncio.create_task(self._trouble.wait())

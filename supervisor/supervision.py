@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
@@ -32,7 +33,21 @@ from supervisor.policy import (
 
 log = structlog.get_logger()
 
-ProcessFactory = Callable[[DaemonSettings, DaemonConfigValues], DaemonProcess]
+
+class SupervisedProcess(Protocol):
+    """One run of a child: ``DaemonProcess`` or ``workers.CommandProcess``."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def start(self) -> None: ...
+
+    async def wait(self) -> DaemonExit: ...
+
+    async def stop(self) -> DaemonExit: ...
+
+
+ProcessFactory = Callable[[DaemonSettings, DaemonConfigValues], SupervisedProcess]
 ExitListener = Callable[[DaemonExit], None]
 
 
@@ -57,15 +72,17 @@ class DaemonKeeper:
         process_factory: ProcessFactory = DaemonProcess,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
+        name: str = "daemon",
     ) -> None:
         self.settings = settings
         self.values = values
         self.policy = policy
         self._factory = process_factory
+        self.name = name  # event prefix: "daemon", or a worker command's source
         self._clock = clock
         self._rand = rand
         self.history = RestartHistory()
-        self.current: DaemonProcess | None = None
+        self.current: SupervisedProcess | None = None
         self.exits_by_kind: Counter[str] = Counter()
         self.starts = 0
         self._ready = asyncio.Event()
@@ -101,16 +118,18 @@ class DaemonKeeper:
             for listener in self._listeners:
                 listener(exit)
             if exit.permanent:
-                log.error("daemon.start_failed", **exit.as_fields())
+                log.error(f"{self.name}.start_failed", **exit.as_fields())
                 return KeeperOutcome(exitcodes.DAEMON_FAILED_TO_START, exit.reason, exit)
             now = self._clock()
             self.history = record_failure(self.policy, self.history, now, exit.reason)
             decision = next_restart(self.policy, self.history, now, self._rand())
             if isinstance(decision, GiveUp):
-                log.error("daemon.crash_loop", verdict=decision.describe(), **exit.as_fields())
+                log.error(
+                    f"{self.name}.crash_loop", verdict=decision.describe(), **exit.as_fields()
+                )
                 return KeeperOutcome(exitcodes.DAEMON_CRASH_LOOP, decision.describe(), exit)
             log.warning(
-                "daemon.restart_scheduled",
+                f"{self.name}.restart_scheduled",
                 delay_s=round(decision.delay_s, 3),
                 attempt=decision.attempt,
                 reason=decision.reason,
@@ -147,7 +166,7 @@ class DaemonKeeper:
         result = await process.stop()
         if self._replan.is_set():
             self._replan.clear()
-            log.info("daemon.replaced", workers=self.values.partition_workers)
+            log.info(f"{self.name}.replaced", workers=self.values.partition_workers)
             return None
         return result
 

@@ -180,3 +180,33 @@ def test_sim_command_completes_the_lifecycle(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     for phase in ("register", "params", "warmup", "bench", "report", "run"):
         assert f"phase {phase}" in out.stdout
+
+
+def test_worker_commands_are_kept_up_in_the_run_phase(tmp_path, manager):
+    mgr = manager()
+    marker = tmp_path / "worker-runs"
+    # One worker that stays up, one that dies at once every time (given up on, proving goes on).
+    env = lifecycle_env(
+        tmp_path, mgr.url,
+        worker_commands=f"'echo started >> {marker}; echo worker-alive; sleep 600' 'exit 3'",
+        crash_loop_failures=3,
+    )  # fmt: skip
+    run = start_run(env)
+    try:
+        poll_until(lambda: run.named("worker1.crash_loop"), 60, what="worker1 given up")
+        assert marker.read_text().splitlines() == ["started"]
+        uuid = run.named("manager.registered")[0]["uuid"]
+        poll_until(
+            lambda: any(
+                line["text"] == "worker-alive"
+                for line in mgr.get(f"/api/instance-logs/{uuid}", params={"source": "curio"}).json()
+            ),
+            10,
+            what="worker output shipped",
+        )
+        assert run.proc.poll() is None  # the instance keeps proving
+        run.signal(signal.SIGTERM)
+        assert run.wait(15) == 128 + signal.SIGTERM
+    finally:
+        run.kill()
+    assert processes_mentioning(str(marker)) == []
