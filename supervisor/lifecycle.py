@@ -27,7 +27,7 @@ from supervisor.daemon import DaemonProcess
 from supervisor.daemon_config import DaemonConfigValues
 from supervisor.errors import UsageError
 from supervisor.exits import DaemonExit, ExitKind
-from supervisor.gpu import GpuProbe
+from supervisor.gpu import GpuProbe, GpuSample
 from supervisor.logship import LogShipper
 from supervisor.manager import InstanceGone, ManagerClient, ManagerError, ManagerUnavailable, Outbox
 from supervisor.memwatch import MemoryWatch
@@ -160,6 +160,7 @@ class Lifecycle:
         self.last_failure = ""
         self._request: pb.SubmitProofRequest | None = None
         self.phase_listeners: list[Callable[[str], None]] = []
+        self.gpu_sample: GpuSample | None = None
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -225,11 +226,12 @@ class Lifecycle:
             status_task = group.create_task(self._status_loop())
             watch_task = group.create_task(self.watch.run())
             critical_task = group.create_task(self._critical_memory())
+            gpu_task = group.create_task(self._gpu_loop())
             try:
                 return await self._run_guarded()
             finally:
                 await self._stop_daemon()
-                for task in (status_task, watch_task, critical_task):
+                for task in (status_task, watch_task, critical_task, gpu_task):
                     task.cancel()
                 self.shipper.stop()
                 with contextlib.suppress(TimeoutError):
@@ -674,6 +676,24 @@ class Lifecycle:
             self.reported = True
         except (ManagerError, StateWriteError) as exc:
             log.error("manager.failure_unreported", reason=str(exc))
+
+    # --- GPUs ------------------------------------------------------------------------------
+
+    async def _gpu_loop(self) -> None:
+        """Sample GPU memory; a device error mid-run is a GPU fault event naming the device."""
+        seen: set[tuple[int, str]] = set()
+        while True:
+            await asyncio.sleep(self.s.status_interval_s)
+            if not self.gpu.available:
+                continue
+            # NVML can stall on a GPU in a bad state: never in the event loop.
+            sample = await asyncio.to_thread(self.gpu.sample)
+            self.gpu_sample = sample
+            for fault in sample.faults:
+                if (fault.index, fault.error) in seen:
+                    continue
+                seen.add((fault.index, fault.error))
+                log.error("gpu.fault", gpu=fault.index, error=fault.error)
 
     # --- status lines ---------------------------------------------------------------------
 
