@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/cuzk-supervisor sim
+	$(BIN)/cuzk-supervisor sim --fresh --exit-after-run
 
 test: $(STAMP)
 	$(BIN)/ruff check .
