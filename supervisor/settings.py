@@ -555,3 +555,22 @@ def dump(loaded: Loaded) -> list[tuple[str, str, str]]:
         )
         for decl in declarations()
     ]
+
+
+def markdown_table() -> str:
+    """The README's configuration reference, generated from the declarations."""
+    lines = [
+        "| setting | flag | environment | default | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for decl in declarations():
+        default = format_value(decl, decl.default) or "(empty)"
+        help_text = decl.help.replace("|", "\\|")
+        if decl.choices:
+            help_text += f" ({', '.join(decl.choices)})"
+        if decl.secret:
+            help_text += "; secret: redacted in every dump"
+        lines.append(
+            f"| `{decl.name}` | `{decl.flag}` | `{decl.env}` | `{default}` | {help_text} |"
+        )
+    return "\n".join(lines)
