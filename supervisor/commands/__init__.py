@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from supervisor.commands import config, daemon, plan, prove, run, sim
+from supervisor.commands import config, daemon, doctor, plan, prove, run, sim
 
-COMMANDS: list[ModuleType] = [run, sim, prove, daemon, plan, config]
+COMMANDS: list[ModuleType] = [run, sim, prove, daemon, plan, doctor, config]
