@@ -42,6 +42,7 @@ from supervisor.policy import (
     proofs_per_hour,
     size_bench,
     step_down,
+    total_budget_gib,
 )
 from supervisor.proofinput import build_submit_request, load_c1
 from supervisor.proto import proving_pb2 as pb
@@ -150,6 +151,7 @@ class Lifecycle:
         self.progress = Progress()
         self.keeper: DaemonKeeper | None = None
         self._keeper_task: asyncio.Task[KeeperOutcome] | None = None
+        self._memory_policy = assemble.memory_policy(settings)
         self.watch = MemoryWatch(sampler, risk_policy or RiskPolicy(), self._daemon_pid)
         self._trouble = asyncio.Event()
         self._gone = asyncio.Event()
@@ -180,16 +182,9 @@ class Lifecycle:
 
     def _values(self, workers: int) -> DaemonConfigValues:
         assert self.plan is not None
-        full = self.plan.config_values()
-        # The budget release reserves 14 GiB per partition; scale its budget with the workers.
-        per_partition = 14
-        budget = min(
-            full["total_budget_gib"],
-            full["total_budget_gib"] - per_partition * (full["partition_workers"] - workers),
-        )
         return DaemonConfigValues(
             partition_workers=workers,
-            total_budget_gib=max(1, budget),
+            total_budget_gib=total_budget_gib(workers, self.plan.limit, self._memory_policy),
             max_parallel_synthesis=workers,
             listen=assemble.daemon_listen(self.s),
             status_listen=self.s.daemon_status_listen,
@@ -344,7 +339,7 @@ class Lifecycle:
             workers_override=self.s.workers or None,
             memory_scale=self.s.plan_memory_scale,
         )
-        result = plan_workers(inputs, assemble.memory_policy(self.s))
+        result = plan_workers(inputs, self._memory_policy)
         if isinstance(result, PlanRefusal):
             raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"plan refused: {result.reason}")
         await self._adopt(result)
@@ -618,7 +613,7 @@ class Lifecycle:
 
     async def _step_down(self, cause: str) -> None:
         assert self.plan is not None
-        result = step_down(self.plan, cause, assemble.memory_policy(self.s))
+        result = step_down(self.plan, cause, self._memory_policy)
         if isinstance(result, GiveUpOOM):
             raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"out of memory: {result.reason}")
         self.progress.step_downs += 1

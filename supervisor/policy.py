@@ -662,6 +662,11 @@ def _fits(limit: EffectiveLimit, policy: MemoryPolicy) -> int:
     return max(0, spare // _gib_to_bytes(policy.per_worker_gib))
 
 
+def total_budget_gib(workers: int, limit: EffectiveLimit, policy: MemoryPolicy) -> int:
+    """The daemon's ``total_budget`` for ``workers`` (e.g. the warmup's, below the plan's)."""
+    return _budget(workers, limit, policy)[0]
+
+
 def _budget(workers: int, limit: EffectiveLimit, policy: MemoryPolicy) -> tuple[int, str, bool]:
     """``total_budget`` in whole GiB, its reason, and whether the limit cut it below the need."""
     need_gib = math.ceil(policy.srs_gib + policy.pce_gib + workers * policy.budget_partition_gib)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -125,27 +126,30 @@ async def test_sim_oom_kill_with_counter_bump_is_classified_oom_killed(tmp_path,
 def _daemon_cmd(tmp_path, *extra, faults=(), listen=None, binary=None, grace=3.0):
     args = [
         "--workers", "2",
-        "--listen", listen or f"127.0.0.1:{free_tcp_port()}",
-        "--status-listen", f"127.0.0.1:{free_tcp_port()}",
-        "--param-cache", str(tmp_path / "params"),
-        "--config-path", str(tmp_path / "run" / "cuzk.toml"),
-        "--daemon-log", str(tmp_path / "run" / "cuzk.log"),
-        "--stop-grace", f"{grace:g}",
-        "--startup-deadline", "20",
-        "--backoff-initial", "0.1",
-        "--backoff-max", "1",
+        "--daemon-listen", listen or f"127.0.0.1:{free_tcp_port()}",
+        "--daemon-status-listen", f"127.0.0.1:{free_tcp_port()}",
+        "--daemon-param-cache", str(tmp_path / "params"),
+        "--run-dir", str(tmp_path / "run"),
+        "--log-dir", str(tmp_path / "run"),
+        "--state-dir", str(tmp_path / "state"),
+        "--daemon-stop-grace-s", f"{grace:g}",
+        "--daemon-startup-deadline-s", "20",
+        "--restart-backoff-initial-s", "0.1",
+        "--restart-backoff-max-s", "1",
+        "--log-format", "json",
+        "--gpu-probe", "none",
     ]  # fmt: skip
     if binary is None:
-        args += ["--binary", sys.executable]
-        args += [f"--daemon-arg={a}" for a in sim_args(faults)]
+        args += ["--daemon-binary", sys.executable]
+        args += [f"--daemon-args={shlex.join(sim_args(faults))}"]
     else:
-        args += ["--binary", str(binary)]
+        args += ["--daemon-binary", str(binary)]
     return [*args, *extra]
 
 
 def test_crash_loop_backs_off_and_exits_with_the_verdict(tmp_path):
     sup = Supervisor(
-        _daemon_cmd(tmp_path, "--crash-loop-failures", "4", "--crash-loop-window", "60",
+        _daemon_cmd(tmp_path, "--crash-loop-failures", "4", "--crash-loop-window-s", "60",
                     faults=["exit:7"])
     )  # fmt: skip
     try:
@@ -207,7 +211,7 @@ def test_address_in_use_reported_by_the_daemon_itself_is_permanent(tmp_path):
 
 def test_never_ready_fails_to_start_after_the_startup_deadline(tmp_path):
     args = _daemon_cmd(tmp_path, faults=["never-ready"])
-    args[args.index("--startup-deadline") + 1] = "2"
+    args[args.index("--daemon-startup-deadline-s") + 1] = "2"
     sup = Supervisor(args)
     _assert_start_failure(tmp_path, sup, "never ready within 2 s")
 
@@ -260,7 +264,7 @@ def _grandchild_pid(log_path) -> int:
 
 def test_orphaned_grandchild_is_reaped_by_the_subreaper(tmp_path):
     sup = Supervisor(
-        _daemon_cmd(tmp_path, "--backoff-initial", "30", "--backoff-max", "30",
+        _daemon_cmd(tmp_path, "--restart-backoff-initial-s", "30", "--restart-backoff-max-s", "30",
                     faults=["fork-grandchild:0.5"])
     )  # fmt: skip
     try:
@@ -290,7 +294,7 @@ def _unshare_works() -> bool:
 @pytest.mark.skipif(not _unshare_works(), reason="PID namespaces not permitted here (unshare)")
 def test_orphaned_grandchild_is_reaped_by_the_supervisor_as_pid1(tmp_path):
     sup = Supervisor(
-        _daemon_cmd(tmp_path, "--backoff-initial", "30", "--backoff-max", "30",
+        _daemon_cmd(tmp_path, "--restart-backoff-initial-s", "30", "--restart-backoff-max-s", "30",
                     faults=["fork-grandchild:0.5"]),
         prefix=["unshare", "--pid", "--fork", "--mount-proc"],
     )  # fmt: skip

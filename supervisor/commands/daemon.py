@@ -1,8 +1,9 @@
-"""``cuzk-supervisor daemon``: keep the daemon up as a supervised child until a signal.
+"""``cuzk-supervisor daemon --workers W``: keep only the daemon up, as a supervised child.
 
-Renders its config from the given workers, starts it in its own process group, carries its
-output, restarts it with backoff when it dies, and stops with a crash-loop verdict when it keeps
-dying. SIGTERM/SIGINT/SIGHUP/SIGQUIT stop it (SIGTERM, grace, SIGKILL) and exit 128 + signal.
+Renders its config, starts it in its own process group, carries its output, restarts it with
+backoff when it dies, and stops with a crash-loop verdict when it keeps dying. SIGTERM, SIGINT,
+SIGHUP and SIGQUIT stop it (SIGTERM, grace, SIGKILL) and exit 128 + signal. Takes the same
+settings as ``run`` (see ``config``); ``--workers`` is required here.
 """
 
 from __future__ import annotations
@@ -11,64 +12,64 @@ import argparse
 import functools
 import sys
 
-from supervisor.commands.common import add_daemon_options, daemon_settings, restart_policy
-from supervisor.daemon import DaemonProcess, DaemonSettings
+from supervisor import assemble, settings
+from supervisor.daemon import DaemonProcess
 from supervisor.daemon_config import DaemonConfigValues
+from supervisor.errors import UsageError
 from supervisor.observe import configure_logging
-from supervisor.policy import RestartPolicy
+from supervisor.policy import PlanInputs, PlanRefusal, plan_workers
+from supervisor.resources import MemorySampler
 from supervisor.runtime import Runtime, run_supervised
+from supervisor.settings import Settings
 from supervisor.supervision import DaemonKeeper
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "daemon", help="run the daemon as a supervised child until a signal", description=__doc__
+        "daemon", help="keep only the daemon up as a supervised child", description=__doc__
     )
-    parser.add_argument("--workers", type=int, required=True, help="partition_workers")
-    parser.add_argument(
-        "--budget-gib",
-        type=int,
-        default=None,
-        help="total_budget in GiB (default 69 + 20 x workers)",
-    )
-    parser.add_argument(
-        "--listen",
-        default="unix:///run/cuzk-supervisor/cuzk.sock",
-        help="daemon gRPC address: ip:port or unix:///path (never 0.0.0.0)",
-    )
-    parser.add_argument(
-        "--status-listen", default="127.0.0.1:9821", help="daemon's HTTP /status address"
-    )
-    parser.add_argument("--param-cache", default="/data/zk/params")
-    parser.add_argument("--daemon-log-level", default="info")
-    parser.add_argument("--log-level", default="info", help="supervisor log level")
-    add_daemon_options(parser)
+    settings.add_flags(parser)
     parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
-    values = DaemonConfigValues(
-        partition_workers=args.workers,
-        total_budget_gib=args.budget_gib or 69 + 20 * args.workers,
-        max_parallel_synthesis=args.workers,
-        listen=args.listen,
-        status_listen=args.status_listen,
-        param_cache=args.param_cache,
-        log_level=args.daemon_log_level,
+    s = settings.from_namespace(args).settings
+    if s.workers < 1:
+        raise UsageError("--workers is required (partition_workers for the daemon)")
+    json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
+    configure_logging(s.log_level, json=json_logs)
+    sampler = assemble.memory_sampler(s)
+    snapshot = sampler.sample()
+    plan = plan_workers(
+        PlanInputs(
+            host_total_bytes=snapshot.host_total,
+            cgroup_limit_bytes=snapshot.cgroup_limit,
+            workers_override=s.workers,
+            memory_scale=s.plan_memory_scale,
+        ),
+        assemble.memory_policy(s),
     )
-    settings = daemon_settings(args)
-    policy = restart_policy(args)
-    return run_supervised(functools.partial(_keep, settings, values, policy))
+    if isinstance(plan, PlanRefusal):
+        raise UsageError(f"cannot plan {s.workers} workers: {plan.reason}")
+    values = DaemonConfigValues(
+        **plan.config_values(),
+        listen=assemble.daemon_listen(s),
+        status_listen=s.daemon_status_listen,
+        param_cache=str(s.daemon_param_cache),
+        log_level=s.daemon_log_level,
+    )
+    return run_supervised(
+        functools.partial(_keep, s, sampler, values), cleanup_grace_s=s.daemon_stop_grace_s
+    )
 
 
 async def _keep(
-    settings: DaemonSettings, values: DaemonConfigValues, policy: RestartPolicy, rt: Runtime
+    s: Settings, sampler: MemorySampler, values: DaemonConfigValues, rt: Runtime
 ) -> int:
     keeper = DaemonKeeper(
-        settings,
+        assemble.daemon_settings(s, sampler.cgroup.dir if sampler.cgroup else None),
         values,
-        policy,
+        assemble.restart_policy(s),
         process_factory=functools.partial(DaemonProcess, spawn=rt.reaper.spawn),
     )
     outcome = await keeper.run()

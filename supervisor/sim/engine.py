@@ -39,7 +39,7 @@ from supervisor.sim.pipeline import (
 from supervisor.sim.residency import POREP_CIRCUIT, Release, Residency
 
 POREP = pb.POREP_SEAL_COMMIT
-# Parse small inputs inline; a 50 MB C1 goes to a thread so the clock does not stall.
+# Parse small inputs inline; a 50 MB C1 in a thread, after SubmitProof has answered.
 INLINE_PARSE_BYTES = 1 << 20
 Status = pb.AwaitProofResponse.Status
 
@@ -100,6 +100,7 @@ class Engine:
         self.pipeline = Pipeline(slots, self.gpu_workers, factor=self._factor)
         self.jobs: dict[str, Job] = {}  # job_id -> the latest job with that id
         self._by_seq: dict[int, Job] = {}
+        self._live: dict[int, Job] = {}  # not finished yet, by submission order
         self._seq = 0
         self.submissions: Counter[str] = Counter()
         self.completed: Counter[str] = Counter()  # by queue name
@@ -175,6 +176,7 @@ class Engine:
         job = Job(job_id, self._seq, request.proof_kind, since, request.vanilla_proof)
         self._seq += 1
         self._by_seq[job.seq] = job
+        self._live[job.seq] = job
         self.jobs[job_id] = job  # a later job with the same id replaces the earlier result
         self.log.info(
             "cuzk_core::engine",
@@ -196,8 +198,12 @@ class Engine:
     def job_by_seq(self, seq: int) -> Job:
         return self._by_seq[seq]
 
+    def live_jobs(self) -> list[Job]:
+        """Jobs not finished, in submission order (a replaced job id included)."""
+        return list(self._live.values())
+
     def queue_position(self, job: Job) -> int:
-        return sum(1 for j in self._by_seq.values() if j.state == "queued" and j.seq < job.seq)
+        return sum(1 for j in self._live.values() if j.state == "queued" and j.seq < job.seq)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -370,6 +376,7 @@ class Engine:
             return
         end = self.now() if at is None else at
         job.state = "done"
+        del self._live[job.seq]
         queued_until = job.started_at if job.started_at is not None else end
         response = pb.AwaitProofResponse(
             job_id=job.job_id,

@@ -18,7 +18,7 @@ REFERENCE_CONCURRENCY = 2
 
 
 def _gpu_busy(engine: Engine) -> bool:
-    return any(job.state == "running" for job in engine.jobs.values())
+    return any(job.state == "running" for job in engine.live_jobs())
 
 
 def _vram_used(engine: Engine) -> int:
@@ -30,17 +30,13 @@ def steady_state(engine: Engine, concurrency: int = REFERENCE_CONCURRENCY) -> fl
     return round(rate, 3)
 
 
-def _live_jobs(engine: Engine) -> list[Job]:
-    return sorted((job for job in engine.jobs.values() if job.state != "done"), key=lambda j: j.seq)
-
-
 def _gpu_worker_job(engine: Engine, worker: int) -> Job | None:
     slot = engine.pipeline.gpu[worker] if worker < len(engine.pipeline.gpu) else None
     return engine.job_by_seq(slot[0].seq) if slot is not None else None
 
 
 def get_status(engine: Engine) -> pb.GetStatusResponse:
-    live = _live_jobs(engine)
+    live = engine.live_jobs()
     gpus = []
     for worker in range(engine.gpu_workers):
         job = _gpu_worker_job(engine, worker)
@@ -96,7 +92,7 @@ def _number(value: float) -> str:
 
 
 def metrics_text(engine: Engine) -> str:
-    live = _live_jobs(engine)
+    live = engine.live_jobs()
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -159,7 +155,7 @@ def metrics_text(engine: Engine) -> str:
 
 def status_document(engine: Engine, *, memory_scale: float) -> dict[str, Any]:
     """``GET /status``: the real daemon's JSON plus a ``sim`` object."""
-    live = _live_jobs(engine)
+    live = engine.live_jobs()
     used = engine.memory.simulated_bytes
     workers = []
     for worker in range(engine.gpu_workers):
