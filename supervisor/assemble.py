@@ -62,6 +62,9 @@ def daemon_settings(s: Settings, cgroup_dir: Path | None) -> DaemonSettings:
         log_backups=s.daemon_log_backups,
         startup_deadline_s=s.daemon_startup_deadline_s,
         stop_grace_s=s.daemon_stop_grace_s,
+        liveness_interval_s=s.daemon_liveness_interval_s,
+        liveness_timeout_s=s.daemon_liveness_timeout_s,
+        liveness_failures=s.daemon_liveness_failures,
         cgroup_dir=cgroup_dir,
     )
 

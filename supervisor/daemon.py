@@ -36,6 +36,8 @@ OUTPUT_DRAIN_S = 1.0
 ADDRESS_RELEASE_S = 1.0
 
 ReadyProbe = Callable[[Address, float], Awaitable[None]]
+# One GetStatus with a deadline; raises when the daemon does not answer in time.
+AliveProbe = Callable[[Address, float], Awaitable[None]]
 # asyncio.create_subprocess_exec, or pid1.Reaper.spawn which also claims the pid from the reaper.
 Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
 
@@ -54,6 +56,11 @@ class DaemonSettings:
     log_events_per_second: float = 500.0
     startup_deadline_s: float = 900.0
     stop_grace_s: float = 10.0
+    # Liveness after ready (the kubelet's split: a long startup budget, then a cheap probe).
+    # GetStatus runs nvidia-smi on the real daemon: not more often than every 15 s.
+    liveness_interval_s: float = 30.0
+    liveness_timeout_s: float = 20.0
+    liveness_failures: int = 3
     cgroup_dir: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -132,6 +139,14 @@ def _write_pidfile(settings: DaemonSettings, pid: int) -> None:
         _pidfile(settings).write_text(f"{pid} {started}\n")
 
 
+async def _grpc_alive_probe(address: Address, timeout_s: float) -> None:
+    from supervisor.proving import ProvingClient, ProvingTimeouts
+
+    timeouts = ProvingTimeouts(call_deadline_s=timeout_s)
+    async with ProvingClient(address, timeouts) as client:
+        await client.status()
+
+
 async def _grpc_ready_probe(address: Address, deadline_s: float) -> None:
     from supervisor.proving import ProvingClient, ProvingTimeouts
 
@@ -148,6 +163,7 @@ class DaemonProcess:
         values: DaemonConfigValues,
         *,
         ready_probe: ReadyProbe = _grpc_ready_probe,
+        alive_probe: AliveProbe = _grpc_alive_probe,
         memory_at_limit: Callable[[], bool] = lambda: False,
         spawn: Spawner = asyncio.create_subprocess_exec,
         line_listeners: Sequence[Callable[[str], None]] = (),
@@ -156,6 +172,9 @@ class DaemonProcess:
         self.values = values
         self.address = parse_address(values.listen)
         self._ready_probe = ready_probe
+        self._alive_probe = alive_probe
+        self._liveness: asyncio.Task[None] | None = None
+        self._unresponsive = ""
         self._memory_at_limit = memory_at_limit
         self._spawn = spawn
         self._line_listeners = tuple(line_listeners)
@@ -277,6 +296,7 @@ class DaemonProcess:
                 address=str(self.address),
                 startup_s=round(time.monotonic() - self._started_at, 3),
             )
+            self._liveness = asyncio.create_task(self._watch_liveness())
             return
         probe.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -292,12 +312,45 @@ class DaemonProcess:
             self._exit = result
         raise DaemonStartFailed(result)
 
+    async def _watch_liveness(self) -> None:
+        """A daemon that accepts calls but never answers is as good as dead: after N missed
+        GetStatus probes in a row, kill it so the keeper restarts it."""
+        settings = self.settings
+        misses = 0
+        while True:
+            await asyncio.sleep(settings.liveness_interval_s)
+            try:
+                await asyncio.wait_for(
+                    self._alive_probe(self.address, settings.liveness_timeout_s),
+                    settings.liveness_timeout_s + 1.0,
+                )
+                misses = 0
+            except Exception as exc:  # any failure to answer counts as a miss
+                misses += 1
+                log.warning(
+                    "daemon.liveness_missed",
+                    misses=misses,
+                    of=settings.liveness_failures,
+                    reason=str(exc)[:200],
+                )
+                if misses >= settings.liveness_failures:
+                    assert self._proc is not None
+                    self._unresponsive = (
+                        f"unresponsive: {misses} GetStatus probes unanswered "
+                        f"({settings.liveness_timeout_s:g} s each); killed"
+                    )
+                    log.error("daemon.unresponsive", pid=self._proc.pid, reason=self._unresponsive)
+                    self._signal_group(signal.SIGKILL)
+                    return
+
     async def wait(self) -> DaemonExit:
         """Wait for the daemon to exit (and its output to drain); classify it once."""
         if self._exit is not None:
             return self._exit
         assert self._proc is not None
         returncode = await self._proc.wait()
+        if self._liveness is not None:
+            self._liveness.cancel()
         async with self._exit_lock:
             if self._exit is not None:
                 return self._exit
@@ -313,6 +366,7 @@ class DaemonProcess:
                 memory_at_limit=self._memory_at_limit(),
                 last_lines=tuple(self._pump.tail) if self._pump else (),
                 uptime_s=time.monotonic() - self._started_at,
+                unresponsive=self._unresponsive,
             )
             self._exit = classify_exit(facts)
             self._ready = False

@@ -34,6 +34,7 @@ class ExitFacts:
     last_lines: tuple[str, ...] = ()
     uptime_s: float = 0.0
     peak_rss_bytes: int = 0
+    unresponsive: str = ""  # we killed it after missed liveness probes: why
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,8 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
             signal=sig,
             **common,
         )
+    if facts.unresponsive:
+        return DaemonExit(ExitKind.KILLED, facts.unresponsive, signal=sig, **common)
     if sig is not None:
         if facts.stop_requested:
             return DaemonExit(

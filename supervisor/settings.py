@@ -154,6 +154,19 @@ class Settings:
     daemon_stop_grace_s: float = setting(
         10.0, "seconds between SIGTERM and SIGKILL", minimum=0, group="daemon"
     )
+    daemon_liveness_interval_s: float = setting(
+        30.0,
+        "GetStatus liveness probe cadence once ready (the daemon runs nvidia-smi for each)",
+        minimum=0.1,
+        group="daemon",
+    )
+    daemon_liveness_timeout_s: float = setting(
+        20.0, "deadline of one liveness probe", minimum=0.1, group="daemon"
+    )
+    daemon_liveness_failures: int = setting(
+        3, "missed probes in a row before a hung daemon is killed and restarted", minimum=1,
+        group="daemon",
+    )  # fmt: skip
     restart_backoff_initial_s: float = setting(
         1.0, "first restart delay", minimum=0.01, group="daemon"
     )

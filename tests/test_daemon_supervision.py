@@ -355,3 +355,26 @@ def test_stdout_flood_never_blocks_the_daemon_and_loses_no_line(tmp_path):
     assert max(supervisor_rss) < 200 * 1024 * 1024
     suppressed = sum(e["lines"] for e in sup.named("child.output_suppressed"))
     assert suppressed > 0
+
+
+def test_hung_daemon_is_killed_after_missed_liveness_probes_and_restarted(tmp_path):
+    sup = Supervisor(
+        _daemon_cmd(
+            tmp_path,
+            "--daemon-liveness-interval-s", "0.3",
+            "--daemon-liveness-timeout-s", "0.3",
+            "--daemon-liveness-failures", "2",
+            faults=["hang,after_s=3"],  # after it is ready
+        )
+    )  # fmt: skip
+    try:
+        killed = sup.wait_event("daemon.unresponsive", timeout=30)
+        exited = sup.wait_event("daemon.exited")
+        assert exited["exit_kind"] == "killed"
+        assert "unresponsive" in exited["exit_reason"]
+        poll_until(lambda: len(sup.named("daemon.spawned")) >= 2, 20, what="restart")
+        assert gone_or_zombie(killed["pid"])
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(15) == 128 + signal.SIGTERM
+    finally:
+        sup.kill()

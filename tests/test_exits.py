@@ -88,3 +88,11 @@ def test_address_in_use_is_permanent_but_an_early_crash_is_retryable():
     assert in_use.permanent
     assert not early.permanent
     assert early.kind is ExitKind.FAILED_TO_START
+
+
+def test_killed_for_missing_liveness_probes_says_so():
+    result = classify_exit(
+        ExitFacts(returncode=SIGKILL, was_ready=True, unresponsive="unresponsive: 3 probes")
+    )
+    assert result.kind is ExitKind.KILLED
+    assert "unresponsive" in result.reason
