@@ -31,6 +31,7 @@ from supervisor.gpu import GpuProbe, GpuSample
 from supervisor.logship import LogShipper
 from supervisor.manager import InstanceGone, ManagerClient, ManagerError, ManagerUnavailable, Outbox
 from supervisor.memwatch import MemoryWatch
+from supervisor.metrics import SupervisorMetrics
 from supervisor.policy import (
     GIB,
     GiveUpOOM,
@@ -137,6 +138,7 @@ class Lifecycle:
         sampler: MemorySampler,
         gpu: GpuProbe,
         risk_policy: RiskPolicy | None = None,
+        metrics: SupervisorMetrics | None = None,
     ) -> None:
         self.s = settings
         self.rt = runtime
@@ -153,6 +155,8 @@ class Lifecycle:
         self._keeper_task: asyncio.Task[KeeperOutcome] | None = None
         self._memory_policy = assemble.memory_policy(settings)
         self.watch = MemoryWatch(sampler, risk_policy or RiskPolicy(), self._daemon_pid)
+        self.metrics = metrics or SupervisorMetrics()
+        self.watch.add_listener(lambda a: self.metrics.memory(a.headroom_bytes, a.level))
         self._trouble = asyncio.Event()
         self._gone = asyncio.Event()
         self._trouble_cause = ""
@@ -174,6 +178,7 @@ class Lifecycle:
         """Durable before visible: the state file first, then the log (and so the manager)."""
         await self.state.update(lambda st: dataclasses.replace(st, phase=phase))
         self.progress.phase = phase
+        self.metrics.set_phase(phase)
         self.progress.phase_started = time.monotonic()
         observe.bind(phase=phase)
         log.info("phase.entered", phase=phase)
@@ -193,6 +198,7 @@ class Lifecycle:
         )
 
     def _on_daemon_exit(self, exit: DaemonExit) -> None:
+        self.metrics.daemon_exit(exit.kind)
         self.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
         if exit.kind is ExitKind.OOM_KILLED:
             self._flag_trouble(f"daemon OOM-killed ({exit.reason})")
@@ -256,6 +262,7 @@ class Lifecycle:
         if verdict is not None and verdict.passed is not None:
             # A finished and answered benchmark is not rerun after a restart.
             log.info("bench.already_reported", rate=verdict.rate, passed=verdict.passed)
+            self.metrics.bench_rate(verdict.rate or 0.0)
             if not verdict.passed:
                 return exitcodes.BENCH_FAILED
             self.reported = True
@@ -391,6 +398,7 @@ class Lifecycle:
         benchout = self.shipper.listener("benchout")
 
         def on_result(index: int, result: ProofResult) -> None:
+            self.metrics.proof_finished(result.ok, result.wall_s)
             if result.ok:
                 self.progress.proofs_done += 1
             else:
@@ -432,6 +440,7 @@ class Lifecycle:
             else None,
         }
         log.info("bench.result", **figures)
+        self.metrics.bench_rate(rate)
         await self.state.update(
             lambda st: st.with_bench(
                 BenchRecord(rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict())
@@ -592,6 +601,7 @@ class Lifecycle:
         last = None
         for attempt in range(1, PROOF_ATTEMPTS + 1):
             result = await self._watched(lambda client: client.prove(self._c1_request(), budget_s))
+            self.metrics.proof_finished(result.ok, result.wall_s)
             if result.ok:
                 self.progress.proofs_done += 1
                 return result
@@ -684,6 +694,7 @@ class Lifecycle:
             # NVML can stall on a GPU in a bad state: never in the event loop.
             sample = await asyncio.to_thread(self.gpu.sample)
             self.gpu_sample = sample
+            self.metrics.gpus(sample.devices)
             for fault in sample.faults:
                 if (fault.index, fault.error) in seen:
                     continue

@@ -281,6 +281,11 @@ class Settings:
     health_listen: str = setting(
         "127.0.0.1:9822", "health server address (loopback by default)", group="health"
     )
+    health_allow_public: bool = setting(
+        False,
+        "allow a non-loopback health_listen (e.g. 0.0.0.0 in a pod, for the kubelet's probes)",
+        group="health",
+    )
 
     def __post_init__(self) -> None:
         if self.warmup_workers > self.max_workers:

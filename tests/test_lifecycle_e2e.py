@@ -210,3 +210,37 @@ def test_worker_commands_are_kept_up_in_the_run_phase(tmp_path, manager):
     finally:
         run.kill()
     assert processes_mentioning(str(marker)) == []
+
+
+def test_health_endpoints_follow_the_lifecycle(tmp_path, manager):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    mgr = manager()
+    env = lifecycle_env(tmp_path, mgr.url, bench_count=4)
+    base = "http://" + env["CUZK_SUPERVISOR_HEALTH_LISTEN"]
+    run = start_run(env)
+    try:
+        not_ready = poll_until(
+            lambda: (r := httpx.get(f"{base}/readyz", timeout=2)).status_code == 503 and r, 30,
+            what="readyz answering 503 before the run phase",
+        )  # fmt: skip
+        assert not_ready.json()["phase"] != "run"
+        assert httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+        ready = poll_until(
+            lambda: (r := httpx.get(f"{base}/readyz", timeout=2)).status_code == 200 and r, 90,
+            what="readyz 200 in the run phase",
+        )  # fmt: skip
+        assert ready.json() == {"phase": "run", "daemon_ready": True}
+        families = {
+            f.name: f for f in text_string_to_metric_families(httpx.get(f"{base}/metrics").text)
+        }
+        phase = {s.labels["phase"]: s.value for s in families["cuzk_supervisor_phase"].samples}
+        assert phase["run"] == 1
+        completed = families["cuzk_supervisor_proofs_completed"].samples[0].value
+        assert completed >= 4
+        assert families["cuzk_supervisor_bench_rate_proofs_per_hour"].samples[0].value > 0
+        run.signal(signal.SIGTERM)
+        assert run.wait(15) == 128 + signal.SIGTERM
+    finally:
+        run.kill()

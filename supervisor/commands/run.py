@@ -15,9 +15,11 @@ from collections.abc import Callable, Mapping
 
 from supervisor import assemble, exitcodes, settings
 from supervisor.errors import UsageError
+from supervisor.health import HealthServer, LifecycleSource, check_listen
 from supervisor.lifecycle import Lifecycle, resolve_label, resolve_min_rate
 from supervisor.logship import LogShipper, ShipperSettings, shipping_processor
 from supervisor.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
+from supervisor.metrics import SupervisorMetrics
 from supervisor.observe import configure_logging
 from supervisor.runtime import Runtime, run_supervised
 from supervisor.settings import Settings
@@ -45,6 +47,8 @@ def check_inputs(s: Settings) -> None:
         raise UsageError(f"C1 input {s.c1_file} does not exist (setting c1_file)")
     if not os.access(s.c1_file, os.R_OK):
         raise UsageError(f"C1 input {s.c1_file} is not readable (setting c1_file)")
+    if s.health_enabled:
+        check_listen(s.health_listen, allow_public=s.health_allow_public)
 
 
 def run_lifecycle(
@@ -78,6 +82,7 @@ def run_lifecycle(
             print(f"cuzk-supervisor run: {exc}", file=sys.stderr)
             return exitcodes.STATE_UNWRITABLE
         async with manager:
+            metrics = SupervisorMetrics()
             lifecycle = Lifecycle(
                 s,
                 rt,
@@ -89,9 +94,22 @@ def run_lifecycle(
                 shipper=shipper,
                 sampler=assemble.memory_sampler(s),
                 gpu=assemble.gpu_probe(s),
+                metrics=metrics,
             )
             if on_phase is not None:
                 lifecycle.phase_listeners.append(on_phase)
-            return await lifecycle.run()
+            if not s.health_enabled:
+                return await lifecycle.run()
+            # Started here, not in the lifecycle's task group, so a busy port is a plain
+            # one-line error (exit 2) rather than an exception group.
+            async with HealthServer(
+                s.health_listen,
+                LifecycleSource(lifecycle),
+                metrics,
+                allow_public=s.health_allow_public,
+                # Read at scrape time: a len() on the loop, always current.
+                refresh=lambda: metrics.outbox_depth(len(lifecycle.outbox.pending)),
+            ):
+                return await lifecycle.run()
 
     return run_supervised(body, cleanup_grace_s=s.daemon_stop_grace_s)

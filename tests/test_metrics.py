@@ -1,0 +1,174 @@
+"""SupervisorMetrics: every metric present, each typed update visible in the exposition."""
+
+from __future__ import annotations
+
+import prometheus_client
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from supervisor.exits import ExitKind
+from supervisor.gpu import GpuDevice
+from supervisor.metrics import CONTENT_TYPE, PHASES, PROOF_BUCKETS, SupervisorMetrics
+from supervisor.policy import RiskLevel
+
+GIB = 1 << 30
+
+FAMILIES = {
+    "cuzk_supervisor_up": "gauge",
+    "cuzk_supervisor_start_time_seconds": "gauge",
+    "cuzk_supervisor_phase": "gauge",
+    "cuzk_supervisor_daemon_restarts": "counter",
+    "cuzk_supervisor_proofs_completed": "counter",
+    "cuzk_supervisor_proofs_failed": "counter",
+    "cuzk_supervisor_proof_duration_seconds": "histogram",
+    "cuzk_supervisor_bench_rate_proofs_per_hour": "gauge",
+    "cuzk_supervisor_memory_headroom_bytes": "gauge",
+    "cuzk_supervisor_oom_risk_level": "gauge",
+    "cuzk_supervisor_gpu_memory_used_bytes": "gauge",
+    "cuzk_supervisor_gpu_memory_total_bytes": "gauge",
+    "cuzk_supervisor_manager_outbox_depth": "gauge",
+}
+
+
+def parse(metrics: SupervisorMetrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of the exposition, keyed by (sample name, labels)."""
+    text = metrics.render().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: dict, sample: str, /, **labels: str) -> float:
+    return samples[(sample, frozenset(labels.items()))]
+
+
+def device(index: int, name: str, used_gib: float, total_gib: float) -> GpuDevice:
+    used, total = int(used_gib * GIB), int(total_gib * GIB)
+    return GpuDevice(index, name, f"GPU-{index}", total, used, total - used)
+
+
+def test_every_metric_is_present_with_its_type_from_the_start():
+    text = SupervisorMetrics().render().decode()
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    for name, kind in FAMILIES.items():
+        assert families.get(name) == kind, name
+
+
+def test_up_and_start_time():
+    samples = parse(SupervisorMetrics(clock=lambda: 1_700_000_000.0))
+    assert value(samples, "cuzk_supervisor_up") == 1
+    assert value(samples, "cuzk_supervisor_start_time_seconds") == 1_700_000_000.0
+
+
+def test_phase_is_one_for_the_current_phase_and_zero_for_every_other():
+    metrics = SupervisorMetrics()
+    samples = parse(metrics)
+    assert {p for p in PHASES if value(samples, "cuzk_supervisor_phase", phase=p) == 1} == {"start"}
+    metrics.set_phase("warmup")
+    metrics.set_phase("bench")
+    samples = parse(metrics)
+    assert {p for p in PHASES if value(samples, "cuzk_supervisor_phase", phase=p) == 1} == {"bench"}
+    assert metrics.phase == "bench"
+
+
+def test_an_unknown_phase_gets_its_own_series():
+    metrics = SupervisorMetrics(phase="run")
+    metrics.set_phase("draining")
+    samples = parse(metrics)
+    assert value(samples, "cuzk_supervisor_phase", phase="draining") == 1
+    assert value(samples, "cuzk_supervisor_phase", phase="run") == 0
+
+
+def test_daemon_exits_count_by_kind_with_every_kind_present():
+    metrics = SupervisorMetrics()
+    metrics.daemon_exit(ExitKind.OOM_KILLED)
+    metrics.daemon_exit(ExitKind.OOM_KILLED)
+    metrics.daemon_exit("crashed")
+    samples = parse(metrics)
+    counts = {
+        kind.value: value(samples, "cuzk_supervisor_daemon_restarts_total", kind=kind.value)
+        for kind in ExitKind
+    }
+    assert counts == {
+        "clean": 0,
+        "crashed": 1,
+        "killed": 0,
+        "oom_killed": 2,
+        "failed_to_start": 0,
+    }
+
+
+def test_proofs_count_and_only_completed_ones_are_timed():
+    metrics = SupervisorMetrics()
+    metrics.proof_finished(True, 0.2)
+    metrics.proof_finished(True, 1500.0)
+    metrics.proof_finished(False, 9999.0)
+    samples = parse(metrics)
+    assert value(samples, "cuzk_supervisor_proofs_completed_total") == 2
+    assert value(samples, "cuzk_supervisor_proofs_failed_total") == 1
+    assert value(samples, "cuzk_supervisor_proof_duration_seconds_count") == 2
+    assert value(samples, "cuzk_supervisor_proof_duration_seconds_sum") == pytest.approx(1500.2)
+    bucket = "cuzk_supervisor_proof_duration_seconds_bucket"
+    assert value(samples, bucket, le="0.1") == 0
+    assert value(samples, bucket, le="0.25") == 1
+    assert value(samples, bucket, le="1200.0") == 1
+    assert value(samples, bucket, le="1800.0") == 2
+    assert value(samples, bucket, le="+Inf") == 2
+
+
+def test_buckets_span_a_simulated_proof_to_a_first_real_warmup():
+    assert PROOF_BUCKETS[0] <= 0.1
+    assert PROOF_BUCKETS[-1] >= 3600
+    assert list(PROOF_BUCKETS) == sorted(PROOF_BUCKETS)
+
+
+def test_bench_rate_memory_and_outbox():
+    metrics = SupervisorMetrics()
+    metrics.bench_rate(61.5)
+    metrics.memory(3 * GIB, RiskLevel.WARN)
+    metrics.outbox_depth(4)
+    samples = parse(metrics)
+    assert value(samples, "cuzk_supervisor_bench_rate_proofs_per_hour") == 61.5
+    assert value(samples, "cuzk_supervisor_memory_headroom_bytes") == 3 * GIB
+    assert value(samples, "cuzk_supervisor_oom_risk_level") == 1
+    assert value(samples, "cuzk_supervisor_manager_outbox_depth") == 4
+    metrics.memory(0, RiskLevel.CRITICAL)
+    assert value(parse(metrics), "cuzk_supervisor_oom_risk_level") == 2
+    metrics.memory(10 * GIB, RiskLevel.OK)
+    assert value(parse(metrics), "cuzk_supervisor_oom_risk_level") == 0
+
+
+def test_gpus_per_device_and_a_vanished_device_loses_its_series():
+    metrics = SupervisorMetrics()
+    metrics.gpus([device(0, "NVIDIA H200", 12, 141), device(1, "NVIDIA H200", 30, 141)])
+    samples = parse(metrics)
+    used = "cuzk_supervisor_gpu_memory_used_bytes"
+    total = "cuzk_supervisor_gpu_memory_total_bytes"
+    assert value(samples, used, gpu="0", name="NVIDIA H200") == 12 * GIB
+    assert value(samples, used, gpu="1", name="NVIDIA H200") == 30 * GIB
+    assert value(samples, total, gpu="1", name="NVIDIA H200") == 141 * GIB
+    metrics.gpus([device(0, "NVIDIA H200", 13, 141)])
+    samples = parse(metrics)
+    assert value(samples, used, gpu="0", name="NVIDIA H200") == 13 * GIB
+    assert (used, frozenset({("gpu", "1"), ("name", "NVIDIA H200")})) not in samples
+    assert (total, frozenset({("gpu", "1"), ("name", "NVIDIA H200")})) not in samples
+    metrics.gpus([])
+    assert not [key for key in parse(metrics) if key[0] in (used, total)]
+
+
+def test_each_instance_has_its_own_registry_and_the_global_one_is_untouched():
+    a, b = SupervisorMetrics(), SupervisorMetrics()
+    a.bench_rate(10)
+    a.proof_finished(True, 1)
+    assert value(parse(b), "cuzk_supervisor_bench_rate_proofs_per_hour") == 0
+    assert value(parse(b), "cuzk_supervisor_proofs_completed_total") == 0
+    assert b"cuzk_supervisor" not in prometheus_client.generate_latest(prometheus_client.REGISTRY)
+
+
+def test_render_is_the_classic_text_format():
+    assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
+    body = SupervisorMetrics().render()
+    assert isinstance(body, bytes)
+    assert body.startswith(b"# HELP ")
