@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint protos readme clean
+.PHONY: setup demo test lint lint-deploy protos readme clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+lint-deploy: $(STAMP)
+	bash .ci/lint-deploy
 
 readme: $(STAMP)
 	$(BIN)/python -m supervisor.readme

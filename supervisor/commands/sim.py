@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _sim_settings(
     base: settings.Loaded, args: argparse.Namespace, sim_dir: Path, manager_url: str
 ) -> Settings:
-    """The run settings pointed at the simulator; whatever the operator set explicitly wins."""
+    """The run settings pointed at the simulator; what the operator gave as a flag wins."""
     scale = args.time_scale
     daemon_args = [
         "-m",
@@ -114,7 +114,9 @@ def _sim_settings(
         "params_progress_interval_s": 0.5,
         "health_listen": f"127.0.0.1:{free_loopback_port()}",
     }
-    chosen = {k: v for k, v in overrides.items() if base.sources.get(k) == "default"}
+    # Only flags win: an environment meant for the real instance (an image's state folder, a
+    # manager URL) must not leak into the demo, nor the demo's state into the real instance.
+    chosen = {k: v for k, v in overrides.items() if base.sources.get(k) != "flag"}
     return dataclasses.replace(base.settings, **chosen)
 
 

@@ -1,0 +1,629 @@
+"""Deployment files keep their contract: Dockerfile, .dockerignore, on-start hook, Kubernetes.
+
+No Docker engine here: the Dockerfile is parsed and its promises checked (entrypoint, stop
+signal, health check, base image argument, no secrets), its health check command is run against
+a local HTTP server, and the wheel is built from exactly the context .dockerignore lets through.
+The on-start hook runs for real against a stand-in supervisor. The manifest is read with PyYAML.
+The linters themselves (hadolint, kubernetes-validate, shellcheck) run in .ci/lint-deploy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from supervisor import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+ONSTART = ROOT / "deploy" / "onstart.sh"
+MANIFEST = ROOT / "deploy" / "kubernetes" / "cuzk-supervisor.yaml"
+LINT = ROOT / ".ci" / "lint-deploy"
+
+DEFAULTS = settings.Settings()
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH", re.IGNORECASE)
+DECLARED_ENV = {decl.env for decl in settings.declarations()}
+
+
+# --- Dockerfile ----------------------------------------------------------------------------
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order: continuations joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue  # Docker drops comment lines, also inside a continuation
+        if stripped.endswith("\\"):
+            buf += stripped[:-1] + " "
+            continue
+        buf += stripped
+        name, _, args = buf.partition(" ")
+        out.append((name.upper(), args.strip()))
+        buf = ""
+    assert not buf, "Dockerfile ends inside a continuation"
+    return out
+
+
+def stages(instrs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for ins in instrs:
+        if ins[0] == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(ins)
+    return result
+
+
+def env_pairs(args: str) -> dict[str, str]:
+    pairs = {}
+    for word in shlex.split(args):
+        key, sep, value = word.partition("=")
+        assert sep, f"ENV {args!r}: use the KEY=VALUE form"
+        pairs[key] = value
+    return pairs
+
+
+def duration_s(text: str) -> float:
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text):
+        total += float(number) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    return total
+
+
+def healthcheck(final: list[tuple[str, str]]) -> tuple[dict[str, str], list[str]]:
+    (args,) = [a for name, a in final if name == "HEALTHCHECK"]
+    options, sep, command = args.partition(" CMD ")
+    assert sep, "HEALTHCHECK needs a CMD"
+    opts = dict(word.lstrip("-").split("=", 1) for word in options.split())
+    return opts, json.loads(command)
+
+
+@pytest.fixture(scope="module")
+def docker() -> list[tuple[str, str]]:
+    return instructions(DOCKERFILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def final(docker: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return stages(docker)[-1]
+
+
+def test_base_image_is_a_build_argument_used_by_every_stage(docker):
+    before_from = docker[: next(i for i, (n, _) in enumerate(docker) if n == "FROM")]
+    args = dict(a.partition("=")[::2] for n, a in before_from if n == "ARG")
+    assert "CUZK_BASE_IMAGE" in args, "ARG CUZK_BASE_IMAGE must come before the first FROM"
+    assert re.fullmatch(r"python:3\.1[1-9][\w.-]*", args["CUZK_BASE_IMAGE"]), (
+        "the default base must be an official Python >= 3.11 image (sim runs without a GPU)"
+    )
+    froms = [a for n, a in docker if n == "FROM"]
+    assert len(froms) >= 2, "multi-stage: a builder and a runtime"
+    for args_ in froms:
+        assert args_.split()[0] == "${CUZK_BASE_IMAGE}", f"FROM {args_}: same base everywhere"
+
+
+def test_runtime_contract(final):
+    def one(name: str) -> str:
+        found = [a for n, a in final if n == name]
+        assert len(found) == 1, f"the final stage needs exactly one {name}"
+        return found[0]
+
+    assert json.loads(one("ENTRYPOINT")) == ["cuzk-supervisor"]
+    assert json.loads(one("CMD")) == ["run"]
+    assert one("STOPSIGNAL") == "SIGTERM"
+    assert not [a for n, a in final if n == "EXPOSE"], "nothing public by default"
+    env: dict[str, str] = {}
+    for n, a in final:
+        if n == "ENV":
+            env |= env_pairs(a)
+    assert env.get("PYTHONUNBUFFERED") == "1"
+    # The runtime stage takes nothing from the build context (the wheels come from the builder).
+    assert not [a for n, a in final if n in ("COPY", "ADD") and "--from=" not in a]
+
+
+def test_env_settings_are_declared_valid_and_on_the_data_volume(final):
+    env: dict[str, str] = {}
+    for n, a in final:
+        if n == "ENV":
+            env |= env_pairs(a)
+    ours = {k: v for k, v in env.items() if k.startswith(settings.ENV_PREFIX)}
+    assert set(ours) <= DECLARED_ENV, f"unknown settings: {set(ours) - DECLARED_ENV}"
+    loaded = settings.load({}, environ=ours).settings
+    assert loaded.state_dir.is_relative_to("/data"), "state must be on the persistent volume"
+    # `sim` redirects only settings left at their defaults to its own folder and manager: an
+    # image ENV for these would point the simulator at the real ones.
+    for name in ("c1_file", "daemon_param_cache", "manager_url", "manager_token"):
+        assert f"{settings.ENV_PREFIX}{name.upper()}" not in ours, name
+
+
+def test_no_secret_in_any_layer(docker):
+    for name, args in docker:
+        if name == "ARG":
+            keys = [args.partition("=")[0]]
+        elif name == "ENV":
+            keys = list(env_pairs(args))
+        else:
+            continue
+        for key in keys:
+            assert not SECRET_NAME.search(key), f"{name} {key}: secrets are given at run time"
+    text = DOCKERFILE.read_text()
+    assert not re.search(r"--mount=type=secret|://[^/\s:@]+:[^/\s@]+@", text)
+
+
+def test_healthcheck_probes_healthz_with_a_long_start_period(final):
+    opts, command = healthcheck(final)
+    assert duration_s(opts["start-period"]) >= 30 * 60, "params + warmup come first"
+    assert 0 < duration_s(opts["timeout"]) < duration_s(opts["interval"])
+    assert command[0] == "/opt/cuzk-supervisor/bin/python", "the venv's interpreter, no curl"
+    assert "/healthz" in command[-1]
+    assert f"'{DEFAULTS.health_listen}'" in command[-1], "default address = the setting's"
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200
+    paths: list[str] = []  # noqa: RUF012 (a class-level log of the requests, reset per test)
+
+    def do_GET(self) -> None:
+        type(self).paths.append(self.path)
+        self.send_response(type(self).status)
+        self.end_headers()
+        self.wfile.write(b"ok\n")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server():
+    _Health.paths = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run_healthcheck(command: list[str], listen: str | None) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "CUZK_SUPERVISOR_HEALTH_LISTEN"}
+    if listen is not None:
+        env["CUZK_SUPERVISOR_HEALTH_LISTEN"] = listen
+    code = command[-1]
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, timeout=30, check=False
+    ).returncode
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_healthcheck_command_passes_on_200_and_fails_otherwise(final, health_server, host):
+    _, command = healthcheck(final)
+    port = health_server.server_address[1]
+    _Health.status = 200
+    assert run_healthcheck(command, f"{host}:{port}") == 0
+    assert _Health.paths == ["/healthz"]
+    _Health.status = 503
+    assert run_healthcheck(command, f"{host}:{port}") != 0
+
+
+def test_healthcheck_command_fails_when_nothing_listens(final, health_server):
+    _, command = healthcheck(final)
+    port = health_server.server_address[1]
+    health_server.shutdown()
+    health_server.server_close()
+    assert run_healthcheck(command, f"127.0.0.1:{port}") != 0
+
+
+# --- .dockerignore ---------------------------------------------------------------------------
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    """Docker's (moby patternmatcher) syntax: ** any folders, * and ? within one name."""
+    out, i = "", 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**", i):
+            i += 2
+            if pattern.startswith("/", i):
+                out += "(?:.*/)?"
+                i += 1
+            else:
+                out += ".*"
+            continue
+        if c == "*":
+            out += "[^/]*"
+        elif c == "?":
+            out += "[^/]"
+        elif c == "[":
+            end = pattern.index("]", i)
+            out += pattern[i : end + 1]
+            i = end
+        else:
+            out += re.escape(c)
+        i += 1
+    return re.compile(out + "$")
+
+
+def ignore_rules(text: str) -> list[tuple[bool, re.Pattern[str], str]]:
+    rules = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
+        rules.append((negate, _pattern_regex(pattern), pattern))
+    return rules
+
+
+def ignored(rules: list[tuple[bool, re.Pattern[str], str]], path: str) -> bool:
+    """Last matching rule wins; a rule matches the path or any folder above it."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    result = False
+    for negate, regex, _ in rules:
+        if any(regex.match(c) for c in candidates):
+            result = not negate
+    return result
+
+
+def build_context(root: Path) -> list[str]:
+    rules = ignore_rules(DOCKERIGNORE.read_text())
+    kept = [p for negate, _, p in rules if negate]  # literal prefixes that can bring a path back
+    files = []
+    for folder, dirs, names in os.walk(root):
+        rel_folder = os.path.relpath(folder, root)
+        for d in list(dirs):
+            rel = os.path.normpath(os.path.join(rel_folder, d))
+            if ignored(rules, rel) and not any(k.startswith(rel + "/") for k in kept):
+                dirs.remove(d)  # nothing inside can come back: do not walk .venv, .git
+        for name in names:
+            rel = os.path.normpath(os.path.join(rel_folder, name))
+            if not ignored(rules, rel):
+                files.append(rel)
+    return sorted(files)
+
+
+def test_dockerignore_matcher_follows_docker_rules():
+    rules = ignore_rules(DOCKERIGNORE.read_text())
+    assert not ignored(rules, "pyproject.toml")
+    assert not ignored(rules, "supervisor/commands/run.py")
+    for path in (
+        ".git/HEAD",
+        ".venv/bin/python",
+        "run/sim/c1.json",
+        "tests/test_deploy.py",
+        "supervisor/__pycache__/cli.cpython-311.pyc",
+        "supervisor/sim/__pycache__/x.pyc",
+        "cuzk_supervisor.egg-info/PKG-INFO",
+        "Dockerfile",
+        ".env",
+    ):
+        assert ignored(rules, path), path
+
+
+def test_build_context_is_what_the_dockerfile_copies(docker):
+    context = build_context(ROOT)
+    tops = {path.split("/")[0] for path in context}
+    assert tops == {"pyproject.toml", "README.md", "supervisor"}, tops
+    assert not [p for p in context if "__pycache__" in p or p.endswith(".pyc")]
+    for name, args in docker:
+        if name == "COPY" and "--from=" not in args:
+            *sources, _ = args.split()
+            for source in sources:
+                assert source.rstrip("/") in tops, f"COPY {source}: not in the build context"
+
+
+@pytest.mark.slow
+def test_wheel_builds_from_the_docker_context_alone(tmp_path):
+    """What the builder stage does (offline here: the venv's setuptools, no dependencies)."""
+    context = tmp_path / "context"
+    for rel in build_context(ROOT):
+        (context / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, context / rel)
+    out = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--quiet", "--wheel-dir", str(out), str(context)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = out.glob("cuzk_supervisor-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        entry_points = next(zf.read(n) for n in names if n.endswith("entry_points.txt")).decode()
+    assert "supervisor/cli.py" in names
+    assert "supervisor/proto/proving_pb2.py" in names
+    assert "supervisor/sim/daemon.py" in names
+    assert not [n for n in names if n.startswith("tests/")]
+    assert "cuzk-supervisor = supervisor.cli:main" in entry_points
+
+
+# --- on-start hook ---------------------------------------------------------------------------
+
+FAKE_SUPERVISOR = """#!/usr/bin/env bash
+# Stands in for cuzk-supervisor: records its arguments and environment, then waits.
+{
+    printf 'args=%s\\n' "$*"
+    for v in CUZK_SUPERVISOR_MANAGER_URL CUZK_SUPERVISOR_LABEL VAST_CONTAINERLABEL MIN_RATE \\
+             CUZK_SUPERVISOR_STATE_DIR CUZK_SUPERVISOR_LOG_DIR OTHER_FROM_PID1; do
+        printf '%s=%s\\n' "$v" "${!v-<unset>}"
+    done
+} > "$FAKE_RECORD.tmp.$$"
+mv "$FAKE_RECORD.tmp.$$" "$FAKE_RECORD.$$.txt"
+echo "fake supervisor output"
+if [[ -n "${FAKE_EXIT:-}" ]]; then exit "$FAKE_EXIT"; fi
+sleep 60 &
+wait
+"""
+
+
+@pytest.fixture
+def hook(tmp_path):
+    fake = tmp_path / "bin" / "cuzk-supervisor"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SUPERVISOR)
+    fake.chmod(0o755)
+    started: list[int] = []
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        base = {
+            "PATH": os.environ["PATH"],
+            "CUZK_ONSTART_BIN": str(fake),
+            "CUZK_ONSTART_LOG": str(tmp_path / "log" / "cuzk-supervisor.log"),
+            "CUZK_ONSTART_PIDFILE": str(tmp_path / "run" / "onstart.pid"),
+            "CUZK_ONSTART_PID1_ENVIRON": str(tmp_path / "no-such-environ"),
+            "FAKE_RECORD": str(tmp_path / "record"),
+        }
+        proc = subprocess.run(
+            ["bash", str(ONSTART), *args], env=base | env, capture_output=True, text=True,
+            timeout=30, check=False,
+        )  # fmt: skip
+        started.extend(int(pid) for pid in re.findall(r"\(pid (\d+)\)", proc.stderr))
+        return proc
+
+    run.tmp = tmp_path  # type: ignore[attr-defined]
+    try:
+        yield run
+    finally:
+        for pid in set(started):  # only the pids the hook said it started
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)  # the hook's setsid made it a group leader
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def records(tmp_path: Path, count: int = 1) -> list[dict[str, str]]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = sorted(tmp_path.glob("record.*.txt"))  # written whole (renamed into place)
+        if len(found) >= count:
+            break
+        time.sleep(0.05)
+    return [dict(line.split("=", 1) for line in f.read_text().splitlines()) for f in found]
+
+
+def test_hook_starts_the_supervisor_in_the_background_with_its_environment(hook):
+    started = time.monotonic()
+    proc = hook(
+        "--bench-count", "3",
+        CUZK_SUPERVISOR_MANAGER_URL="http://manager:8080", VAST_CONTAINERLABEL="C.42",
+        MIN_RATE="31",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started < 10, "the hook must return at once"
+    (rec,) = records(hook.tmp)
+    assert rec["args"] == "run --bench-count 3"
+    assert rec["CUZK_SUPERVISOR_MANAGER_URL"] == "http://manager:8080"
+    assert rec["VAST_CONTAINERLABEL"] == "C.42"
+    assert rec["MIN_RATE"] == "31"
+    assert rec["CUZK_SUPERVISOR_STATE_DIR"] == "/data/supervisor/state"
+    pid = int((hook.tmp / "run" / "onstart.pid").read_text())
+    assert f"pid {pid}" in proc.stderr
+    deadline = time.monotonic() + 10
+    log = hook.tmp / "log" / "cuzk-supervisor.log"
+    while "fake supervisor output" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "output not appended to the log file"
+        time.sleep(0.05)
+    # Its own session: not killed with the hook's process group.
+    assert os.getsid(pid) == pid
+
+    again = hook(CUZK_SUPERVISOR_MANAGER_URL="http://manager:8080", VAST_CONTAINERLABEL="C.42")
+    assert again.returncode == 0
+    assert "already running" in again.stderr
+    time.sleep(0.3)
+    assert len(records(hook.tmp)) == 1, "a second hook run must not start a second supervisor"
+
+
+def test_hook_ignores_a_stale_pidfile_of_another_process(hook):
+    pidfile = hook.tmp / "run" / "onstart.pid"
+    pidfile.parent.mkdir()
+    pidfile.write_text(f"{os.getpid()}\n")  # alive, but not a supervisor
+    proc = hook(CUZK_SUPERVISOR_MANAGER_URL="http://m:1", VAST_CONTAINERLABEL="C.1")
+    assert proc.returncode == 0, proc.stderr
+    assert len(records(hook.tmp)) == 1
+    assert int(pidfile.read_text()) != os.getpid()
+
+
+def test_hook_refuses_to_start_without_a_manager_url(hook):
+    proc = hook(VAST_CONTAINERLABEL="C.42")
+    assert proc.returncode == 2
+    assert "CUZK_SUPERVISOR_MANAGER_URL" in proc.stderr
+    assert not list(hook.tmp.glob("record.*.txt"))
+
+
+def test_hook_takes_missing_variables_from_pid1(hook):
+    environ = hook.tmp / "environ"
+    environ.write_bytes(
+        b"VAST_CONTAINERLABEL=C.7\0MIN_RATE=44\0CUZK_SUPERVISOR_MANAGER_URL=http://m:1\0"
+        b"OTHER_FROM_PID1=x\0CUZK_SUPERVISOR_LABEL=\0"
+    )
+    proc = hook(CUZK_ONSTART_PID1_ENVIRON=str(environ), MIN_RATE="50")
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = records(hook.tmp)
+    assert rec["VAST_CONTAINERLABEL"] == "C.7"
+    assert rec["MIN_RATE"] == "50", "the hook's own value wins over PID 1's"
+    assert rec["CUZK_SUPERVISOR_MANAGER_URL"] == "http://m:1"
+    assert rec["OTHER_FROM_PID1"] == "<unset>", "only the supervisor's variables are taken"
+
+
+def test_hook_foreground_becomes_the_supervisor(hook):
+    proc = hook(
+        "--foreground", "--exit-after-run",
+        CUZK_SUPERVISOR_MANAGER_URL="http://m:1", VAST_CONTAINERLABEL="C.3", FAKE_EXIT="7",
+    )  # fmt: skip
+    assert proc.returncode == 7, "exec: the supervisor's exit code is the hook's"
+    assert "fake supervisor output" in proc.stdout
+    (rec,) = records(hook.tmp)
+    assert rec["args"] == "run --exit-after-run"
+    assert not (hook.tmp / "run" / "onstart.pid").exists()
+
+
+# --- Kubernetes ------------------------------------------------------------------------------
+
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6,
+          "G": 10**9, "T": 10**12, "": 1}  # fmt: skip
+
+
+def quantity_bytes(value: str | int) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|K|M|G|T|)", str(value))
+    assert match, f"not a memory quantity: {value!r}"
+    return float(match[1]) * _UNITS[match[2]]
+
+
+@pytest.fixture(scope="module")
+def manifest() -> dict[str, dict]:
+    yaml = pytest.importorskip("yaml", reason="PyYAML (dev extra) reads the manifest")
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    return {d["kind"]: d for d in docs}
+
+
+@pytest.fixture(scope="module")
+def pod(manifest) -> dict:
+    return manifest["StatefulSet"]["spec"]["template"]["spec"]
+
+
+@pytest.fixture(scope="module")
+def container(pod) -> dict:
+    (c,) = pod["containers"]
+    return c
+
+
+def pod_env(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_one_replica_with_a_persistent_data_volume(manifest, container):
+    sts = manifest["StatefulSet"]["spec"]
+    assert sts["replicas"] == 1
+    (claim,) = sts["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/data"] == claim["metadata"]["name"]
+    env = pod_env(container)
+    state_dir = Path(env["CUZK_SUPERVISOR_STATE_DIR"]["value"])
+    assert state_dir.is_relative_to("/data")
+
+
+def test_gpu_and_a_memory_limit_the_plan_can_use(container):
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    assert int(limits["nvidia.com/gpu"]) >= 1
+    memory = quantity_bytes(limits["memory"])
+    assert quantity_bytes(requests["memory"]) == memory, "Guaranteed QoS: request = limit"
+    usable_gib = memory / 2**30 * (1 - DEFAULTS.memory_margin_fraction)
+    assert usable_gib >= DEFAULTS.memory_base_gib + DEFAULTS.memory_per_worker_gib, (
+        "the limit must leave room for at least one partition worker"
+    )
+
+
+def test_probes_use_the_health_server(container):
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = pod_env(container)
+    listen = env["CUZK_SUPERVISOR_HEALTH_LISTEN"]["value"]
+    assert listen == f"0.0.0.0:{DEFAULTS.health_listen.rpartition(':')[2]}"
+    expected = {
+        "startupProbe": "/healthz",
+        "livenessProbe": "/healthz",
+        "readinessProbe": "/readyz",
+    }
+    for probe, path in expected.items():
+        get = container[probe]["httpGet"]
+        assert get["path"] == path, probe
+        assert port.get(get["port"], get["port"]) == int(listen.rpartition(":")[2]), probe
+
+
+def test_startup_budget_covers_params_and_warmup(container):
+    startup = container["startupProbe"]
+    budget = startup["failureThreshold"] * startup["periodSeconds"]
+    needed = DEFAULTS.params_timeout_s + DEFAULTS.daemon_startup_deadline_s
+    needed += DEFAULTS.warmup_budget_s
+    assert budget >= max(needed, 2 * 3600), f"startup budget {budget}s < {needed}s"
+    live = container["livenessProbe"]
+    assert live["failureThreshold"] * live["periodSeconds"] < budget
+
+
+def test_grace_period_covers_the_daemons_stop_and_ours(pod, container):
+    env = pod_env(container)
+    raw = {k: e["value"] for k, e in env.items() if "value" in e and k in DECLARED_ENV}
+    daemon_grace = settings.load({}, environ=raw).settings.daemon_stop_grace_s
+    assert pod["terminationGracePeriodSeconds"] > daemon_grace + 10
+
+
+def test_manager_settings_come_from_a_configmap_and_the_token_from_a_secret(manifest, container):
+    env = pod_env(container)
+    url = env["CUZK_SUPERVISOR_MANAGER_URL"]["valueFrom"]["configMapKeyRef"]
+    configmap = manifest["ConfigMap"]
+    assert configmap["metadata"]["name"] == url["name"]
+    assert settings.load({}, environ={"CUZK_SUPERVISOR_MANAGER_URL": configmap["data"][url["key"]]})
+    token = env["CUZK_SUPERVISOR_MANAGER_TOKEN"]
+    assert "value" not in token
+    assert token["valueFrom"]["secretKeyRef"]["name"]
+    for name, entry in env.items():
+        if SECRET_NAME.search(name):
+            assert "secretKeyRef" in entry.get("valueFrom", {}), f"{name} must come from a Secret"
+    assert "Secret" not in manifest, "no Secret with its data in the repository"
+
+
+def test_literal_settings_in_the_pod_are_declared_and_valid(container):
+    raw = {
+        e["name"]: e["value"]
+        for e in container["env"]
+        if e["name"].startswith(settings.ENV_PREFIX) and "value" in e
+    }
+    assert set(raw) <= DECLARED_ENV, f"unknown settings: {set(raw) - DECLARED_ENV}"
+    settings.load({}, environ=raw)
+
+
+# --- the linters -----------------------------------------------------------------------------
+
+
+def test_lint_deploy_passes():
+    bin_dir = Path(sys.executable).parent
+    missing = [
+        t for t in ("hadolint", "kubernetes-validate", "shellcheck")
+        if not (bin_dir / t).exists() and not shutil.which(t)
+    ]  # fmt: skip
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (dev extra); CI runs .ci/lint-deploy")
+    proc = subprocess.run(
+        ["bash", str(LINT)], capture_output=True, text=True, timeout=120, check=False,
+        env=os.environ | {"VENV": str(bin_dir.parent)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
