@@ -152,9 +152,6 @@ class FaultController:
             if spec.after_s is not None:
                 loop.call_at(self._started + spec.after_s, self.check, "timer")
 
-    def has(self, kind: str) -> bool:
-        return any(spec.kind == kind for spec in self.specs)
-
     def check(
         self, point: Point, *, partition: int | None = None, memory_gib: float = 0.0
     ) -> list[FaultSpec]:
@@ -169,22 +166,21 @@ class FaultController:
                 self._log.warn(
                     TARGET, "sim fault firing", fault=spec.text, point=point, count=self._fired[i]
                 )
-                self._act(spec, cp)
+                self._act(spec)
         return fired
 
-    def _act(self, spec: FaultSpec, cp: Checkpoint) -> None:
+    def _act(self, spec: FaultSpec) -> None:
         kind = spec.kind
         if kind == "drop":
             self._log.warn(TARGET, "dropped client connections", connections=self._drop())
         elif kind == "hang":
             self._gate.hung = True
         elif kind == "exit":
-            self._log.error(TARGET, "exiting", code=int(spec.number))
             os._exit(int(spec.number))
         elif kind == "oom":
+            # Like the kernel's OOM killer: the counters move, then SIGKILL, no last words.
             if self._cgroup_dir is not None:
                 bump_oom_events(self._cgroup_dir)
-            self._log.error(TARGET, "out of memory: killed", simulated_gib=round(cp.memory_gib, 1))
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "flood":
             flooder = Flooder(self._log, int(spec.number))

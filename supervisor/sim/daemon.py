@@ -83,6 +83,11 @@ def fatal(log: logfmt.DaemonLog, message: str, cause: object) -> NoReturn:
     os._exit(1)
 
 
+def io_error(exc: OSError) -> str:
+    """Worded as Rust's io::Error prints: "Address already in use (os error 98)"."""
+    return f"{os.strerror(exc.errno)} (os error {exc.errno})" if exc.errno else str(exc)
+
+
 class SimDaemon:
     def __init__(
         self,
@@ -187,7 +192,7 @@ class SimDaemon:
                 self.gate,
             )
         except OSError as exc:
-            fatal(self.log, "failed to bind status listener", exc)
+            fatal(self.log, "failed to bind status listener", io_error(exc))
         self.log.info(TARGET, "status listener started", addr=str(address))
 
     async def _bind(self) -> None:
@@ -218,9 +223,7 @@ class SimDaemon:
                 raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE))
             await self.proxy.listen(self.listen)
         except OSError as exc:
-            # Worded as Rust's io::Error: "Address already in use (os error 98)".
-            why = f"{os.strerror(exc.errno)} (os error {exc.errno})" if exc.errno else str(exc)
-            fatal(self.log, "transport error", f"error creating server listener: {why}")
+            fatal(self.log, "transport error", f"error creating server listener: {io_error(exc)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -121,7 +121,7 @@ def metrics_text(engine: Engine) -> str:
         + [(f'{{kind="{k}",status="failed"}}', engine.failed[k]) for k in kinds],
     )
     metric(
-        "cuzk_proof_duration_seconds_sum",
+        "cuzk_proof_duration_seconds_total",
         "counter",
         "Total time of finished proofs.",
         [(f'{{kind="{k}"}}', round(engine.duration_s[k], 3)) for k in kinds],

@@ -1,0 +1,248 @@
+"""The eight RPCs against the real sim process, with the real server's quirks."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
+
+from supervisor.proto import proving_pb2 as pb
+from supervisor.sim.c1 import make_c1
+
+FAST = 2000.0  # simulated seconds per real second: a proof in ~0.1 s
+Status = pb.AwaitProofResponse.Status
+
+
+def porep_config(tmp_path: Path, workers: int = 2, status_port: int | None = None) -> Path:
+    daemon = {"status_listen": f"127.0.0.1:{status_port}"} if status_port else {}
+    return write_config(
+        tmp_path,
+        synthesis={"partition_workers": workers},
+        srs={"param_cache": str(tmp_path), "preload": ["porep-32g"]},
+        daemon=daemon,
+    )
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    """One sim shared by the tests that look only at their own request ids (saves a start
+    per test); tests needing fresh counters or other settings start their own."""
+    tmp = tmp_path_factory.mktemp("shared-sim")
+    shared = SimProcess.start(
+        listen=f"127.0.0.1:{free_tcp_port()}", config=porep_config(tmp), time_scale=FAST
+    )
+    yield shared
+    shared.kill()
+
+
+def test_submit_returns_at_once_with_request_id_as_job_id(sim: SimProcess) -> None:
+    reply = sim.stub().SubmitProof(submit_request("job-1"), timeout=5)
+    assert reply.job_id == "job-1"
+    empty = sim.stub().SubmitProof(submit_request(""), timeout=5)
+    assert uuid.UUID(empty.job_id).version == 4
+
+
+def test_await_ignores_timeout_ms_and_blocks_until_done(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=600)  # first proof ~0.5 s
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("slow"), timeout=5)
+    start = time.monotonic()
+    result = stub.AwaitProof(pb.AwaitProofRequest(job_id="slow", timeout_ms=1), timeout=30)
+    assert time.monotonic() - start > 0.25  # it held the call far past 1 ms
+    assert result.status == Status.COMPLETED  # never TIMEOUT
+    assert len(result.proof) == 1920
+
+
+def test_same_request_id_is_proved_twice(sim: SimProcess) -> None:
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("dup"), timeout=5)
+    stub.SubmitProof(submit_request("dup"), timeout=5)
+    assert 'cuzk_sim_submissions_total{request_id="dup"} 2' in sim.metrics()
+
+    def proved() -> int:
+        return sum("proof completed job_id=dup " in line for line in sim.lines)
+
+    poll_until(lambda: proved() == 2, 10, what="both proved")
+
+
+def test_later_job_with_same_id_replaces_the_earlier_result(sim: SimProcess) -> None:
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("x", payload=b"not json"), timeout=5)
+    first = stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5)
+    assert first.status == Status.FAILED
+    stub.SubmitProof(submit_request("x"), timeout=5)
+    assert stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=10).status == Status.COMPLETED
+
+
+def test_unknown_job_is_not_found(sim: SimProcess) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        sim.stub().AwaitProof(pb.AwaitProofRequest(job_id="never-submitted"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_results_are_kept_and_returned_at_once(sim: SimProcess) -> None:
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("kept"), timeout=5)
+    first = stub.AwaitProof(pb.AwaitProofRequest(job_id="kept"), timeout=10)
+    again = stub.AwaitProof(pb.AwaitProofRequest(job_id="kept"), timeout=1)
+    assert again == first
+    assert first.status == Status.COMPLETED
+
+
+def test_bad_c1_is_a_failed_proof_not_an_rpc_error(sim: SimProcess) -> None:
+    stub = sim.stub()
+    failed_before = sim.status().total_proofs_failed
+    stub.SubmitProof(submit_request("bad", payload=b'{"SectorNum": 1}'), timeout=5)
+    result = stub.AwaitProof(pb.AwaitProofRequest(job_id="bad"), timeout=5)
+    assert result.status == Status.FAILED
+    assert "Phase1Out" in result.error_message
+    proved = stub.Prove(pb.ProveRequest(submit=submit_request("bad2", payload=b"junk")), timeout=5)
+    assert proved.result.status == Status.FAILED
+    assert "failed to parse C1" in proved.result.error_message
+    assert sim.status().total_proofs_failed == failed_before + 2
+
+
+@pytest.mark.parametrize("kind", [pb.PROOF_KIND_UNSPECIFIED, 99])
+def test_bad_proof_kind_is_invalid_argument(sim: SimProcess, kind: int) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        sim.stub().SubmitProof(submit_request("k", kind=kind, payload=b""), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as err:
+        sim.stub().Prove(pb.ProveRequest(submit=submit_request("k", kind=kind)), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_prove_without_submit_is_invalid_argument(sim: SimProcess) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        sim.stub().Prove(pb.ProveRequest(), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_prove_is_submit_and_await_in_one_call(sim: SimProcess) -> None:
+    reply = sim.stub().Prove(pb.ProveRequest(submit=submit_request("p")), timeout=10)
+    assert reply.result.status == Status.COMPLETED
+    assert reply.result.job_id == "p"
+    assert 'cuzk_sim_submissions_total{request_id="p"} 1' in sim.metrics()
+
+
+def test_cancel_and_evict_are_not_implemented(sim: SimProcess) -> None:
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("c"), timeout=5)
+    assert not stub.CancelProof(pb.CancelProofRequest(job_id="c"), timeout=5).was_running
+    evicted = stub.EvictSRS(pb.EvictSrsRequest(circuit_id="porep-32g"), timeout=5)
+    assert (evicted.was_loaded, evicted.freed_bytes) == (False, 0)
+    assert stub.AwaitProof(pb.AwaitProofRequest(job_id="c"), timeout=10).status == Status.COMPLETED
+
+
+def test_preload_srs_blocks_and_unknown_is_internal(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=200)
+    stub = sim.stub()
+    start = time.monotonic()
+    loaded = stub.PreloadSRS(pb.PreloadSrsRequest(circuit_id="wpost-32g"), timeout=10)
+    assert time.monotonic() - start > 0.2  # ~58 simulated seconds at scale 200
+    assert not loaded.already_loaded
+    assert loaded.load_time_ms > 45_000
+    again = stub.PreloadSRS(pb.PreloadSrsRequest(circuit_id="wpost-32g"), timeout=5)
+    assert again.already_loaded
+    with pytest.raises(grpc.RpcError) as err:
+        stub.PreloadSRS(pb.PreloadSrsRequest(circuit_id="porep-128g"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+
+
+def test_get_status_fields(tmp_path: Path, sim_factory: Callable[..., SimProcess]) -> None:
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=FAST, args=["--gpus", "2"])
+    status = sim.status()
+    assert len(status.gpus) == 4  # one per GPU worker: 2 GPUs x 2 workers
+    assert sorted({g.ordinal for g in status.gpus}) == [0, 1]
+    assert [s.circuit_id for s in status.loaded_srs] == ["porep-32g"]
+    assert [q.proof_kind for q in status.queues] == [
+        "porep-c2",
+        "snap-update",
+        "window-post",
+        "winning-post",
+    ]
+    assert status.pinned_memory_bytes >= 44 << 30
+    sim.stub().Prove(pb.ProveRequest(submit=submit_request("s")), timeout=10)
+    after = sim.status()
+    assert after.total_proofs_completed == 1
+    assert after.uptime_seconds > 0
+
+
+def test_other_kinds_are_one_short_step(sim: SimProcess) -> None:
+    for kind, size in [(pb.WINNING_POST, 192), (pb.WINDOW_POST_PARTITION, 192)]:
+        reply = sim.stub().Prove(pb.ProveRequest(submit=submit_request("", kind=kind)), timeout=10)
+        assert reply.result.status == Status.COMPLETED
+        assert len(reply.result.proof) == size
+    circuits = {s.circuit_id for s in sim.status().loaded_srs}
+    assert {"winning-32g", "wpost-32g"} <= circuits
+
+
+def test_metrics_text(tmp_path: Path, sim_factory: Callable[..., SimProcess]) -> None:
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=FAST)
+    sim.stub().Prove(pb.ProveRequest(submit=submit_request("m")), timeout=10)
+    text = sim.metrics()
+    for name in [
+        "cuzk_proofs_completed_total 1",
+        "cuzk_proofs_failed_total 0",
+        "cuzk_uptime_seconds ",
+        "cuzk_queue_depth 0",
+        "cuzk_running_jobs 0",
+        "cuzk_gpu_workers 2",
+        'cuzk_sim_submissions_total{request_id="m"} 1',
+        "cuzk_sim_steady_state_proofs_per_hour 23.684",
+    ]:
+        assert name in text
+
+
+@pytest.mark.slow
+def test_a_60_mb_input_is_accepted(sim: SimProcess) -> None:
+    payload = make_c1(60_000_000)
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("big", payload=payload), timeout=30)
+    result = stub.AwaitProof(pb.AwaitProofRequest(job_id="big"), timeout=30)
+    assert result.status == Status.COMPLETED, result.error_message
+
+
+def test_status_http(tmp_path: Path, sim_factory: Callable[..., SimProcess]) -> None:
+    port = free_tcp_port()
+    sim = sim_factory(config=porep_config(tmp_path, status_port=port), time_scale=200)
+    sim.stub().SubmitProof(submit_request("h"), timeout=5)  # ~1.5 s: still live below
+    sim.stub().SubmitProof(submit_request("h"), timeout=5)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as reply:
+        doc = json.load(reply)
+    assert set(doc) >= {
+        "uptime_secs",
+        "memory",
+        "synthesis",
+        "pipelines",
+        "gpu_workers",
+        "counters",
+        "sim",
+    }
+    assert set(doc["memory"]) == {"total_bytes", "used_bytes", "available_bytes"}
+    assert doc["synthesis"]["max_concurrent"] == 2
+    assert set(doc["counters"]) >= {"total_completed", "total_failed", "queue_depth"}
+    assert doc["sim"]["submissions"] == {"h": 2}
+    assert doc["sim"]["release"] == "workers"
+    assert doc["sim"]["time_scale"] == 200
+    assert doc["sim"]["steady_state_proofs_per_hour"] == pytest.approx(23.684, abs=1e-3)
+    assert doc["sim"]["gpus"][0]["vram_total_bytes"] == 24 << 30
+    assert doc["sim"]["rss_simulated_bytes"] >= 44 << 30
+    live = doc["pipelines"]
+    assert live
+    assert {p["index"] for p in live[0]["partitions"]} == set(range(10))
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
+    assert err.value.code == 404
