@@ -623,7 +623,8 @@ class Lifecycle:
 
     async def _step_down(self, cause: str) -> None:
         assert self.plan is not None
-        result = step_down(self.plan, cause, self._memory_policy)
+        running = self.keeper.values.partition_workers if self.keeper is not None else None
+        result = step_down(self.plan, cause, self._memory_policy, running_workers=running)
         if isinstance(result, GiveUpOOM):
             raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"out of memory: {result.reason}")
         self.progress.step_downs += 1
@@ -636,9 +637,13 @@ class Lifecycle:
         await self._adopt(result)
         self._trouble.clear()
         self.watch.acknowledge()
-        if self.progress.phase == "run" and self.keeper is not None:
-            self.keeper.restart_with(self._values(result.full_workers))
-            await self._daemon_ready()
+        if self.keeper is not None:
+            # A new plan is a new configuration: its failures are counted afresh (the OOM kills
+            # that led here belong to the step-down policy, not to the crash-loop verdict).
+            self.keeper.forget_failures()
+            if self.progress.phase == "run":
+                self.keeper.restart_with(self._values(result.full_workers))
+                await self._daemon_ready()
 
     # --- manager --------------------------------------------------------------------------
 

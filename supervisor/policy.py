@@ -826,18 +826,27 @@ def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanR
     return _build_plan(inputs, limit, rule, workers, workers_reason, policy, tuple(notes))
 
 
-def step_down(plan: WorkerPlan, cause: str, policy: MemoryPolicy) -> WorkerPlan | GiveUpOOM:
+def step_down(
+    plan: WorkerPlan, cause: str, policy: MemoryPolicy, running_workers: int | None = None
+) -> WorkerPlan | GiveUpOOM:
     """The plan after an OOM kill or a critical memory event: ``step_down_by`` fewer workers
-    (at least 1), derived values recomputed, the cause recorded. At 1 worker: ``GiveUpOOM``."""
+    (at least 1), derived values recomputed, the cause recorded. At 1 worker: ``GiveUpOOM``.
+
+    ``running_workers`` is what the daemon ran when memory ran out (the warmup runs fewer than
+    the plan): stepping down from the plan's full count would only repeat the same OOM, so the
+    step is taken from the lower of the two."""
     history = (*plan.step_downs, cause)
-    if plan.full_workers <= 1:
+    current = plan.full_workers
+    if running_workers is not None:
+        current = max(1, min(current, running_workers))
+    if current <= 1:
         return GiveUpOOM(
             reason=f"out of memory at 1 partition worker, nothing left to step down to: {cause}",
             cause=cause,
             step_downs=history,
         )
-    workers = max(1, plan.full_workers - policy.step_down_by)
-    reason = f"stepped down from {plan.full_workers} to {workers} after: {cause}"
+    workers = max(1, current - policy.step_down_by)
+    reason = f"stepped down from {current} to {workers} after: {cause}"
     return _build_plan(
         plan.inputs, plan.limit, plan.rule, workers, reason, policy, plan.notes, history
     )

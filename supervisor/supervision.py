@@ -170,6 +170,10 @@ class DaemonKeeper:
             return None
         return result
 
+    def forget_failures(self) -> None:
+        """Start the crash-loop count afresh (after a deliberate change of configuration)."""
+        self.history = RestartHistory()
+
     def restart_with(self, values: DaemonConfigValues) -> None:
         """Stop the running daemon and start it again with new config values (e.g. fewer
         workers after an OOM risk). Not counted as a failure."""

@@ -5,6 +5,7 @@ Settings go in as ``CUZK_SUPERVISOR_*`` variables, as an operator's container wo
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def lifecycle_env(
         "run_dir": tmp_path / "run",
         "log_dir": tmp_path / "log",
         "daemon_binary": sys.executable,
-        "daemon_args": " ".join(daemon_args),
+        "daemon_args": shlex.join(daemon_args),
         "daemon_status_listen": f"127.0.0.1:{free_tcp_port()}",
         "daemon_param_cache": tmp_path / "params",
         "daemon_startup_deadline_s": 30,

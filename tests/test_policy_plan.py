@@ -486,3 +486,15 @@ def test_summary_is_one_line_for_the_log():
     line = plan(384, gpu_vram_total_bytes=gpu_ok).summary()
     assert line.startswith("10 partition workers (warmup 2), total_budget 210GiB, 1 GPU(s): ")
     assert "\n" not in line
+
+
+def test_step_down_starts_from_the_workers_that_ran_out_of_memory():
+    from supervisor.policy import GiveUpOOM, MemoryPolicy, PlanInputs, plan_workers, step_down
+
+    policy = MemoryPolicy()
+    plan = plan_workers(PlanInputs(host_total_bytes=512 * 2**30), policy)
+    assert plan.full_workers == 12
+    # OOM during the warmup at 2 workers: 11 would only fail again; the next plan is 1.
+    stepped = step_down(plan, "oom in warmup", policy, running_workers=2)
+    assert stepped.full_workers == 1
+    assert isinstance(step_down(stepped, "again", policy, running_workers=1), GiveUpOOM)

@@ -1,0 +1,360 @@
+"""The fault matrix: each row injects one fault into the simulated daemon, the simulated manager,
+the machine or the supervisor, runs the lifecycle in scaled time, and checks the declared outcome:
+completed, or stopped with a named reason reported to the manager. After every row: no duplicate
+manager report, no orphan or zombie process, a valid state file, the right exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from daemonhelpers import Supervisor, processes_mentioning
+from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
+from managerhelpers import ManagerProcess
+from simhelpers import free_tcp_port, poll_until
+
+from supervisor import exitcodes
+from supervisor.state import StateStore
+
+pytestmark = pytest.mark.slow
+
+SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+@dataclass
+class Ctx:
+    """What a row's setup and action get: the test's folder, manager, env and current run."""
+
+    tmp: Path
+    manager: ManagerProcess
+    env: dict[str, str]
+    run: Supervisor | None = None
+    runs: list[Supervisor] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def start(self) -> Supervisor:
+        self.run = start_run(self.env)
+        self.runs.append(self.run)
+        return self.run
+
+    def wait_phase(self, phase: str, timeout: float = 60) -> None:
+        assert self.run is not None
+        run = self.run
+        poll_until(lambda: phase in run.phases() or run.proc.poll() is not None, timeout,
+                   what=f"phase {phase}")  # fmt: skip
+        assert phase in run.phases(), f"the run ended before {phase}: {run.proc.returncode}"
+
+    def daemon_pid(self) -> int:
+        assert self.run is not None
+        spawned = self.run.named("daemon.spawned")
+        assert spawned, "no daemon spawned"
+        return int(spawned[-1]["pid"])
+
+
+Action = Callable[[Ctx], int]
+
+
+def finish(ctx: Ctx, timeout: float = 90) -> int:
+    assert ctx.run is not None
+    try:
+        return ctx.run.wait(timeout)
+    finally:
+        ctx.run.kill()
+
+
+def signal_at(phase: str, signum: int = signal.SIGTERM) -> Action:
+    def act(ctx: Ctx) -> int:
+        ctx.start()
+        ctx.wait_phase(phase)
+        assert ctx.run is not None
+        ctx.run.signal(signum)
+        return finish(ctx)
+
+    return act
+
+
+def sigkill_then_resume(phase: str) -> Action:
+    def act(ctx: Ctx) -> int:
+        ctx.start()
+        ctx.wait_phase(phase)
+        assert ctx.run is not None
+        ctx.run.signal(signal.SIGKILL)
+        ctx.run.wait(10)
+        ctx.start()
+        return finish(ctx)
+
+    return act
+
+
+def kill_daemon_at(phase: str, then_stop: bool = False) -> Action:
+    def act(ctx: Ctx) -> int:
+        run = ctx.start()
+        ctx.wait_phase(phase)
+        first = ctx.daemon_pid()
+        os.kill(first, signal.SIGKILL)
+        if then_stop:
+            poll_until(lambda: len(run.named("daemon.ready")) >= 3, 30, what="daemon restarted")
+            run.signal(signal.SIGTERM)
+        return finish(ctx)
+
+    return act
+
+
+def kill_instance_in_run(ctx: Ctx) -> int:
+    run = ctx.start()
+    ctx.wait_phase("run")
+    uuid = run.named("manager.registered")[0]["uuid"]
+    ctx.manager.kill_instance(uuid, "fault matrix")
+    return finish(ctx)
+
+
+def plain_run(ctx: Ctx) -> int:
+    ctx.start()
+    return finish(ctx, timeout=150)
+
+
+def stop_after_hang(ctx: Ctx) -> int:
+    run = ctx.start()
+    ctx.wait_phase("run")
+    poll_until(lambda: run.named("daemon.unresponsive"), 30, what="hung daemon killed")
+    poll_until(lambda: len(run.named("daemon.ready")) >= 3, 30, what="daemon restarted")
+    run.signal(signal.SIGTERM)
+    return finish(ctx)
+
+
+# --- setups (before the run) ----------------------------------------------------------------
+
+
+def fake_cgroup(ctx: Ctx) -> None:
+    """A cgroup-like folder: the sim's OOM switch bumps its oom_kill counter, which the
+    supervisor reads as the kernel's (the real-kernel version is tests/test_oom_cgroup.py)."""
+    folder = ctx.tmp / "cgroup"
+    folder.mkdir()
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    args = ctx.env["CUZK_SUPERVISOR_DAEMON_ARGS"]
+    ctx.env["CUZK_SUPERVISOR_DAEMON_ARGS"] = f"{args} --cgroup-dir {folder}"
+    ctx.env["CUZK_SUPERVISOR_CGROUP_ROOT"] = str(folder)
+
+
+def corrupt_state(ctx: Ctx) -> None:
+    state = ctx.tmp / "state"
+    state.mkdir(parents=True)
+    (state / "state.json").write_text("{not json")
+
+
+def state_dir_unwritable(ctx: Ctx) -> None:
+    blocker = ctx.tmp / "blocker"
+    blocker.write_text("a file where a folder should be")
+    ctx.env["CUZK_SUPERVISOR_STATE_DIR"] = str(blocker / "state")
+
+
+def state_disk_full(ctx: Ctx) -> None:
+    folder = ctx.tmp / "tiny"
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=False,
+        capture_output=True,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    ctx.notes["unmount"] = folder
+    with contextlib.suppress(OSError), (folder / "filler").open("wb") as filler:
+        filler.write(b"\0" * (1 << 20))
+    ctx.env["CUZK_SUPERVISOR_STATE_DIR"] = str(folder / "state")
+
+
+def address_taken(ctx: Ctx) -> None:
+    port = free_tcp_port()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    ctx.notes["holder"] = holder
+    ctx.env["CUZK_SUPERVISOR_DAEMON_LISTEN"] = f"127.0.0.1:{port}"
+
+
+# --- the rows -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    exit: int
+    action: Action = plain_run
+    sim_faults: tuple[str, ...] = ()
+    manager_args: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+    setup: Callable[[Ctx], None] | None = None
+    reason: str = ""  # in the instance's logs (and bench-done rate 0) when it stopped
+    events: tuple[str, ...] = ()  # events the run must have logged
+    state_file: bool = True  # a valid state file must exist afterwards
+    rate_zero: bool = False  # it stopped before a real rate: bench-done says 0
+
+
+FAST = {"daemon_liveness_interval_s": 0.5, "daemon_liveness_timeout_s": 0.5}
+
+ROWS = [
+    Row("drop-once-mid-await", 0, sim_faults=("drop,times=1",)),
+    Row("drop-every-partition", 0, sim_faults=("drop,times=0",)),
+    Row("first-proof-slower-than-any-deadline", 0,
+        settings={"await_deadline_s": 0.1, "submit_deadline_s": 2},
+        events=("proof.await_retry",)),
+    Row("settle-slow-after-restart", 0, settings={"await_deadline_s": 0.1},
+        events=("settle.done", "proof.await_retry")),
+    Row("sigkill-daemon-in-bench", 0, action=kill_daemon_at("bench"),
+        events=("daemon.restart_scheduled",)),
+    Row("sigkill-daemon-in-run", SIGTERM_EXIT, action=kill_daemon_at("run", then_stop=True),
+        settings={"exit_after_run": False}),
+    Row("sigkill-daemon-with-oom-kill-bump", 0, setup=fake_cgroup, settings={"workers": 3},
+        sim_faults=("oom:85,times=1",), events=("plan.step_down",)),
+    Row("out-of-memory-at-one-worker", exitcodes.OUT_OF_MEMORY, setup=fake_cgroup,
+        sim_faults=("oom:50,times=0",), reason="out of memory", events=("plan.step_down",),
+        rate_zero=True),
+    Row("daemon-hang-liveness-restart", SIGTERM_EXIT, action=stop_after_hang,
+        sim_faults=("hang,after_s=4",), settings={**FAST, "exit_after_run": False},
+        events=("daemon.unresponsive",)),
+    Row("never-ready", exitcodes.DAEMON_FAILED_TO_START, sim_faults=("never-ready",),
+        settings={"daemon_startup_deadline_s": 2}, reason="never ready", rate_zero=True),
+    Row("binary-missing", exitcodes.DAEMON_FAILED_TO_START,
+        settings={"daemon_binary": "/nonexistent/cuzk"}, reason="not found", rate_zero=True),
+    Row("address-in-use", exitcodes.DAEMON_FAILED_TO_START, setup=address_taken,
+        reason="address in use", rate_zero=True),
+    Row("failed-proof-once", 0, sim_faults=("fail:simulated GPU error,times=1",),
+        events=("proof.attempt_failed",)),
+    Row("failed-proof-always", exitcodes.BENCH_FAILED,
+        sim_faults=("fail:simulated GPU error,times=0",), reason="simulated GPU error",
+        rate_zero=True),
+    Row("crash-loop", exitcodes.DAEMON_CRASH_LOOP, sim_faults=("exit:3",),
+        settings={"crash_loop_failures": 3}, reason="crash loop", rate_zero=True),
+    Row("manager-refusing-connections", 0, manager_args=("--refuse-for", "3")),
+    Row("manager-5xx-storm", 0, manager_args=("--fail-rate", "0.5", "--seed", "3")),
+    Row("manager-slow-5s", 0, manager_args=("--latency", "5"),
+        settings={"manager_read_timeout_s": 15}),
+    Row("manager-passed-false", exitcodes.BENCH_FAILED, settings={"min_rate": 1e6},
+        reason="below min_rate"),
+    Row("manager-404-killed", exitcodes.INSTANCE_GONE, action=kill_instance_in_run,
+        settings={"exit_after_run": False, "status_interval_s": 0.5}),
+    *(
+        Row(f"sigterm-in-{phase}", SIGTERM_EXIT, action=signal_at(phase),
+            settings={"exit_after_run": False}, manager_args=manager_args)
+        for phase, manager_args in (
+            ("register", ("--latency", "2")),
+            ("params", ()), ("warmup", ()), ("restart", ()), ("settle", ()), ("bench", ()),
+            ("run", ()),
+        )
+    ),
+    *(
+        Row(f"sigkill-supervisor-in-{phase}-then-resume", 0, action=sigkill_then_resume(phase))
+        for phase in ("params", "warmup", "restart", "settle", "bench", "report")
+    ),
+    Row("corrupted-state-file", 0, setup=corrupt_state, events=("state.corrupt",)),
+    Row("state-folder-not-writable", exitcodes.STATE_UNWRITABLE, setup=state_dir_unwritable,
+        state_file=False),
+    Row("state-disk-full", exitcodes.STATE_UNWRITABLE, setup=state_disk_full, state_file=False),
+    Row("nvml-missing", 0, settings={"gpu_probe": "nvml"},
+        events=("gpu watching disabled: NVML unavailable",)),
+    Row("daemon-stdout-flood", 0, sim_faults=("flood:20000",)),
+    Row("fetch-command-failing", exitcodes.PARAMS_FAILED,
+        settings={"params_fetch_command": "echo 'mirror says 503'; exit 3"},
+        reason="code 3", rate_zero=True),
+    Row("fetch-command-hanging", exitcodes.PARAMS_FAILED,
+        settings={"params_fetch_command": "sleep 600", "params_timeout_s": 1},
+        reason="still running after 1 s", rate_zero=True),
+]  # fmt: skip
+
+
+@pytest.fixture
+def ctx(tmp_path: Path):
+    mgr: ManagerProcess | None = None
+    context: Ctx | None = None
+
+    def make(row: Row) -> Ctx:
+        nonlocal mgr, context
+        mgr = ManagerProcess.start(tmp_path / "manager.db", "--check-interval", "1",
+                                   *row.manager_args)  # fmt: skip
+        settings = {"exit_after_run": True, "bench_count": 4, **row.settings}
+        settings = {k: ("true" if v is True else "false" if v is False else v)
+                    for k, v in settings.items()}  # fmt: skip
+        env = lifecycle_env(tmp_path, mgr.url, sim_faults=row.sim_faults, **settings)
+        context = Ctx(tmp_path, mgr, env)
+        if row.setup is not None:
+            row.setup(context)
+        return context
+
+    yield make
+    if context is not None:
+        for run in context.runs:
+            run.kill()
+        holder = context.notes.get("holder")
+        if holder is not None:
+            holder.close()
+        folder = context.notes.get("unmount")
+        if folder is not None:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+    if mgr is not None:
+        mgr.kill()
+
+
+def _leftovers(tmp: Path, manager: ManagerProcess) -> list[str]:
+    found = [
+        f"{p.pid} {' '.join(p.cmdline())[:120]}"
+        for p in processes_mentioning(str(tmp))
+        if p.pid != manager.proc.pid
+    ]
+    zombies = [
+        f"zombie {c.pid}" for c in psutil.Process().children() if c.status() == "zombie"
+        and c.pid != manager.proc.pid
+    ]  # fmt: skip
+    return found + zombies
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_fault_row(row: Row, ctx) -> None:
+    context = ctx(row)
+    code = row.action(context)
+    mgr = context.manager
+    assert code == row.exit, _story(context)
+    # No duplicate report, whatever happened (/running is also the run phase's repeated,
+    # idempotent liveness ping, so it may come more than once).
+    for path in ("/param-done", "/bench-done"):
+        assert len(reports(mgr, path)) <= 1, f"{path} acknowledged twice"
+    # Nothing we started is left running, and no zombie.
+    poll_until(lambda: not _leftovers(context.tmp, mgr), 10, what="no leftover processes")
+    if row.state_file:
+        loaded = StateStore(Path(context.env["CUZK_SUPERVISOR_STATE_DIR"]) / "state.json")
+        assert loaded.load_detailed().status == "loaded"
+    for event in row.events:
+        assert any(run.named(event) for run in context.runs), f"no {event} event"
+    if row.exit == 0:
+        assert len(reports(mgr, "/bench-done")) == 1
+        assert mgr.instances()[0]["state"] == "running"
+    if row.reason:
+        (instance,) = mgr.status()
+        logs = mgr.get(f"/api/instance-logs/{instance['uuid']}").json()
+        assert any(row.reason in line["text"] for line in logs), _story(context)
+    if row.rate_zero:
+        (bench,) = reports(mgr, "/bench-done")
+        assert bench["json"]["rate"] == 0
+    if "resume" in row.name:
+        # Killed before the params were done, it fetches again; after, never.
+        assert fetch_runs(context.tmp) == (2 if "-in-params-" in row.name else 1)
+        uuids = {run.named("manager.registered")[0]["uuid"] for run in context.runs}
+        assert len(uuids) == 1
+
+
+def _story(context: Ctx) -> str:
+    lines = []
+    for run in context.runs:
+        for event in run.events:
+            if event.get("level") in ("warning", "error") or event.get("event") == "phase.entered":
+                lines.append(f"{event.get('event')}: {event.get('reason') or event.get('phase')}")
+        lines.extend(run.plain_lines[-5:])
+    return "\n".join(lines[-40:])
