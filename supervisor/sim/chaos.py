@@ -33,6 +33,24 @@ class HangGate:
             await asyncio.get_running_loop().create_future()  # never resolved
 
 
+def _claim(marker: str) -> bool:
+    """Create ``marker`` if it does not exist; True when this call created it."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
+def write_memory_current(cgroup_dir: Path, real_bytes: int) -> None:
+    """Keep ``memory.current`` of a cgroup-like folder at what the simulated allocations really
+    take, so a supervisor pointed at the folder watches them grow toward its ``memory.max``."""
+    path = cgroup_dir / "memory.current"
+    tmp = cgroup_dir / f".memory.current.{os.getpid()}.tmp"
+    tmp.write_text(f"{real_bytes}\n")
+    os.replace(tmp, path)
+
+
 def bump_oom_events(cgroup_dir: Path) -> None:
     """Add 1 to ``oom`` and ``oom_kill`` in ``memory.events`` (created with the standard keys
     at 0 if missing), written atomically as the kernel's file would appear to a reader."""
@@ -143,6 +161,7 @@ class FaultController:
         self._cgroup_dir = cgroup_dir
         self._started = 0.0
         self._floods: list[Flooder] = []
+        self.gpu_faults: dict[int, str] = {}  # GPU index -> the error /status reports for it
 
     def start_clock(self) -> None:
         """Start counting ``after_s`` now, and wake up at each ``after_s`` deadline."""
@@ -161,6 +180,8 @@ class FaultController:
         fired = []
         for i, spec in enumerate(self.specs):
             if is_due(spec, self._fired[i], cp):
+                if spec.once is not None and not _claim(spec.once):
+                    continue  # already fired in an earlier life of the daemon
                 self._fired[i] += 1
                 fired.append(spec)
                 self._log.warn(
@@ -188,6 +209,10 @@ class FaultController:
             flooder.start()
         elif kind == "ignore-sigterm":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        elif kind == "gpu-fault":
+            index = int(spec.number)
+            self.gpu_faults[index] = "NVMLError_GpuIsLost: GPU is lost (simulated)"
+            self._log.error(TARGET, "GPU fell off the bus", gpu=index)
         elif kind == "fork-grandchild":
             pid = spawn_grandchild(spec.number)
             self._log.error(TARGET, "forked a grandchild, exiting", pid=pid, sleep_s=spec.number)

@@ -22,7 +22,7 @@ import grpc
 
 from supervisor.address import Address, parse_address
 from supervisor.errors import UsageError
-from supervisor.sim import logfmt, model, reports
+from supervisor.sim import chaos, logfmt, model, reports
 from supervisor.sim.chaos import FaultController, HangGate
 from supervisor.sim.config import DEFAULT_CONFIG, ConfigError, SimConfig, load_config
 from supervisor.sim.engine import Engine
@@ -111,7 +111,9 @@ class SimDaemon:
         gpus = args.gpus
         if cfg.devices:
             gpus = len([d for d in cfg.devices if 0 <= d < args.gpus])
-        self.memory = Memory(args.memory_scale, on_grow=self._on_memory_grow)
+        self.memory = Memory(
+            args.memory_scale, on_grow=self._on_memory_grow, on_change=self._on_memory_change
+        )
         self.faults = FaultController(
             faults,
             log,
@@ -138,6 +140,10 @@ class SimDaemon:
         if isinstance(key, tuple) and key[0] == "partition":
             partition = key[1].index
         self.faults.check("memory", partition=partition, memory_gib=total_gib)
+
+    def _on_memory_change(self, real_bytes: int) -> None:
+        if self.args.cgroup_dir is not None:
+            chaos.write_memory_current(self.args.cgroup_dir, real_bytes)
 
     def _on_sigint(self) -> None:
         # The real daemon's ctrl-c handler stops the engine but never the gRPC server, so the
@@ -188,7 +194,11 @@ class SimDaemon:
         try:
             await start_status_server(
                 address,
-                lambda: reports.status_document(self.engine, memory_scale=self.args.memory_scale),
+                lambda: reports.status_document(
+                    self.engine,
+                    memory_scale=self.args.memory_scale,
+                    gpu_faults=self.faults.gpu_faults,
+                ),
                 self.gate,
             )
         except OSError as exc:

@@ -34,12 +34,13 @@ POINTS: dict[str, frozenset[Point]] = {
     "fork-grandchild": _PROCESS_POINTS,
     "oom": frozenset({"memory"}),
     "fail": frozenset({"partition", "finishing"}),
+    "gpu-fault": _PROCESS_POINTS,
     "never-ready": frozenset({"bind"}),
     "addr-in-use": frozenset({"bind"}),
 }
-_ARG_REQUIRED = {"exit", "oom", "flood", "fork-grandchild"}
+_ARG_REQUIRED = {"exit", "oom", "flood", "fork-grandchild", "gpu-fault"}
 _NO_ARG = {"drop", "hang", "never-ready", "addr-in-use", "ignore-sigterm"}
-_TRIGGERS = ("after_proofs", "after_s", "at_partition", "times")
+_TRIGGERS = ("after_proofs", "after_s", "at_partition", "times", "once")
 DEFAULT_FAIL_MESSAGE = "simulated proving failure"
 
 
@@ -55,6 +56,9 @@ class FaultSpec:
     after_s: float | None = None
     at_partition: int | None = None
     times: int = 1
+    once: str | None = None
+    """A marker file: the fault fires only if it does not exist, and creates it when it fires,
+    so it fires once across restarts of the daemon (a one-off crash, not a crash loop)."""
     text: str = ""
 
     @property
@@ -108,12 +112,18 @@ def parse_fault(text: str) -> FaultSpec:
     if kind in _ARG_REQUIRED:
         if not arg_value:
             raise FaultSpecError(f"fault {kind!r} needs an argument ({kind}:VALUE)")
-        _number(kind, "argument", arg_value, integer=kind in {"exit", "flood"})
+        _number(kind, "argument", arg_value, integer=kind in {"exit", "flood", "gpu-fault"})
     if kind in _NO_ARG and arg_value:
         raise FaultSpecError(f"fault {kind!r} takes no argument")
     fields: dict[str, float] = {}
+    once: str | None = None
     for opt in options:
         key, value = (s.strip() for s in opt.split("=", 1))
+        if key == "once":
+            if not value.startswith("/"):
+                raise FaultSpecError(f"fault {kind!r}: once= needs an absolute path")
+            once = value
+            continue
         fields[key] = _number(kind, key, value, integer=key != "after_s")
     return FaultSpec(
         kind=kind,
@@ -122,6 +132,7 @@ def parse_fault(text: str) -> FaultSpec:
         after_s=fields.get("after_s"),
         at_partition=int(fields["at_partition"]) if "at_partition" in fields else None,
         times=int(fields.get("times", 1)),
+        once=once,
         text=raw,
     )
 

@@ -29,10 +29,14 @@ class Memory:
     """Named allocations in simulated GiB; ``scale`` real MiB are allocated per simulated GiB."""
 
     def __init__(
-        self, scale_mib_per_gib: float, on_grow: Callable[[object, float], None] | None = None
+        self,
+        scale_mib_per_gib: float,
+        on_grow: Callable[[object, float], None] | None = None,
+        on_change: Callable[[int], None] | None = None,
     ) -> None:
         self.scale = scale_mib_per_gib
         self._on_grow = on_grow
+        self._on_change = on_change  # called with the real bytes held after every change
         self._held: dict[Hashable, tuple[float, mmap.mmap | None]] = {}
 
     @property
@@ -51,6 +55,7 @@ class Memory:
         self.free(key)
         real = int(gib * self.scale * MIB)
         self._held[key] = (gib, _touched_mapping(real) if real > 0 else None)
+        self._changed()
         if self._on_grow is not None:
             self._on_grow(key, self.simulated_gib)
 
@@ -59,4 +64,9 @@ class Memory:
         gib, buf = self._held.pop(key, (0.0, None))
         if buf is not None:
             buf.close()
+            self._changed()
         return gib
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(int(self.simulated_gib * self.scale * MIB))

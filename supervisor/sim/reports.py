@@ -6,6 +6,7 @@ Every duration the daemon reports (uptime, ``*_ms``) is simulated time, as the d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from supervisor.proto import proving_pb2 as pb
@@ -153,7 +154,9 @@ def metrics_text(engine: Engine) -> str:
     return "\n".join(lines) + "\n"
 
 
-def status_document(engine: Engine, *, memory_scale: float) -> dict[str, Any]:
+def status_document(
+    engine: Engine, *, memory_scale: float, gpu_faults: Mapping[int, str] | None = None
+) -> dict[str, Any]:
     """``GET /status``: the real daemon's JSON plus a ``sim`` object."""
     live = engine.live_jobs()
     used = engine.memory.simulated_bytes
@@ -214,6 +217,7 @@ def status_document(engine: Engine, *, memory_scale: float) -> dict[str, Any]:
                     "name": GPU_NAME,
                     "vram_total_bytes": model.gib_bytes(model.GPU_VRAM_GIB),
                     "vram_used_bytes": _vram_used(engine),
+                    **({"fault": gpu_faults[gpu]} if gpu_faults and gpu in gpu_faults else {}),
                 }
                 for gpu in range(engine.gpus)
             ],
