@@ -56,10 +56,10 @@ class FaultSpec:
     after_s: float | None = None
     at_partition: int | None = None
     times: int = 1
+    text: str = ""
     once: str | None = None
     """A marker file: the fault fires only if it does not exist, and creates it when it fires,
     so it fires once across restarts of the daemon (a one-off crash, not a crash loop)."""
-    text: str = ""
 
     @property
     def number(self) -> float:
