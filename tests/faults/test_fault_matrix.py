@@ -134,6 +134,13 @@ def stop_after_hang(ctx: Ctx) -> int:
 # --- setups (before the run) ----------------------------------------------------------------
 
 
+def fake_cgroup_limited(ctx: Ctx) -> None:
+    """The fake cgroup with a memory.max the planned workers will outgrow; the sim keeps its
+    memory.current at the real bytes it allocates."""
+    fake_cgroup(ctx)
+    (ctx.tmp / "cgroup" / "memory.max").write_text(f"{140 * 2**20}\n")
+
+
 def fake_cgroup(ctx: Ctx) -> None:
     """A cgroup-like folder: the sim's OOM switch bumps its oom_kill counter, which the
     supervisor reads as the kernel's (the real-kernel version is tests/test_oom_cgroup.py)."""
@@ -209,6 +216,14 @@ ROWS = [
         events=("proof.await_retry",)),
     Row("settle-slow-after-restart", 0, settings={"await_deadline_s": 0.1},
         events=("settle.done", "proof.await_retry")),
+    Row("daemon-crash-during-warmup", 0, sim_faults=("exit:3,at_partition=3,once={tmp}/m",),
+        events=("daemon.restart_scheduled",)),
+    Row("daemon-crash-during-bench", 0, sim_faults=("exit:3,after_proofs=2,once={tmp}/m",),
+        events=("daemon.restart_scheduled",)),
+    Row("memory-growth-proactive-step-down", 0, setup=fake_cgroup_limited,
+        settings={"workers": 5}, events=("memory.risk_critical", "plan.step_down")),
+    Row("gpu-fault-mid-run", 0, settings={"gpu_probe": "sim"},
+        sim_faults=("gpu-fault:0,after_proofs=1",), events=("gpu.fault",)),
     Row("sigkill-daemon-in-bench", 0, action=kill_daemon_at("bench"),
         events=("daemon.restart_scheduled",)),
     Row("sigkill-daemon-in-run", SIGTERM_EXIT, action=kill_daemon_at("run", then_stop=True),
@@ -219,7 +234,7 @@ ROWS = [
         sim_faults=("oom:50,times=0",), reason="out of memory", events=("plan.step_down",),
         rate_zero=True),
     Row("daemon-hang-liveness-restart", SIGTERM_EXIT, action=stop_after_hang,
-        sim_faults=("hang,after_s=4",), settings={**FAST, "exit_after_run": False},
+        sim_faults=("hang,after_s=4,once={tmp}/m",), settings={**FAST, "exit_after_run": False},
         events=("daemon.unresponsive",)),
     Row("never-ready", exitcodes.DAEMON_FAILED_TO_START, sim_faults=("never-ready",),
         settings={"daemon_startup_deadline_s": 2}, reason="never ready", rate_zero=True),
@@ -283,7 +298,8 @@ def ctx(tmp_path: Path):
         settings = {"exit_after_run": True, "bench_count": 4, **row.settings}
         settings = {k: ("true" if v is True else "false" if v is False else v)
                     for k, v in settings.items()}  # fmt: skip
-        env = lifecycle_env(tmp_path, mgr.url, sim_faults=row.sim_faults, **settings)
+        faults = tuple(f.replace("{tmp}", str(tmp_path)) for f in row.sim_faults)
+        env = lifecycle_env(tmp_path, mgr.url, sim_faults=faults, **settings)
         context = Ctx(tmp_path, mgr, env)
         if row.setup is not None:
             row.setup(context)
