@@ -21,6 +21,7 @@ The rules (DESIGN.md principles 4 and 5, incidents I1 and I3):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -55,6 +56,34 @@ MAX_MESSAGE_BYTES = 256 * MIB
 MIN_READY_POLL_INTERVAL_S = 0.25
 # grpc-core's message when a call failed because the channel could not connect: nothing was sent.
 _CONNECT_FAILURE_MARK = "failed to connect to all addresses"
+
+
+LISTEN_PROBE_INTERVAL_S = 0.025
+
+
+async def _until_listening(address: Address, budget_s: float) -> bool:
+    """True once a plain connect to ``address`` succeeds; False when ``budget_s`` has passed."""
+    end = time.monotonic() + max(0.0, budget_s)
+    while True:
+        try:
+            if address.path is not None:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_unix_connection(str(address.path)), LISTEN_PROBE_INTERVAL_S * 4
+                )
+            else:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(address.host, address.port),
+                    LISTEN_PROBE_INTERVAL_S * 4,
+                )
+        except (OSError, TimeoutError):
+            if time.monotonic() >= end:
+                return False
+            await asyncio.sleep(LISTEN_PROBE_INTERVAL_S)
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
 
 
 def channel_options() -> list[tuple[str, int]]:
@@ -101,7 +130,7 @@ class ProvingTimeouts:
     call_deadline_s: float = 10.0
     """Deadline of a short call: GetStatus (the daemon runs nvidia-smi for it), GetMetrics."""
 
-    ready_poll_interval_s: float = 0.5
+    ready_poll_interval_s: float = 0.25
     """Least time between two GetStatus calls while waiting for readiness (at least 0.25 s)."""
 
     ready_poll_max_s: float = 0.5
@@ -494,10 +523,19 @@ class ProvingClient:
         async def once() -> pb.GetStatusResponse:
             nonlocal calls
             remaining = deadline - (time.monotonic() - started)
+            # Wait for the port with plain connects (cheap; no nvidia-smi behind them), so the
+            # first GetStatus goes out as soon as something listens.
+            if not await _until_listening(self.address, remaining):
+                raise DaemonNotReady(
+                    self.address, time.monotonic() - started, calls, "nothing listening there"
+                )
+            remaining = deadline - (time.monotonic() - started)
             calls += 1
             response: pb.GetStatusResponse = await self.stub.GetStatus(
                 pb.GetStatusRequest(),
                 timeout=max(min(self.timeouts.call_deadline_s, remaining), 0.001),
+                # A channel still in reconnect backoff waits to connect instead of failing.
+                wait_for_ready=True,
             )
             return response
 

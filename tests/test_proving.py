@@ -270,7 +270,7 @@ async def test_wait_ready_against_nothing_fails_after_its_deadline_naming_the_ad
             await client.wait_ready(deadline)
     elapsed = time.monotonic() - started
     assert str(address) in str(caught.value)
-    assert "UNAVAILABLE" in str(caught.value)
+    assert "nothing listening" in str(caught.value)
     assert deadline - FAST.ready_poll_max_s <= elapsed <= deadline + 1.0
 
 
