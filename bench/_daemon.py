@@ -118,8 +118,8 @@ def _readiness_rows(
         f"readiness: {len(latencies)} starts; samples (ms) "
         + ", ".join(f"{v:.0f}" for v in latencies)
         + f"; spawn -> ready (startup_s) median {median(startup):.3f} s; GetStatus calls per"
-        f" start {sorted(set(calls))}; the supervisor polls"
-        " GetStatus every ready_poll_interval_s (0.5 s, not a setting) while starting"
+        f" start {sorted(set(calls))}; the supervisor waits for the port with plain"
+        " connects every 25 ms, then calls GetStatus"
     )
     return [
         at_most(f"{name} of {len(latencies)}", median(latencies), "ms", READY_TARGET_MS),
