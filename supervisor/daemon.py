@@ -114,23 +114,39 @@ def _pidfile(settings: DaemonSettings) -> Path:
     return settings.config_path.with_name("cuzk.pid")
 
 
-def _reclaim_stale_daemon(settings: DaemonSettings) -> None:
-    """Stop a daemon a previous supervisor left running (it was SIGKILLed, not PID 1): it
-    would hold the port, the GPUs and the memory the new plan counts on."""
+def _stale_daemons(settings: DaemonSettings) -> list[int]:
+    """Daemons a previous supervisor left running: the one in our pidfile (if it is still that
+    process), and any process started with our config file (a SIGKILL can land between the
+    spawn and the pidfile write)."""
+    found: set[int] = set()
     path = _pidfile(settings)
     try:
         pid_text, started_text = path.read_text().split()
-        pid, started = int(pid_text), float(started_text)
-    except (OSError, ValueError):
-        return
-    try:
-        alive = abs(psutil.Process(pid).create_time() - started) < 0.01
-    except psutil.Error:
-        alive = False
-    if alive:
-        log.warning("daemon.stale_reclaimed", pid=pid, pidfile=str(path))
-        pid1.kill_tree([pid], settings.stop_grace_s)
-    path.unlink(missing_ok=True)
+        if abs(psutil.Process(int(pid_text)).create_time() - float(started_text)) < 0.01:
+            found.add(int(pid_text))
+    except (OSError, ValueError, psutil.Error):
+        pass
+    config = str(settings.config_path)
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.info["cmdline"] or []
+            ours = "--config" in cmdline and cmdline[cmdline.index("--config") + 1 :][:1] == [
+                config
+            ]
+            if ours and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.add(proc.pid)
+    found.discard(os.getpid())
+    return sorted(found)
+
+
+def _reclaim_stale_daemon(settings: DaemonSettings) -> None:
+    """Stop a daemon a previous supervisor left running (it was SIGKILLed, not PID 1): it
+    would hold the port, the GPUs and the memory the new plan counts on."""
+    stale = _stale_daemons(settings)
+    if stale:
+        log.warning("daemon.stale_reclaimed", pids=stale, config=str(settings.config_path))
+        pid1.kill_tree(stale, settings.stop_grace_s)
+    _pidfile(settings).unlink(missing_ok=True)
 
 
 def _write_pidfile(settings: DaemonSettings, pid: int) -> None:

@@ -378,3 +378,26 @@ def test_hung_daemon_is_killed_after_missed_liveness_probes_and_restarted(tmp_pa
         assert sup.wait(15) == 128 + signal.SIGTERM
     finally:
         sup.kill()
+
+
+def test_a_daemon_left_running_without_a_pidfile_is_reclaimed(tmp_path):
+    # A supervisor SIGKILLed between spawn and pidfile leaves a daemon holding the address,
+    # known only by its --config argument.
+    listen = f"127.0.0.1:{free_tcp_port()}"
+    config = tmp_path / "run" / "cuzk.toml"
+    config.parent.mkdir(parents=True)
+    stale = subprocess.Popen(
+        [sys.executable, *sim_args(), "--config", str(config), "--listen", listen],
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    sup = Supervisor(_daemon_cmd(tmp_path, listen=listen))
+    try:
+        reclaimed = sup.wait_event("daemon.stale_reclaimed")
+        assert stale.pid in reclaimed["pids"]
+        sup.wait_event("daemon.ready")
+        assert stale.wait(5) == -signal.SIGTERM
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(15) == 128 + signal.SIGTERM
+    finally:
+        sup.kill()
+        stale.kill()
