@@ -22,36 +22,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
+from simhelpers import poll_until
 
 T = TypeVar("T")
 READY_RE = re.compile(r"sim-manager (?:listening|refusing connections) on (http://\S+)")
 LISTENING_RE = re.compile(r"sim-manager listening on (http://\S+)")
 ENV_PREFIX = "CUZK_SIM_MANAGER_"
-
-
-def poll_until(
-    check: Callable[[], T], timeout: float, interval: float = 0.02, what: str = "condition"
-) -> T:
-    """Call ``check`` until it returns something truthy (returned); AssertionError after
-    ``timeout`` seconds. Exceptions from ``check`` count as "not yet"; the last is shown."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
 
 
 class ManagerProcess:
