@@ -158,7 +158,9 @@ class Lifecycle:
         self.metrics = metrics or SupervisorMetrics()
         self.watch.add_listener(lambda a: self.metrics.memory(a.headroom_bytes, a.level))
         self._trouble = asyncio.Event()
+        self._acted = asyncio.Event()  # a step-down was carried out: watch for the next one
         self._gone = asyncio.Event()
+        self._running_sent_at = float("inf")  # the first /running report, then pings follow
         self._trouble_cause = ""
         self.plan: WorkerPlan | None = None
         self.uuid: str | None = None
@@ -215,7 +217,10 @@ class Lifecycle:
             reason = assessment.reason if assessment else "memory critical"
             if self.s.proactive_oom:
                 self._flag_trouble(f"memory critical: {reason}")
-                return
+                # Listen again once the lifecycle has stepped down and replaced the daemon.
+                await self._acted.wait()
+                self._acted.clear()
+                continue
             log.warning("memory.critical_ignored", detail="proactive_oom is off", reason=reason)
             self.watch.critical.clear()
 
@@ -464,6 +469,7 @@ class Lifecycle:
     async def _run_phase(self) -> int:
         await self._enter("run")
         await self._send(Report(kind=RUNNING, uuid=self._uuid()))
+        self._running_sent_at = time.monotonic()
         if self.s.exit_after_run:
             return exitcodes.OK
         async with asyncio.TaskGroup() as workers:
@@ -635,15 +641,20 @@ class Lifecycle:
             warmup_workers=result.warmup_workers,
         )
         await self._adopt(result)
-        self._trouble.clear()
-        self.watch.acknowledge()
         if self.keeper is not None:
             # A new plan is a new configuration: its failures are counted afresh (the OOM kills
             # that led here belong to the step-down policy, not to the crash-loop verdict).
             self.keeper.forget_failures()
-            if self.progress.phase == "run":
-                self.keeper.restart_with(self._values(result.full_workers))
-                await self._daemon_ready()
+            # Replace the daemon now, in any phase: it still holds the abandoned proof's memory
+            # (or the keeper is restarting it with the old plan after an OOM kill). Only then
+            # start the watch over, so no sample of the old daemon counts against the new plan.
+            run = self.progress.phase == "run"
+            workers = result.full_workers if run else result.warmup_workers
+            self.keeper.restart_with(self._values(workers))
+            await self._daemon_ready()
+        self._trouble.clear()
+        self.watch.acknowledge()
+        self._acted.set()
 
     # --- manager --------------------------------------------------------------------------
 
@@ -724,10 +735,12 @@ class Lifecycle:
     async def _status_loop(self) -> None:
         """A status line at a steady cadence, so a slow but healthy machine visibly is one; in
         the run phase also a repeated (idempotent) /running as the liveness ping."""
+        interval = self.s.status_interval_s
         while True:
-            await asyncio.sleep(self.s.status_interval_s)
+            await asyncio.sleep(interval)
             log.info("status", **self.status_fields())
-            if self.progress.phase == "run" and self.uuid is not None:
+            since_report = time.monotonic() - self._running_sent_at
+            if self.progress.phase == "run" and self.uuid and since_report >= interval:
                 try:
                     await self.manager.running(self.uuid, stop_s=self.s.status_interval_s)
                 except InstanceGone:
