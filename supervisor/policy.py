@@ -1124,9 +1124,12 @@ def assess_risk(
     fraction = headroom / limit_bytes
     slope = _slope(samples, policy)
     ttl = max(0, headroom) / slope if slope is not None and slope > 0 else None
-    # A trend far from the limit is a ramp (partitions start in bursts): do not act on it.
+    # A trend far from the limit is a ramp (partitions start in bursts): do not act on it. Nor
+    # on one that has stopped: after a step up to a plateau the window's slope stays positive
+    # for a while, but memory is no longer growing toward the limit.
     trusted = fraction < policy.trend_max_headroom
-    trend = ttl if trusted else None
+    rising = len(samples) >= 2 and samples[-1].used_bytes > samples[-2].used_bytes
+    trend = ttl if trusted and rising else None
     psi = last.psi_some_avg10
 
     level, why, mode = RiskLevel.OK, [], ""

@@ -422,3 +422,16 @@ def test_a_budget_note_does_not_outlive_the_step_down_that_fixes_it():
     assert plan.total_budget_gib == 70 + 14 * 8  # 182 GiB fits again
     assert not any(n.startswith("total_budget ") for n in plan.notes)
     assert any("override 14 does not fit" in n for n in plan.notes)  # still true of the input
+
+
+def test_a_step_up_to_a_plateau_is_not_a_trend_toward_the_limit():
+    from supervisor.policy import MemorySample, RiskLevel, RiskPolicy, assess_risk
+
+    limit = 100 * 2**30
+    # A burst from 60 to 88 GiB, then flat: 12% headroom (warn), not "limit in a second".
+    samples = [MemorySample(t, 60 * 2**30) for t in range(3)]
+    samples += [MemorySample(t, 88 * 2**30) for t in range(3, 8)]
+    assessment = assess_risk(samples, limit, RiskLevel.OK, RiskPolicy())
+    assert assessment.level is RiskLevel.WARN
+    growing = [*samples, MemorySample(8, 91 * 2**30), MemorySample(9, 94 * 2**30)]
+    assert assess_risk(growing, limit, RiskLevel.WARN, RiskPolicy()).level is RiskLevel.CRITICAL
