@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
@@ -32,6 +34,10 @@ def manager(tmp_path):
     yield start
     for mgr in managers:
         mgr.kill()
+    # A test that failed half-way may leave an orphaned daemon: never let it outlive the test.
+    for proc in processes_mentioning(str(tmp_path)):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def _finish(run, timeout=90):

@@ -317,6 +317,10 @@ def ctx(tmp_path: Path):
             subprocess.run(["umount", "-l", str(folder)], check=False)
     if mgr is not None:
         mgr.kill()
+    # A row that failed half-way may leave an orphaned daemon: never let it outlive the test.
+    for proc in processes_mentioning(str(tmp_path)):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def _leftovers(tmp: Path, manager: ManagerProcess) -> list[str]:
