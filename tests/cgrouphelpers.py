@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from supervisor.resources import discover_memory_cgroup
+
 MIB = 1 << 20
 _V1 = 1
 _V2 = 2
@@ -52,70 +54,13 @@ class Hierarchy:
     own: Path
 
 
-def _unescape(field: str) -> str:
-    # mountinfo writes space, tab, newline and backslash as \ooo.
-    out, i = [], 0
-    while i < len(field):
-        chunk = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(chunk) == 3 and chunk.isdigit():
-            out.append(chr(int(chunk, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
-    """(root, mount point, fstype, super options) of each mountinfo line."""
-    found = []
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields[6:]:
-            continue
-        dash = fields.index("-", 6)
-        tail = fields[dash + 1 :]
-        if len(tail) < 3:
-            continue
-        found.append((_unescape(fields[3]), _unescape(fields[4]), tail[0], set(tail[2].split(","))))
-    return found
-
-
-def _below(path: str, root: str) -> str | None:
-    """``path`` relative to ``root`` (both cgroup paths), None when it is not below it."""
-    path, root = path.rstrip("/") or "/", root.rstrip("/") or "/"
-    if root == "/":
-        return path.lstrip("/")
-    if path == root:
-        return ""
-    if path.startswith(root + "/"):
-        return path[len(root) + 1 :]
-    return None
-
-
 def find_hierarchy(pid: int | str = "self") -> Hierarchy | None:
-    """This process's memory cgroup: a v1 hierarchy with the memory controller if there is
-    one, else the unified (v2) hierarchy. None when neither is mounted."""
-    try:
-        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
-        mountinfo = Path(f"/proc/{pid}/mountinfo").read_text()
-    except OSError:
+    """This process's memory cgroup, found the way the supervisor finds it (a v1 hierarchy with
+    the memory controller if there is one, else the unified one). None when none is mounted."""
+    location = discover_memory_cgroup(pid=pid)  # type: ignore[arg-type]
+    if location is None:
         return None
-    mounts = _mounts(mountinfo)
-    lines = [line.split(":", 2) for line in cgroup.splitlines() if line.count(":") >= 2]
-    for ident, controllers, path in lines:
-        if ident != "0" and "memory" in controllers.split(","):
-            for root, point, fstype, opts in mounts:
-                rel = _below(path, root)
-                if fstype == "cgroup" and "memory" in opts and rel is not None:
-                    return Hierarchy(_V1, Path(point), Path(point) / rel)
-    for ident, controllers, path in lines:
-        if ident == "0" and not controllers:
-            for root, point, fstype, _ in mounts:
-                rel = _below(path, root)
-                if fstype == "cgroup2" and rel is not None:
-                    return Hierarchy(_V2, Path(point), Path(point) / rel)
-    return None
+    return Hierarchy(location.version, location.mount, location.dir)
 
 
 # --------------------------------------------------------------------------------------------
