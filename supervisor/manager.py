@@ -12,11 +12,13 @@ Rules (DESIGN.md principles 5 and 6, incidents I2 and I5):
   ``manager.report_skipped`` and answered with a synthetic success.
 - Reports other than register go through the :class:`Outbox`, stored in the state file: a
   report is written to disk before it is sent, and removed only after the manager acknowledged
-  it. A crash in between sends it again after the restart: delivery is at least once. That is
-  safe with the real manager: ``/param-done`` and ``/running`` are idempotent, and
-  ``/bench-done`` applied twice with the same rate gives the same verdict (the manager does not
-  check the state; a pass stays ``bench_done``, a fail is already ``killed``). A report is
-  removed right after its first 2xx, so it is sent at most once per acknowledgement.
+  it. A crash in between leaves it queued: delivery is at least once. That is safe with the
+  real manager: ``/param-done`` and ``/running`` are idempotent, and ``/bench-done`` applied
+  twice with the same rate gives the same verdict. Still, a report found queued at start is
+  first looked up in the manager's ``GET /status`` (:mod:`supervisor.reconcile`), because a
+  ``/bench-done`` sent again would revive an instance the manager killed meanwhile; only what
+  the manager has not recorded is sent again. A report is removed right after its first 2xx,
+  so it is sent at most once per acknowledgement.
 
 Retrying a POST whose answer was lost (a read timeout) may apply it twice for the same reasons
 above; that is why read timeouts are retried too.
@@ -43,6 +45,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from supervisor.reconcile import RECONCILED_KINDS, find_record, recorded_outcome
 from supervisor.state import (
     BENCH_DONE,
     OUTCOME_GONE,
@@ -464,6 +467,18 @@ class ManagerClient:
             report, outcome=OUTCOME_OK, passed=passed, finished_at=utc_now_iso()
         )
 
+    async def instance_record(
+        self, uuid: str, *, stop_s: float | None = None
+    ) -> Mapping[str, Any] | None:
+        """This instance's record in ``GET /status`` (None: not listed, or no manager)."""
+        if self._http is None:
+            return None
+        response = await self._request("status", "/status", stop_s, method="GET")
+        try:
+            return find_record(response.json(), uuid)
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+            raise ManagerBadResponse("status", response.status_code, str(exc)[:200]) from None
+
     async def push_logs(
         self, uuid: str, source: str, lines: Sequence[str], *, stop_s: float | None = None
     ) -> int:
@@ -516,9 +531,9 @@ class ManagerClient:
         return data
 
     async def _request(
-        self, call: str, path: str, stop_s: float | None, **kwargs: Any
+        self, call: str, path: str, stop_s: float | None, method: str = "POST", **kwargs: Any
     ) -> httpx.Response:
-        """POST with retries on transient failures; return a 2xx, raise otherwise."""
+        """One call with retries on transient failures; return a 2xx, raise otherwise."""
         assert self._http is not None
         http = self._http
         policy = self.retry.policy(call)
@@ -529,11 +544,12 @@ class ManagerClient:
             nonlocal attempts
             attempts += 1
             if stop_s is None:
-                response = await http.post(path, **kwargs)
+                response = await http.request(method, path, **kwargs)
             else:
                 # The caller's deadline also cuts the attempt itself, not only the retrying.
                 left = stop_s - (time.monotonic() - started)
-                response = await http.post(path, timeout=self.timeouts.as_httpx(left), **kwargs)
+                timeout = self.timeouts.as_httpx(left)
+                response = await http.request(method, path, timeout=timeout, **kwargs)
             if response.status_code >= 500:
                 raise _ServerError(response.status_code, _error_message(response))
             return response
@@ -606,6 +622,9 @@ class Outbox:
         self._keep_acked = keep_acked
         # Reports loaded from the state file are on disk already.
         self._durable: set[str] = {r.id for r in self._pending}
+        # ... and may have been applied by the manager just before the crash that left them
+        # queued: looked up in its records before they are sent again (supervisor.reconcile).
+        self._unverified: set[str] = {r.id for r in self._pending if r.kind in RECONCILED_KINDS}
         # Everything finished by this process, even once pruned from ``acked`` (a handful).
         self._finished: dict[str, Report] = {r.id: r for r in self._acked}
         self._send_lock = asyncio.Lock()
@@ -698,8 +717,12 @@ class Outbox:
         """Send the head report; record how it ended. ManagerUnavailable leaves it queued."""
         if budget_s is not None and budget_s <= 0:
             raise ManagerUnavailable(report.kind, 0, "deadline passed before sending")
+        started = time.monotonic()
         try:
-            done = await self.client.send(report, stop_s=budget_s)
+            done = await self._recorded(report, budget_s)
+            if done is None:
+                left = None if budget_s is None else budget_s - (time.monotonic() - started)
+                done = await self.client.send(report, stop_s=left)
         except InstanceGone as exc:
             done = _finished(report, OUTCOME_GONE, exc.message)
             log.warning("manager.report_gone", kind=report.kind, id=report.id, detail=exc.message)
@@ -719,6 +742,32 @@ class Outbox:
         self._finished[done.id] = done
         await self._persist()
         log.info("manager.report_done", kind=report.kind, id=report.id, outcome=done.outcome)
+        return done
+
+    async def _recorded(self, report: Report, budget_s: float | None) -> Report | None:
+        """For a report left queued by an earlier process: how the manager's records show it
+        ended (None: send it). ManagerUnavailable propagates (the report stays queued)."""
+        if report.id not in self._unverified:
+            return None
+        try:
+            record = await self.client.instance_record(report.uuid, stop_s=budget_s)
+        except ManagerRejected as exc:  # ManagerBadResponse too
+            # A manager without a usable /status: at-least-once delivery, which is safe.
+            log.warning(
+                "manager.reconcile_skipped", kind=report.kind, id=report.id, reason=str(exc)
+            )
+            record = None
+        self._unverified.discard(report.id)
+        done = recorded_outcome(report, record)
+        if done is not None:
+            log.info(
+                "manager.report_reconciled",
+                kind=report.kind,
+                id=report.id,
+                outcome=done.outcome,
+                passed=done.passed,
+                detail=done.detail,
+            )
         return done
 
     async def _persist(self) -> None:

@@ -1,6 +1,25 @@
 """Shared test set-up: the helper modules in tests/ import as plain modules from any subfolder."""
 
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Imported after the path above is set: it is one of those helper modules.
+import daemonhelpers
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator:
+    """A failed test's report shows how each supervisor it started ended and what it printed;
+    without this a timeout in an end-to-end test says nothing about why."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for n, sup in enumerate(daemonhelpers.STARTED):
+            report.sections.append((f"supervisor {n} ({report.when})", sup.describe()))
+    if report.when == "teardown":
+        daemonhelpers.STARTED.clear()

@@ -75,6 +75,11 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
     return found
 
 
+# Every Supervisor started by the running test, so that a failed test's report can show what
+# each one printed and how it ended (see conftest.py).
+STARTED: list[Supervisor] = []
+
+
 class Supervisor:
     """``cuzk-supervisor COMMAND …`` as a subprocess; JSON events from stderr in ``events``."""
 
@@ -95,15 +100,26 @@ class Supervisor:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.events: list[dict[str, Any]] = []
         self.plain_lines: list[str] = []
+        self.raw_lines: list[str] = []
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        STARTED.append(self)
+
+    def describe(self, tail: int = 60) -> str:
+        """Exit status and the last ``tail`` stderr lines, for a failed test's report."""
+        code = self.proc.poll()
+        status = "still running" if code is None else f"exit code {code}"
+        with self._lock:
+            lines = self.raw_lines[-tail:]
+        return f"{' '.join(self.proc.args)}\n{status}\n" + "\n".join(lines)
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for raw in self.proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             with self._lock:
+                self.raw_lines.append(line)
                 try:
                     self.events.append(json.loads(line))
                 except json.JSONDecodeError:

@@ -19,7 +19,9 @@ or a wait for a log line (``SimProcess.wait_for_line``). The ``sim`` fixture in
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import random
 import re
 import signal
 import socket
@@ -47,12 +49,54 @@ CHANNEL_OPTIONS = [
 SIM_ENV_PREFIXES = ("CUZK_SIM_", "RUST_LOG", "NO_COLOR")
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports handed to a process that binds them later come from below the kernel's ephemeral range,
+# in one slice per xdist worker. A port from ``bind(0)`` is only free "right now": until the
+# process under test binds it (seconds later, after register and params), any other bind(0) on
+# the host (the manager fixture, health tests, the other worker) can take it, and the test fails
+# far from the cause. No bind(0) or outgoing connection ever lands below the ephemeral range, and
+# the other worker draws from its own slice.
+_POOL_LOW = 10000
+_POOL_HIGH = _ephemeral_low()
+
+
+def _worker_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    index = int(worker) % count if worker.isdigit() else 0
+    size = (_POOL_HIGH - _POOL_LOW) // count
+    start = _POOL_LOW + index * size
+    return range(start, start + size)
+
+
+_SLICE = _worker_slice()
+# A random start, so two test sessions side by side (or a rerun soon after) rarely meet.
+_cursor = itertools.count(random.randrange(len(_SLICE)) if len(_SLICE) > 0 else 0)
+
+
 def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (racy by nature; good enough on loopback)."""
+    """A TCP port for a process that will bind it later: free now, never handed out twice in this
+    worker (until the slice wraps) and outside every pool the kernel picks from by itself."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    if len(_SLICE) == 0:  # an ephemeral range reaching down to _POOL_LOW: let the kernel pick
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            return int(probe.getsockname()[1])
+    for _ in range(len(_SLICE)):
+        port = _SLICE[next(_cursor) % len(_SLICE)]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue  # in use (or in TIME_WAIT): the next one
+            return port
+    raise RuntimeError(f"no free TCP port in {_SLICE} on {host}")
 
 
 def poll_until(

@@ -68,6 +68,8 @@ class ScriptedManager:
         self.requests: list[httpx.Request] = []
         self.steps: dict[str, list[Any]] = defaultdict(list)
         self.on_request: Any = None
+        # The instance's record as GET /status lists it, kept as the real manager keeps it.
+        self.record: dict[str, Any] | None = None
 
     def fail(self, path: str, *steps: Any) -> None:
         self.steps[path].extend(steps)
@@ -95,13 +97,31 @@ class ScriptedManager:
     def answer(self, path: str, request: httpx.Request) -> httpx.Response:
         if path == "/api/log-push":
             return httpx.Response(204)
+        if path == "/status":
+            return httpx.Response(200, json=[self.record] if self.record else [])
         body = json.loads(request.content)
         if path == "/register":
+            self.record = self.record or {
+                "uuid": "u-1", "state": "registered", "min_rate": self.min_rate,
+            }  # fmt: skip
             return httpx.Response(200, json={"uuid": "u-1", "runner_id": 7})
-        if path in ("/param-done", "/running"):
+        record = self.record or {"uuid": body["uuid"], "state": "registered"}
+        record["min_rate"] = self.min_rate
+        self.record = record
+        if path == "/param-done":
+            if record["state"] == "registered":
+                record.update(state="params_done", param_done_at=time.time())
+            return httpx.Response(200, json={"ok": True})
+        if path == "/running":
+            record["state"] = "running"
             return httpx.Response(200, json={"ok": True})
         if path == "/bench-done":
-            return httpx.Response(200, json={"ok": True, "passed": body["rate"] >= self.min_rate})
+            passed = body["rate"] >= self.min_rate
+            if passed:
+                record.update(state="bench_done", bench_rate=body["rate"], bench_done_at=1.0)
+            else:
+                record.update(state="killed", kill_reason="bench failed", killed_at=1.0)
+            return httpx.Response(200, json={"ok": True, "passed": passed})
         return httpx.Response(404, json={"error": "not found"})
 
     def client(self, **kwargs: Any) -> ManagerClient:
@@ -409,8 +429,9 @@ async def test_a_crash_during_the_send_resends_after_the_restart(tmp_path):
         assert again.id == report.id
         done = await outbox.send_now(again)
     assert done.passed is True
-    assert second.paths() == ["/bench-done"]
-    assert json.loads(second.requests[0].content) == {"uuid": "u-1", "rate": 60.0}
+    # The manager's records do not show it applied: it is sent again.
+    assert second.paths() == ["/status", "/bench-done"]
+    assert json.loads(second.requests[1].content) == {"uuid": "u-1", "rate": 60.0}
 
 
 async def test_a_verdict_acknowledged_before_a_crash_is_not_sent_again(tmp_path, manager):
@@ -429,6 +450,112 @@ async def test_a_verdict_acknowledged_before_a_crash_is_not_sent_again(tmp_path,
         again = await outbox.send_now(known)
     assert again.passed is False
     assert manager.paths() == ["/bench-done"]
+
+
+def crash_after_the_answer(path: Path, client: ManagerClient) -> Outbox:
+    """An outbox whose process dies right after the manager answered a report, before the
+    answer reached the state file (the second save: the first one queued the report)."""
+    keeper = StateKeeper(StateStore(path))
+    saves = 0
+
+    async def save(pending: tuple[Report, ...], acked: tuple[Report, ...]) -> None:
+        nonlocal saves
+        saves += 1
+        if saves == 2:
+            raise SimulatedCrash()
+        await keeper.save_outbox(pending, acked)
+
+    return Outbox(client, save)
+
+
+@pytest.mark.parametrize(("rate", "passed"), [(60.0, True), (40.0, False)])
+async def test_a_report_applied_just_before_a_crash_is_not_sent_again(
+    tmp_path, manager, rate, passed
+):
+    path = tmp_path / "state.json"
+    report = Report(kind=BENCH_DONE, uuid="u-1", rate=rate)
+    async with manager.client() as client:
+        with pytest.raises(SimulatedCrash):
+            await crash_after_the_answer(path, client).send_now(report)
+    assert [r.id for r in StateStore(path).load().outbox] == [report.id]
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        with capture_logs() as logs:
+            result = await outbox.drain()
+    # The verdict is read from the manager's records, not asked for a second time.
+    assert manager.paths() == ["/bench-done", "/status"]
+    assert [(r.id, r.outcome, r.passed) for r in result.sent] == [(report.id, OUTCOME_OK, passed)]
+    assert any(e["event"] == "manager.report_reconciled" for e in logs)
+    on_disk = StateStore(path).load()
+    assert on_disk.outbox == ()
+    assert on_disk.acked[-1].passed is passed
+
+
+async def test_param_done_applied_just_before_a_crash_is_not_sent_again(tmp_path, manager):
+    path = tmp_path / "state.json"
+    report = Report(kind=PARAM_DONE, uuid="u-1")
+    async with manager.client() as client:
+        with pytest.raises(SimulatedCrash):
+            await crash_after_the_answer(path, client).send_now(report)
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        done = await outbox.send_now(report)
+    assert done.outcome == OUTCOME_OK
+    assert manager.paths() == ["/param-done", "/status"]
+
+
+async def test_a_queued_bench_report_is_not_sent_to_an_instance_killed_meanwhile(tmp_path, manager):
+    # The manager does not check the state on /bench-done: a resend would revive the instance.
+    path = tmp_path / "state.json"
+    report = Report(kind=BENCH_DONE, uuid="u-1", rate=60.0)
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        await outbox.enqueue(report)
+    manager.record = {"uuid": "u-1", "state": "killed", "min_rate": 50.0,
+                      "kill_reason": "benchmark timeout"}  # fmt: skip
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        with pytest.raises(InstanceGone, match="benchmark timeout"):
+            await outbox.send_now(report)
+    assert manager.paths() == ["/status"]
+    assert StateStore(path).load().acked[-1].outcome == OUTCOME_GONE
+
+
+@pytest.mark.parametrize("status", [404, 405, (200, "<html>proxy</html>")])
+async def test_a_manager_without_a_usable_status_gets_the_report_again(tmp_path, manager, status):
+    path = tmp_path / "state.json"
+    report = Report(kind=BENCH_DONE, uuid="u-1", rate=60.0)
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        await outbox.enqueue(report)
+    manager.fail("/status", status)
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        with capture_logs() as logs:
+            done = await outbox.send_now(report)
+    assert done.passed is True
+    assert manager.paths() == ["/status", "/bench-done"]
+    assert any(e["event"] == "manager.reconcile_skipped" for e in logs)
+
+
+async def test_a_manager_away_at_the_lookup_keeps_the_report_queued(tmp_path, manager):
+    path = tmp_path / "state.json"
+    report = Report(kind=PARAM_DONE, uuid="u-1")
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        await outbox.enqueue(report)
+    manager.fail("/status", *([503] * 1000))
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        result = await outbox.drain(deadline_s=0.1)
+        assert result.pending == 1
+        assert isinstance(result.error, ManagerUnavailable)
+        assert "/param-done" not in manager.paths()
+        # Back: looked up, not applied yet, so sent; once.
+        manager.steps["/status"].clear()
+        result = await outbox.drain()
+    assert [r.outcome for r in result.sent] == [OUTCOME_OK]
+    assert manager.paths().count("/param-done") == 1
 
 
 async def test_order_is_kept_across_an_outage(tmp_path, manager):

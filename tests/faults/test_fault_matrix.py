@@ -95,6 +95,27 @@ def sigkill_then_resume(phase: str) -> Action:
     return act
 
 
+def sigkill_once_applied(path: str, state: str) -> Action:
+    """SIGKILL the supervisor once the manager applied a report to ``path`` but before its
+    (late) answer arrived, then start it again: the report is left queued, yet was applied."""
+
+    def act(ctx: Ctx) -> int:
+        run = ctx.start()
+        poll_until(lambda: any(i["state"] == state for i in ctx.manager.instances()), 60,
+                   what=f"manager state {state}")  # fmt: skip
+        assert run.proc.poll() is None, "the answer came before the kill: the row tests nothing"
+        run.signal(signal.SIGKILL)
+        run.wait(10)
+        ctx.start()
+        code = finish(ctx)
+        # The manager logs a request once answered: wait for the late one, so that the checks
+        # after the action see every request it got.
+        poll_until(lambda: ctx.manager.requests(path=path), 15, what=f"{path} answered")
+        return code
+
+    return act
+
+
 def kill_daemon_at(phase: str, then_stop: bool = False) -> Action:
     def act(ctx: Ctx) -> int:
         run = ctx.start()
@@ -269,6 +290,13 @@ ROWS = [
     *(
         Row(f"sigkill-supervisor-in-{phase}-then-resume", 0, action=sigkill_then_resume(phase))
         for phase in ("params", "warmup", "restart", "settle", "bench", "report")
+    ),
+    *(
+        Row(f"sigkill-supervisor-after-{path[1:]}-applied-then-resume", 0,
+            action=sigkill_once_applied(path, state),
+            manager_args=("--fault-path", path, "--latency", "3"),
+            events=("manager.report_reconciled",))
+        for path, state in (("/param-done", "params_done"), ("/bench-done", "bench_done"))
     ),
     Row("corrupted-state-file", 0, setup=corrupt_state, events=("state.corrupt",)),
     Row("state-folder-not-writable", exitcodes.STATE_UNWRITABLE, setup=state_dir_unwritable,
