@@ -1,0 +1,269 @@
+"""The benchmark's arithmetic (incidents I5, I6): when to stop submitting, and what rate to report.
+
+Pure: every time is a number on one clock the caller chooses (monotonic seconds in the lifecycle,
+simulated seconds in the tests); nothing here reads a clock or does I/O.
+
+The batch is sized while it runs. It starts at the configured concurrency C (a cut batch must
+measure the same pipeline), and at each completion :func:`next_submission` decides whether one
+more proof still fits what is left of the budget. The rate is the pipeline's throughput while it
+is full (:func:`steady_rate_per_s`), measured on one *stretch*: a run of the pipeline at one plan
+that no daemon restart interrupted. A restart inside the bench ends the stretch; the lifecycle
+settles again and starts a new one if :func:`measurement_fits`, and :func:`choose_measurement`
+picks the stretch the rate comes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+HOUR_S = 3600.0
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchPolicy:
+    """The benchmark's limits (settings ``bench_count``, ``bench_concurrency``,
+    ``bench_safety``, ``bench_min_proofs``)."""
+
+    max_proofs: int = 12
+    """Most proofs one stretch submits."""
+    concurrency: int = 2
+    """Proofs kept in flight."""
+    safety: float = 1.25
+    """Estimated times are stretched by this before they are compared with the budget."""
+    min_proofs: int = 3
+    """Completions a stretch needs for its rate to count as a measurement."""
+
+    def __post_init__(self) -> None:
+        _require(self.max_proofs >= 1, f"max_proofs must be >= 1, got {self.max_proofs!r}")
+        _require(self.concurrency >= 1, f"concurrency must be >= 1, got {self.concurrency!r}")
+        _require(
+            math.isfinite(self.safety) and self.safety >= 1,
+            f"safety must be >= 1, got {self.safety!r}",
+        )
+        _require(self.min_proofs >= 2, f"min_proofs must be >= 2, got {self.min_proofs!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Stretch:
+    """One uninterrupted run of the pipeline at one plan: when it began, when each proof ended."""
+
+    workers: int
+    concurrency: int
+    started_at: float
+    """When its first proof was submitted."""
+    completions: tuple[float, ...] = ()
+    """When each proof completed, ascending (failed proofs are not throughput and not here)."""
+    submitted: int = 0
+    interrupted: str = ""
+    """Why it ended before its last proof ('' when it ran to its end)."""
+
+    def __post_init__(self) -> None:
+        ascending = all(b >= a for a, b in itertools.pairwise(self.completions))
+        _require(ascending, "completions must be ascending")
+
+    def completed(self, at: float) -> Stretch:
+        return _replace(self, completions=(*self.completions, at))
+
+    def submitted_one(self) -> Stretch:
+        return _replace(self, submitted=self.submitted + 1)
+
+    def interrupt(self, why: str) -> Stretch:
+        return _replace(self, interrupted=why)
+
+    @property
+    def in_flight(self) -> int:
+        return self.submitted - len(self.completions)
+
+
+def _replace(stretch: Stretch, **changes: Any) -> Stretch:
+    return dataclasses.replace(stretch, **changes)
+
+
+def steady_rate_per_s(completions: Sequence[float]) -> float | None:
+    """Throughput of a full pipeline, in proofs per second, from its completion times.
+
+    The least-squares slope of the completion count against time::
+
+        rate = Σ (k − k̄)(t_k − t̄) / Σ (t_k − t̄)²      over the completions t_1 … t_n
+
+    The fill before the first completion is left out, as the time origin is never used. Every
+    completion weighs the same, so the lumpy pattern of a partition pipeline (intervals that
+    alternate with the partition rounds) and the drain's last few completions average out
+    instead of deciding the figure, as the two end points alone would. Against the simulator's
+    model (``sim.pipeline.simulate_closed_loop``) it is exact when the workers divide the 10
+    partitions (1, 2, 5, 10) and within a few per cent for batches of 10 or more otherwise;
+    tests/test_core_bench.py holds the figures. None with fewer than two completions.
+    """
+    n = len(completions)
+    if n < 2:
+        return None
+    mean_k = (n - 1) / 2
+    mean_t = sum(completions) / n
+    var_t = sum((t - mean_t) ** 2 for t in completions)
+    if var_t <= 0:
+        return None  # all at the same instant: no interval to measure
+    cov = sum((k - mean_k) * (t - mean_t) for k, t in enumerate(completions))
+    return cov / var_t
+
+
+def interval_estimate_s(stretch: Stretch) -> float | None:
+    """Seconds between completions when the pipeline is full, as far as ``stretch`` shows it.
+
+    From two completions on, the steady interval; with one, that proof's own latency (its
+    time from submission, an overestimate of the interval: safe for sizing); None before.
+    """
+    rate = steady_rate_per_s(stretch.completions)
+    if rate is not None and rate > 0:
+        return 1.0 / rate
+    if stretch.completions:
+        return max(stretch.completions[0] - stretch.started_at, 1e-9)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitDecision:
+    submit: bool
+    reason: str
+
+
+def next_submission(
+    stretch: Stretch, now: float, deadline: float, policy: BenchPolicy
+) -> SubmitDecision:
+    """Whether to submit one more proof now, with ``deadline`` the end of the budget.
+
+    The first ``concurrency`` proofs always go (at least one proof runs, and a cut batch keeps
+    its concurrency). After that a proof submitted now finishes about ``concurrency`` intervals
+    later, when the ones ahead of it are done; it is submitted only if that, times ``safety``,
+    ends before the deadline. Proofs in flight always finish.
+    """
+    concurrency = min(policy.concurrency, policy.max_proofs)
+    if stretch.submitted >= policy.max_proofs:
+        return SubmitDecision(False, f"all {policy.max_proofs} proofs submitted")
+    if stretch.in_flight >= concurrency:
+        return SubmitDecision(False, f"{concurrency} in flight")
+    if stretch.submitted < concurrency:
+        return SubmitDecision(True, f"filling the pipeline ({stretch.submitted + 1}/{concurrency})")
+    interval = interval_estimate_s(stretch)
+    if interval is None:
+        return SubmitDecision(False, "waiting for a completion to estimate the interval")
+    finish = now + concurrency * interval * policy.safety
+    if finish <= deadline:
+        return SubmitDecision(True, f"fits: about {finish - now:.1f} s of {deadline - now:.1f} s")
+    return SubmitDecision(
+        False,
+        f"budget: one more needs about {concurrency} x {interval:.1f} s x {policy.safety:g} = "
+        f"{finish - now:.1f} s, {max(0.0, deadline - now):.1f} s left",
+    )
+
+
+def measurement_fits(
+    remaining_s: float, settle_s: float, interval_s: float, policy: BenchPolicy
+) -> bool:
+    """Whether a new measurement (a settle proof, then a stretch of ``min_proofs``) fits the
+    ``remaining_s`` of the budget, with the safety factor."""
+    concurrency = min(policy.concurrency, policy.max_proofs)
+    needed = settle_s + (concurrency + policy.min_proofs - 1) * interval_s
+    return needed * policy.safety <= remaining_s
+
+
+@dataclass(frozen=True, slots=True)
+class RateMeasurement:
+    """The reported rate and how it was measured (so a slow machine can be told apart from a
+    disturbed measurement on the dashboard)."""
+
+    rate_per_hour: float
+    """Proofs per hour on the caller's clock."""
+    proofs: int
+    """Completions the rate was computed from."""
+    interval_s: float
+    """From the first to the last of them."""
+    concurrency: int
+    workers: int
+    steady: bool
+    """True when it is a measurement of a full pipeline over ``min_proofs`` completions or more."""
+    reason: str
+    stretches: int = 1
+    excluded: tuple[str, ...] = field(default_factory=tuple)
+    """Why earlier stretches ended (restarts, step-downs)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate": round(self.rate_per_hour, 3),
+            "proofs": self.proofs,
+            "interval_s": round(self.interval_s, 3),
+            "concurrency": self.concurrency,
+            "workers": self.workers,
+            "steady": self.steady,
+            "reason": self.reason,
+            "stretches": self.stretches,
+            "excluded": list(self.excluded),
+        }
+
+
+def _rate_of(stretch: Stretch) -> tuple[float, float]:
+    """(proofs per hour, interval) of a stretch with at least one completion."""
+    done = stretch.completions
+    rate = steady_rate_per_s(done)
+    if rate is not None:
+        return rate * HOUR_S, done[-1] - done[0]
+    latency = max(done[0] - stretch.started_at, 1e-9)
+    return HOUR_S / latency, latency
+
+
+def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> RateMeasurement:
+    """The rate to report from the bench's stretches (the last one is the current plan's).
+
+    1. The last stretch, when it ran to its end with ``min_proofs`` completions: the normal case.
+    2. Else the longest stretch at the current plan with ``min_proofs`` completions, uninterrupted
+       while it lasted (an interrupted stretch's completions before the restart still measured a
+       full pipeline; the proofs lost in the restart are not counted).
+    3. Else what was measured, marked short: the stretch with the most completions (a rate from
+       two or more, else one proof's latency); rate 0 when no proof completed.
+    """
+    excluded = tuple(s.interrupted for s in stretches if s.interrupted)
+    if not stretches:
+        return RateMeasurement(0.0, 0, 0.0, policy.concurrency, 0, False, "no proof ran")
+    current = stretches[-1].workers
+    at_plan = [s for s in stretches if s.workers == current]
+    enough = [s for s in at_plan if len(s.completions) >= policy.min_proofs]
+    last = stretches[-1]
+    common = {"stretches": len(stretches), "excluded": excluded}
+    if not last.interrupted and len(last.completions) >= policy.min_proofs:
+        rate, span = _rate_of(last)
+        reason = f"steady: {len(last.completions)} proofs over {span:.1f} s"
+        if excluded:
+            reason += f", measured after {len(excluded)} interruption(s)"
+        return RateMeasurement(rate, len(last.completions), span, last.concurrency,
+                               last.workers, True, reason, **common)  # fmt: skip
+    if enough:
+        best = max(enough, key=lambda s: (len(s.completions), stretches.index(s)))
+        rate, span = _rate_of(best)
+        reason = (
+            f"longest uninterrupted stretch: {len(best.completions)} proofs over {span:.1f} s "
+            f"(no time for a new measurement after: {'; '.join(excluded) or 'none'})"
+        )
+        return RateMeasurement(rate, len(best.completions), span, best.concurrency,
+                               best.workers, True, reason, **common)  # fmt: skip
+    pool = at_plan if any(s.completions for s in at_plan) else list(stretches)
+    best = max(pool, key=lambda s: (len(s.completions), pool.index(s)))
+    if not best.completions:
+        return RateMeasurement(0.0, 0, 0.0, best.concurrency, best.workers, False,
+                               "no proof completed", **common)  # fmt: skip
+    rate, span = _rate_of(best)
+    why = "; ".join(excluded) if excluded else "the budget held no more"
+    reason = (
+        f"short: {len(best.completions)} proof(s) over {span:.1f} s, fewer than bench_min_proofs "
+        f"{policy.min_proofs} ({why})"
+    )
+    return RateMeasurement(rate, len(best.completions), span, best.concurrency, best.workers,
+                           False, reason, **common)  # fmt: skip
