@@ -64,7 +64,6 @@ __all__ = [
     "DrainResult",
     "HttpRetryPolicy",
     "InstanceGone",
-    "ManagerBadResponse",
     "ManagerClient",
     "ManagerError",
     "ManagerRejected",
@@ -178,10 +177,6 @@ class ManagerRejected(ManagerError):
         super().__init__(f"{call}: manager answered {status}: {message}")
 
 
-class ManagerBadResponse(ManagerRejected):
-    """A 2xx whose body is not what the API promises (a proxy's page, a different service)."""
-
-
 class ManagerUnavailable(ManagerError):
     """Transient failures until the call's retry stop (or the caller's deadline) ran out."""
 
@@ -201,6 +196,16 @@ class _ServerError(Exception):
         super().__init__(f"HTTP {status}: {message}")
 
 
+class _BadAnswer(Exception):
+    """A 2xx whose body is not the answer the API defines: a proxy's page (a maintenance page
+    is a 200 with HTML), not the manager's word. Transient: the report is not applied as far as
+    we can tell, so it is tried again (GET /status reconciles an answer that was only mangled)."""
+
+    def __init__(self, status: int, detail: str, body: bytes) -> None:
+        self.status = status
+        super().__init__(f"HTTP {status} {detail}: {body[:120]!r}")
+
+
 # Transient by nature: nothing was answered. (Not UnsupportedProtocol, LocalProtocolError, or
 # ProxyError: those are configuration or programming errors.)
 _TRANSIENT_HTTPX = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
@@ -208,11 +213,11 @@ _TRANSIENT_HTTPX = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProt
 
 def is_transient(exc: BaseException) -> bool:
     """Connection errors, timeouts, a dropped connection and 5xx: worth another attempt."""
-    return isinstance(exc, (*_TRANSIENT_HTTPX, _ServerError))
+    return isinstance(exc, (*_TRANSIENT_HTTPX, _ServerError, _BadAnswer))
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, _ServerError):
+    if isinstance(exc, _ServerError | _BadAnswer):
         return str(exc)
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -244,19 +249,37 @@ class HttpRetryPolicy:
         )
 
 
-def _log_retry(call: str) -> Callable[[RetryCallState], None]:
-    def before_sleep(state: RetryCallState) -> None:
-        outcome = state.outcome
-        exc = outcome.exception() if outcome is not None else None
-        log.info(
-            "manager.retry",
-            call=call,
-            attempt=state.attempt_number,
-            reason=_describe(exc) if exc is not None else None,
-            sleep_s=round(state.upcoming_sleep, 3),
-        )
+WARN_EVERY_S = 60.0
+"""While the manager stays away, a warning naming its URL at most this often (info between)."""
 
-    return before_sleep
+
+class _AwayWarnings:
+    """The first failed attempt of a call is a warning that names the URL, then one a minute:
+    a person sees at once where the supervisor is trying to go, without a flood of lines."""
+
+    def __init__(self, url: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.url = url
+        self._clock = clock
+        self._last = -float("inf")
+
+    def retry_logger(self, call: str) -> Callable[[RetryCallState], None]:
+        def before_sleep(state: RetryCallState) -> None:
+            outcome = state.outcome
+            exc = outcome.exception() if outcome is not None else None
+            now = self._clock()
+            loud = state.attempt_number == 1 or now - self._last >= WARN_EVERY_S
+            if loud:
+                self._last = now
+            (log.warning if loud else log.info)(
+                "manager.retry",
+                call=call,
+                url=self.url,
+                attempt=state.attempt_number,
+                reason=_describe(exc) if exc is not None else None,
+                sleep_s=round(state.upcoming_sleep, 3),
+            )
+
+        return before_sleep
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -349,6 +372,31 @@ def _error_message(response: httpx.Response) -> str:
     return text[:200] if text else response.reason_phrase
 
 
+def _json_body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _BadAnswer(response.status_code, "not JSON", response.content) from None
+
+
+def _json_object(response: httpx.Response, require: Mapping[str, type]) -> None:
+    """The body is a JSON object with each required field of its type (bool is not an int)."""
+    data = _json_body(response)
+    if not isinstance(data, dict):
+        raise _BadAnswer(response.status_code, "not a JSON object", response.content)
+    for name, kind in require.items():
+        value = data.get(name)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise _BadAnswer(response.status_code, f"no {kind.__name__} {name}", response.content)
+        if kind is str and not value:
+            raise _BadAnswer(response.status_code, f"empty {name}", response.content)
+
+
+def _json_list(response: httpx.Response) -> None:
+    if not isinstance(_json_body(response), list):
+        raise _BadAnswer(response.status_code, "not a JSON list", response.content)
+
+
 class ManagerClient:
     """Async client of the manager. Use as ``async with ManagerClient(url) as client``.
 
@@ -371,6 +419,7 @@ class ManagerClient:
         self.timeouts = timeouts if timeouts is not None else ManagerTimeouts()
         self.retry = retry if retry is not None else ManagerRetry()
         self._http: httpx.AsyncClient | None = None
+        self._away = _AwayWarnings(self.base_url)
         if self.base_url is not None:
             self._http = httpx.AsyncClient(
                 base_url=self.base_url,
@@ -412,12 +461,10 @@ class ManagerClient:
             registration = Registration(uuid=f"local-{label}", runner_id=0, local=True)
             log.info("manager.report_skipped", call="register", payload=payload, answer="local")
             return registration
-        data = await self._post_json("register", "/register", payload, stop_s)
-        uuid, runner_id = data.get("uuid"), data.get("runner_id")
-        if not isinstance(uuid, str) or not uuid:
-            raise ManagerBadResponse("register", 200, f"no uuid in answer {data!r:.200}")
-        if not isinstance(runner_id, int) or isinstance(runner_id, bool):
-            raise ManagerBadResponse("register", 200, f"no runner_id in answer {data!r:.200}")
+        data = await self._post_json(
+            "register", "/register", payload, stop_s, require={"uuid": str, "runner_id": int}
+        )
+        uuid, runner_id = data["uuid"], data["runner_id"]
         log.info("manager.registered", label=label, uuid=uuid, runner_id=runner_id)
         return Registration(uuid=uuid, runner_id=runner_id)
 
@@ -441,10 +488,10 @@ class ManagerClient:
                 note="no manager configured: the rate was not checked, assumed passed",
             )
             return BenchVerdict(passed=True, rate=rate, checked=False)
-        data = await self._report(BENCH_DONE, "/bench-done", payload, stop_s)
-        passed = data.get("passed")
-        if not isinstance(passed, bool):
-            raise ManagerBadResponse(BENCH_DONE, 200, f"no passed in answer {data!r:.200}")
+        data = await self._report(
+            BENCH_DONE, "/bench-done", payload, stop_s, require={"passed": bool}
+        )
+        passed = data["passed"]
         log.info("manager.bench_verdict", uuid=uuid, rate=rate, passed=passed)
         return BenchVerdict(passed=passed, rate=rate)
 
@@ -473,11 +520,8 @@ class ManagerClient:
         """This instance's record in ``GET /status`` (None: not listed, or no manager)."""
         if self._http is None:
             return None
-        response = await self._request("status", "/status", stop_s, method="GET")
-        try:
-            return find_record(response.json(), uuid)
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
-            raise ManagerBadResponse("status", response.status_code, str(exc)[:200]) from None
+        response = await self._request("status", "/status", stop_s, method="GET", check=_json_list)
+        return find_record(response.json(), uuid)
 
     async def push_logs(
         self, uuid: str, source: str, lines: Sequence[str], *, stop_s: float | None = None
@@ -504,34 +548,46 @@ class ManagerClient:
     # -- plumbing --
 
     async def _report(
-        self, call: str, path: str, payload: dict[str, Any], stop_s: float | None
+        self,
+        call: str,
+        path: str,
+        payload: dict[str, Any],
+        stop_s: float | None,
+        require: Mapping[str, type] | None = None,
     ) -> dict[str, Any]:
         if self._http is None:
             log.info("manager.report_skipped", call=call, payload=payload, answer="ok")
             return {"ok": True}
         try:
-            return await self._post_json(call, path, payload, stop_s)
+            return await self._post_json(call, path, payload, stop_s, require=require)
         except ManagerRejected as exc:
             if exc.status == 404:
                 raise InstanceGone(call, str(payload.get("uuid")), exc.message) from None
             raise
 
     async def _post_json(
-        self, call: str, path: str, payload: dict[str, Any], stop_s: float | None
+        self,
+        call: str,
+        path: str,
+        payload: dict[str, Any],
+        stop_s: float | None,
+        require: Mapping[str, type] | None = None,
     ) -> dict[str, Any]:
-        response = await self._request(call, path, stop_s, json=payload)
-        try:
-            data = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            data = None
-        if not isinstance(data, dict):
-            raise ManagerBadResponse(
-                call, response.status_code, f"not a JSON object: {response.text[:200]!r}"
-            )
+        fields = dict(require or {})
+        response = await self._request(
+            call, path, stop_s, json=payload, check=lambda r: _json_object(r, fields)
+        )
+        data: dict[str, Any] = response.json()
         return data
 
     async def _request(
-        self, call: str, path: str, stop_s: float | None, method: str = "POST", **kwargs: Any
+        self,
+        call: str,
+        path: str,
+        stop_s: float | None,
+        method: str = "POST",
+        check: Callable[[httpx.Response], None] | None = None,
+        **kwargs: Any,
     ) -> httpx.Response:
         """One call with retries on transient failures; return a 2xx, raise otherwise."""
         assert self._http is not None
@@ -552,16 +608,21 @@ class ManagerClient:
                 response = await http.request(method, path, timeout=timeout, **kwargs)
             if response.status_code >= 500:
                 raise _ServerError(response.status_code, _error_message(response))
+            if check is not None and response.status_code < 300:
+                check(response)  # a 2xx that is not the API's answer is retried (_BadAnswer)
             return response
 
         try:
-            response: httpx.Response = await policy.retrying(stop_s, _log_retry(call))(once)
+            response: httpx.Response = await policy.retrying(stop_s, self._away.retry_logger(call))(
+                once
+            )
         except Exception as exc:
             if not is_transient(exc):
                 raise
             log.warning(
                 "manager.unavailable",
                 call=call,
+                url=self.base_url,
                 attempts=attempts,
                 waited_s=round(time.monotonic() - started, 3),
                 reason=_describe(exc),
@@ -751,7 +812,7 @@ class Outbox:
             return None
         try:
             record = await self.client.instance_record(report.uuid, stop_s=budget_s)
-        except ManagerRejected as exc:  # ManagerBadResponse too
+        except ManagerRejected as exc:
             # A manager without a usable /status: at-least-once delivery, which is safe.
             log.warning(
                 "manager.reconcile_skipped", kind=report.kind, id=report.id, reason=str(exc)

@@ -24,7 +24,6 @@ from supervisor.manager import (
     MAX_BODY_BYTES,
     HttpRetryPolicy,
     InstanceGone,
-    ManagerBadResponse,
     ManagerClient,
     ManagerRejected,
     ManagerRetry,
@@ -293,19 +292,36 @@ async def test_register_sends_label_and_min_rate(manager):
     assert manager.requests[0].method == "POST"
 
 
-async def test_register_answer_without_uuid_is_a_bad_response(manager):
-    manager.fail("/register", (200, {"runner_id": 1}))
+async def test_register_answer_without_uuid_is_retried_like_an_outage(manager):
+    manager.fail("/register", (200, {"runner_id": 1}), (200, "<html>Down for maintenance</html>"))
     async with manager.client() as client:
-        with pytest.raises(ManagerBadResponse):
-            await client.register("C.1", 30)
+        registration = await client.register("C.1", 30)
+    assert (registration.uuid, registration.runner_id) == ("u-1", 7)
+    assert manager.paths() == ["/register"] * 3
 
 
-async def test_non_json_success_is_a_bad_response_not_retried(manager):
-    manager.fail("/bench-done", (200, "<html>proxy</html>"))
+async def test_non_json_success_is_retried_not_taken_as_an_answer(manager):
+    manager.fail("/bench-done", (200, "<html>proxy</html>"), (200, {"ok": True}))
     async with manager.client() as client:
-        with pytest.raises(ManagerBadResponse):
-            await client.bench_done("u-1", 60.0)
-    assert len(manager.requests) == 1
+        verdict = await client.bench_done("u-1", 60.0)
+    assert verdict.passed is True
+    assert len(manager.requests) == 3
+
+
+async def test_a_manager_that_only_answers_html_is_unavailable(manager):
+    manager.fail("/running", *[(200, "<html>maintenance</html>")] * 100_000)
+    async with manager.client(retry=FAST) as client:
+        with pytest.raises(ManagerUnavailable, match="not JSON"):
+            await client.running("u-1")
+    assert len(manager.requests) > 1
+
+
+async def test_status_that_is_not_a_list_is_retried(manager):
+    manager.record = {"uuid": "u-1", "state": "running"}
+    manager.fail("/status", (200, "<html>502</html>"), (200, {"error": "x"}))
+    async with manager.client() as client:
+        record = await client.instance_record("u-1")
+    assert record == {"uuid": "u-1", "state": "running"}
 
 
 @pytest.mark.parametrize(("rate", "passed"), [(60.0, True), (50.0, True), (35.9, False)])
@@ -521,7 +537,7 @@ async def test_a_queued_bench_report_is_not_sent_to_an_instance_killed_meanwhile
     assert StateStore(path).load().acked[-1].outcome == OUTCOME_GONE
 
 
-@pytest.mark.parametrize("status", [404, 405, (200, "<html>proxy</html>")])
+@pytest.mark.parametrize("status", [404, 405])
 async def test_a_manager_without_a_usable_status_gets_the_report_again(tmp_path, manager, status):
     path = tmp_path / "state.json"
     report = Report(kind=BENCH_DONE, uuid="u-1", rate=60.0)
@@ -536,6 +552,21 @@ async def test_a_manager_without_a_usable_status_gets_the_report_again(tmp_path,
     assert done.passed is True
     assert manager.paths() == ["/status", "/bench-done"]
     assert any(e["event"] == "manager.reconcile_skipped" for e in logs)
+
+
+async def test_a_status_page_mangled_by_a_proxy_is_looked_up_again(tmp_path, manager):
+    path = tmp_path / "state.json"
+    report = Report(kind=BENCH_DONE, uuid="u-1", rate=60.0)
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        await outbox.enqueue(report)
+    manager.record = {"uuid": "u-1", "state": "bench_done", "bench_rate": 60.0, "min_rate": 50.0}
+    manager.fail("/status", (200, "<html>proxy</html>"))
+    async with manager.client() as client:
+        _, outbox = open_outbox(path, client)
+        done = await outbox.send_now(report)
+    assert done.passed is True
+    assert manager.paths() == ["/status", "/status"]  # reconciled: not sent again
 
 
 async def test_a_manager_away_at_the_lookup_keeps_the_report_queued(tmp_path, manager):
