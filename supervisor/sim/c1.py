@@ -57,20 +57,25 @@ def write_c1(path: Path, size_bytes: int = 51 * MB, sector_num: int = 1) -> int:
     return len(data)
 
 
+# The real daemon's text for an input whose envelope does not parse.
+WRAPPER_PARSE_FAILED = "C1 parse failed: failed to parse C1 output wrapper JSON"
+
+
 def check_c1(payload: bytes) -> str | None:
-    """None if ``payload`` is an envelope the daemon can prove, else why not."""
+    """None if ``payload`` is an envelope the daemon can prove, else why not (the envelope's
+    failures worded as the real daemon words them; the inner ones with the same prefix)."""
     try:
         envelope = json.loads(payload)
     except (ValueError, UnicodeDecodeError) as exc:
-        return f"failed to parse C1 output: not JSON ({exc})"
+        return f"{WRAPPER_PARSE_FAILED}: not JSON ({exc})"
     if not isinstance(envelope, dict) or not isinstance(envelope.get("Phase1Out"), str):
-        return "failed to parse C1 output: missing field `Phase1Out`"
+        return f"{WRAPPER_PARSE_FAILED}: missing field `Phase1Out`"
     try:
         inner = json.loads(base64.b64decode(envelope["Phase1Out"], validate=True))
     except (binascii.Error, ValueError, UnicodeDecodeError):
-        return "failed to parse C1 output: `Phase1Out` is not base64 of a JSON object"
+        return "C1 parse failed: `Phase1Out` is not base64 of a JSON object"
     if not isinstance(inner, dict):
-        return "failed to parse C1 output: `Phase1Out` is not base64 of a JSON object"
+        return "C1 parse failed: `Phase1Out` is not base64 of a JSON object"
     return None
 
 

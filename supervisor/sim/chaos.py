@@ -2,7 +2,8 @@
 
 The controller is asked at each checkpoint, fires what is due (one WARN line each, so tests
 and humans see it), and does the process-level effects itself. ``fail`` is returned to the
-engine (it ends a proof); ``never-ready``/``addr-in-use`` are returned to the daemon's bind.
+engine (it ends a proof); ``never-ready``/``addr-in-use`` are returned to the daemon's bind;
+``cancel`` is returned to the servicer (it answers that call CANCELLED).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from supervisor.sim import logfmt
 from supervisor.sim.faults import Checkpoint, FaultSpec, Point, is_due
+from supervisor.sim.transport import CallRules
 
 TARGET = "cuzk_sim::fault"
 MEMORY_EVENTS_KEYS = ("low", "high", "max", "oom", "oom_kill")
@@ -151,12 +153,18 @@ class FaultController:
         drop: Callable[[], int],
         gate: HangGate,
         cgroup_dir: Path | None,
+        freeze: Callable[[float], int] | None = None,
+        rules: CallRules | None = None,
+        time_scale: float = 1.0,
     ) -> None:
         self.specs = specs
         self._fired = [0] * len(specs)
         self._log = log
         self._proofs_completed = proofs_completed
         self._drop = drop
+        self._freeze = freeze
+        self.rules = rules if rules is not None else CallRules()
+        self._time_scale = time_scale
         self._gate = gate
         self._cgroup_dir = cgroup_dir
         self._started = 0.0
@@ -172,11 +180,16 @@ class FaultController:
                 loop.call_at(self._started + spec.after_s, self.check, "timer")
 
     def check(
-        self, point: Point, *, partition: int | None = None, memory_gib: float = 0.0
+        self,
+        point: Point,
+        *,
+        partition: int | None = None,
+        memory_gib: float = 0.0,
+        call: str | None = None,
     ) -> list[FaultSpec]:
         """Fire every fault due at this checkpoint; returns those fired."""
         elapsed = asyncio.get_running_loop().time() - self._started if self._started else 0.0
-        cp = Checkpoint(point, self._proofs_completed(), elapsed, partition, memory_gib)
+        cp = Checkpoint(point, self._proofs_completed(), elapsed, partition, memory_gib, call)
         fired = []
         for i, spec in enumerate(self.specs):
             if is_due(spec, self._fired[i], cp):
@@ -194,6 +207,14 @@ class FaultController:
         kind = spec.kind
         if kind == "drop":
             self._log.warn(TARGET, "dropped client connections", connections=self._drop())
+        elif kind == "freeze":
+            window_s = spec.number / self._time_scale
+            frozen = self._freeze(window_s) if self._freeze is not None else 0
+            self._log.warn(
+                TARGET, "froze client connections", connections=frozen, window_s=round(window_s, 3)
+            )
+        elif kind == "cancel-early":
+            self.rules.deadline_lead_s = spec.number
         elif kind == "hang":
             self._gate.hung = True
         elif kind == "exit":

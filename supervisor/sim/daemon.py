@@ -30,7 +30,7 @@ from supervisor.sim.faults import FaultSpec, FaultSpecError, parse_faults
 from supervisor.sim.memory import Memory
 from supervisor.sim.service import ProvingService, start_grpc_server
 from supervisor.sim.status_http import start_status_server
-from supervisor.sim.transport import Proxy, private_target, remove_stale_socket
+from supervisor.sim.transport import CallRules, Proxy, private_target, remove_stale_socket
 
 VERSION = "0.1.0-sim"
 TARGET = "cuzk_daemon"
@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=_env_default("CUZK_SIM_GPUS", "1"))
     p.add_argument("--cgroup-dir", type=Path, default=os.environ.get("CUZK_SIM_CGROUP_DIR") or None)
     p.add_argument("--fault", action="append", default=[], metavar="SPEC")
+    p.add_argument(
+        "--strict-keepalive",
+        action="store_true",
+        default=os.environ.get("CUZK_SIM_STRICT_KEEPALIVE", "") not in ("", "0"),
+        help="grpc-core's ping policy (5 min, 2 strikes, then GOAWAY too_many_pings) instead of "
+        "tonic's (every PING acknowledged)",
+    )
     return p
 
 
@@ -102,6 +109,7 @@ class SimDaemon:
         self.listen = listen
         self.log = log
         self.gate = HangGate()
+        self.rules = CallRules()
         self.proxy: Proxy | None = None
         self._grpc: grpc.aio.Server | None = None  # referenced for the process lifetime
         if args.release == "budget":
@@ -121,6 +129,9 @@ class SimDaemon:
             drop=lambda: self.proxy.drop_all() if self.proxy else 0,
             gate=self.gate,
             cgroup_dir=args.cgroup_dir,
+            freeze=lambda window_s: self.proxy.freeze_all(window_s) if self.proxy else 0,
+            rules=self.rules,
+            time_scale=args.time_scale,
         )
         self.engine = Engine(
             release=args.release,
@@ -167,12 +178,17 @@ class SimDaemon:
             time_scale=self.args.time_scale,
             memory_scale=self.args.memory_scale,
             release=self.args.release,
+            keepalive="strict" if self.args.strict_keepalive else "tonic",
             faults=";".join(s.text for s in self.faults.specs) or "none",
         )
         self.engine.start()
         grpc_target, upstream_path = private_target("grpc")
-        service = ProvingService(self.engine, self.gate, self.args.memory_scale)
-        self._grpc = await start_grpc_server(service, grpc_target)
+        service = ProvingService(
+            self.engine, self.gate, self.args.memory_scale, self.rules, self.faults
+        )
+        self._grpc = await start_grpc_server(
+            service, grpc_target, strict_keepalive=self.args.strict_keepalive
+        )
         if self.cfg.status_listen:
             await self._start_status()
         if self.args.release == "workers":

@@ -1,7 +1,8 @@
 """The job engine: jobs and results, and the partition pipeline run on the event loop's clock
 with the memory it holds. Quirks of the real engine are kept on purpose: no
-de-duplication, results kept for the process lifetime, a later job with the same id replacing
-the earlier one in the results map.
+de-duplication (a second SubmitProof with the same id proves again), results kept for the
+process lifetime, and the *first* finished result of an id is the one AwaitProof and Prove
+return (they look in the finished results before the running jobs).
 
 Timing: the pure ``Pipeline`` works in simulated seconds; each of its deadlines is turned into
 one ``loop.call_at`` at ``t0 + t / scale``, and a fired deadline is processed at its *ideal*
@@ -99,6 +100,7 @@ class Engine:
         self.clock: SimClock | None = None
         self.pipeline = Pipeline(slots, self.gpu_workers, factor=self._factor)
         self.jobs: dict[str, Job] = {}  # job_id -> the latest job with that id
+        self.results: dict[str, pb.AwaitProofResponse] = {}  # job_id -> its first result
         self._by_seq: dict[int, Job] = {}
         self._live: dict[int, Job] = {}  # not finished yet, by submission order
         self._seq = 0
@@ -194,6 +196,10 @@ class Engine:
         else:
             self._spawn(self._run_single_step(job))
         return job
+
+    async def wait(self, job: Job) -> pb.AwaitProofResponse:
+        """The job's result; a cut call (shield) never cancels the job, which keeps running."""
+        return await asyncio.shield(job.done)
 
     def job_by_seq(self, seq: int) -> Job:
         return self._by_seq[seq]
@@ -378,18 +384,24 @@ class Engine:
         job.state = "done"
         del self._live[job.seq]
         queued_until = job.started_at if job.started_at is not None else end
-        response = pb.AwaitProofResponse(
-            job_id=job.job_id,
-            status=Status.FAILED if error else Status.COMPLETED,
-            proof=b"" if error else os.urandom(model.PROOF_BYTES[job.kind]),
-            error_message=error or "",
-            queue_wait_ms=round((queued_until - job.submitted_at) * 1000),
-            srs_load_ms=round(job.srs_load_s * 1000),
-            synthesis_ms=round(job.synthesis_s * 1000),
-            gpu_compute_ms=round(job.gpu_s * 1000),
-            total_ms=round((end - job.submitted_at) * 1000),
-        )
+        if error:
+            # The real engine fills no timing into a FAILED result: every field is 0.
+            response = pb.AwaitProofResponse(
+                job_id=job.job_id, status=Status.FAILED, error_message=error
+            )
+        else:
+            response = pb.AwaitProofResponse(
+                job_id=job.job_id,
+                status=Status.COMPLETED,
+                proof=os.urandom(model.PROOF_BYTES[job.kind]),
+                queue_wait_ms=round((queued_until - job.submitted_at) * 1000),
+                srs_load_ms=round(job.srs_load_s * 1000),
+                synthesis_ms=round(job.synthesis_s * 1000),
+                gpu_compute_ms=round(job.gpu_s * 1000),
+                total_ms=round((end - job.submitted_at) * 1000),
+            )
         self.duration_s[job.queue] += end - job.submitted_at
+        self.results.setdefault(job.job_id, response)
         if error:
             self.failed[job.queue] += 1
             self.log.error("cuzk_core::engine", "proof failed", job_id=job.job_id, error=error)

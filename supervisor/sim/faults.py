@@ -8,7 +8,8 @@ looked at only at *checkpoints*; each kind listens to some of them:
 - ``finishing``: a proof is about to end (``fail`` decides here; the count excludes it);
 - ``completed``: a proof has completed and its result is stored (the count includes it);
 - ``memory``: the simulated memory grew (``oom``);
-- ``bind``: the daemon is about to bind its listen address.
+- ``bind``: the daemon is about to bind its listen address;
+- ``call``: an RPC arrived (``cancel`` decides here, for the call its ARG names).
 
 The triggers ``after_proofs``, ``after_s`` and ``at_partition`` must all hold; ``times``
 caps how often a fault fires (0 = every time).
@@ -20,13 +21,19 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-Point = Literal["start", "timer", "partition", "finishing", "completed", "memory", "bind"]
+Point = Literal["start", "timer", "partition", "finishing", "completed", "memory", "bind", "call"]
 
 _PROCESS_POINTS: frozenset[Point] = frozenset({"start", "timer", "partition", "completed"})
 # Which checkpoints each kind listens to.
 POINTS: dict[str, frozenset[Point]] = {
     # Nobody is connected at start, so a bare `drop` waits for the first partition.
     "drop": frozenset({"timer", "partition", "completed"}),
+    # A frozen path: as `drop`, but the connections stay open and go silent.
+    "freeze": frozenset({"timer", "partition", "completed"}),
+    # The server-side deadline (tonic's) fires ARG seconds before the client's own.
+    "cancel-early": _PROCESS_POINTS,
+    # One call answered CANCELLED "Timeout expired", as a server deadline that fired would.
+    "cancel": frozenset({"call"}),
     "hang": _PROCESS_POINTS,
     "exit": _PROCESS_POINTS,
     "flood": _PROCESS_POINTS,
@@ -38,7 +45,12 @@ POINTS: dict[str, frozenset[Point]] = {
     "never-ready": frozenset({"bind"}),
     "addr-in-use": frozenset({"bind"}),
 }
-_ARG_REQUIRED = {"exit", "oom", "flood", "fork-grandchild", "gpu-fault"}
+_ARG_REQUIRED = {
+    "exit", "oom", "flood", "fork-grandchild", "gpu-fault", "freeze", "cancel-early", "cancel"
+}  # fmt: skip
+# What ``cancel:CALL`` can cut: ``submit-before`` ends SubmitProof before the job is enqueued
+# (the upload did not land), ``submit-after`` once it is (the answer is lost).
+CANCEL_CALLS = ("submit-before", "submit-after", "await", "prove", "status", "metrics")
 _NO_ARG = {"drop", "hang", "never-ready", "addr-in-use", "ignore-sigterm"}
 _TRIGGERS = ("after_proofs", "after_s", "at_partition", "times", "once")
 DEFAULT_FAIL_MESSAGE = "simulated proving failure"
@@ -62,6 +74,11 @@ class FaultSpec:
     so it fires once across restarts of the daemon (a one-off crash, not a crash loop)."""
 
     @property
+    def call(self) -> str:
+        """The call a ``cancel`` fault cuts: ``submit`` for both SubmitProof variants."""
+        return "submit" if (self.arg or "").startswith("submit-") else self.arg or ""
+
+    @property
     def number(self) -> float:
         """The numeric ARG (exit code, GiB limit, lines/s, seconds)."""
         return float(self.arg or 0)
@@ -78,6 +95,8 @@ class Checkpoint:
     elapsed_s: float = 0.0
     partition: int | None = None
     memory_gib: float = 0.0
+    call: str | None = None
+    """At ``call``: which RPC (``submit``, ``await``, ``prove``, ``status``, ``metrics``)."""
 
 
 def _number(kind: str, key: str, text: str, integer: bool) -> float:
@@ -112,7 +131,10 @@ def parse_fault(text: str) -> FaultSpec:
     if kind in _ARG_REQUIRED:
         if not arg_value:
             raise FaultSpecError(f"fault {kind!r} needs an argument ({kind}:VALUE)")
-        _number(kind, "argument", arg_value, integer=kind in {"exit", "flood", "gpu-fault"})
+        if kind != "cancel":
+            _number(kind, "argument", arg_value, integer=kind in {"exit", "flood", "gpu-fault"})
+    if kind == "cancel" and arg_value not in CANCEL_CALLS:
+        raise FaultSpecError(f"fault 'cancel' needs one of {', '.join(CANCEL_CALLS)} (cancel:CALL)")
     if kind in _NO_ARG and arg_value:
         raise FaultSpecError(f"fault {kind!r} takes no argument")
     fields: dict[str, float] = {}
@@ -148,6 +170,8 @@ def is_due(spec: FaultSpec, fired: int, cp: Checkpoint) -> bool:
     if spec.times and fired >= spec.times:
         return False
     if cp.point not in POINTS[spec.kind]:
+        return False
+    if spec.kind == "cancel" and cp.call != spec.call:
         return False
     if spec.at_partition is not None:
         if cp.partition != spec.at_partition:

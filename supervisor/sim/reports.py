@@ -14,6 +14,8 @@ from supervisor.sim import model
 from supervisor.sim.engine import Engine, Job
 
 GPU_NAME = "NVIDIA GeForce RTX 3090 (cuzk-sim)"
+# The real daemon's label values for proof kinds in its metrics (underscores, not queue names).
+METRIC_KIND = {name: name.replace("-", "_") for name in model.QUEUE_NAME.values()}
 # The bench runs at concurrency 2 (reference/incidents.md I3); other values are labelled.
 REFERENCE_CONCURRENCY = 2
 
@@ -52,25 +54,21 @@ def get_status(engine: Engine) -> pb.GetStatusResponse:
                 current_proof_kind=job.queue if job else "",
             )
         )
+    # The real service fills neither size_bytes nor ref_count (both 0).
     srs = [
-        pb.SRSStatus(
-            circuit_id=circuit,
-            tier=pb.SRSStatus.HOT,
-            size_bytes=model.gib_bytes(model.SRS_GIB[circuit]),
-            ref_count=sum(1 for j in live if model.CIRCUIT[j.kind] == circuit),
-        )
+        pb.SRSStatus(circuit_id=circuit, tier=pb.SRSStatus.HOT)
         for circuit in engine.resident.srs
         if engine.resident.loaded(circuit)
     ]
-    queues = [
-        pb.QueueStatus(
-            proof_kind=name,
-            pending=sum(1 for j in live if j.queue == name and j.state == "queued"),
-            in_progress=sum(1 for j in live if j.queue == name and j.state == "running"),
-        )
-        for name in model.QUEUE_NAME.values()
-    ]
-    pinned = engine.resident.pinned_gib
+    # Only kinds with jobs still in the engine (queued or running) are listed: none when idle.
+    queues = []
+    for name in model.QUEUE_NAME.values():
+        pending = sum(1 for j in live if j.queue == name and j.state == "queued")
+        running = sum(1 for j in live if j.queue == name and j.state == "running")
+        if pending or running:
+            queues.append(pb.QueueStatus(proof_kind=name, pending=pending, in_progress=running))
+    # pinned_memory_bytes and pinned_memory_limit_bytes are never filled in: 0 (the real
+    # figures are in GET /status).
     return pb.GetStatusResponse(
         gpus=gpus,
         loaded_srs=srs,
@@ -78,8 +76,6 @@ def get_status(engine: Engine) -> pb.GetStatusResponse:
         total_proofs_completed=engine.completed_total,
         total_proofs_failed=engine.failed_total,
         uptime_seconds=int(engine.now()),
-        pinned_memory_bytes=model.gib_bytes(pinned),
-        pinned_memory_limit_bytes=engine.total_budget_bytes,
     )
 
 
@@ -114,19 +110,20 @@ def metrics_text(engine: Engine) -> str:
     metric("cuzk_running_jobs", "gauge", "Jobs in progress.", [("", len(live) - queued)])
     metric("cuzk_gpu_workers", "gauge", "GPU workers.", [("", engine.gpu_workers)])
     kinds = list(model.QUEUE_NAME.values())
-    metric(
-        "cuzk_proofs_by_kind_total",
-        "counter",
-        "Proofs finished, by kind and status.",
-        [(f'{{kind="{k}",status="completed"}}', engine.completed[k]) for k in kinds]
-        + [(f'{{kind="{k}",status="failed"}}', engine.failed[k]) for k in kinds],
-    )
-    metric(
-        "cuzk_proof_duration_seconds_total",
-        "counter",
-        "Total time of finished proofs.",
-        [(f'{{kind="{k}"}}', round(engine.duration_s[k], 3)) for k in kinds],
-    )
+
+    def by_kind(values: Mapping[str, float]) -> list[tuple[str, float]]:
+        return [(f'{{proof_kind="{METRIC_KIND[k]}"}}', values[k]) for k in kinds]
+
+    metric("cuzk_proofs_completed", "counter", "Proofs completed, by kind.",
+           by_kind(engine.completed))  # fmt: skip
+    metric("cuzk_proofs_failed", "counter", "Proofs failed, by kind.", by_kind(engine.failed))
+    lines.append("# HELP cuzk_proof_duration_seconds Time of finished proofs, by kind.")
+    lines.append("# TYPE cuzk_proof_duration_seconds summary")
+    for k in kinds:
+        label = f'{{proof_kind="{METRIC_KIND[k]}"}}'
+        count = engine.completed[k] + engine.failed[k]
+        lines.append(f"cuzk_proof_duration_seconds_count{label} {count}")
+        lines.append(f"cuzk_proof_duration_seconds_sum{label} {_number(engine.duration_s[k])}")
     metric(
         "cuzk_sim_submissions_total",
         "counter",

@@ -27,6 +27,10 @@ def test_bad_inputs_say_why() -> None:
     assert "base64" in (check_c1(b'{"Phase1Out": "!!!"}') or "")
     not_object = base64.b64encode(b"[1, 2]").decode()
     assert "JSON object" in (check_c1(json.dumps({"Phase1Out": not_object}).encode()) or "")
+    # The envelope's failures are worded as the real daemon's.
+    wrapper = "C1 parse failed: failed to parse C1 output wrapper JSON"
+    assert (check_c1(b"junk") or "").startswith(wrapper)
+    assert (check_c1(b'{"SectorNum": 1}') or "").startswith(wrapper)
 
 
 def test_command_line_writes_a_file(tmp_path: Path) -> None:

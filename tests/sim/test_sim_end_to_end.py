@@ -1,5 +1,5 @@
 """Slower end-to-end checks against the real sim process: the measured proving rate, real
-memory, and grpc-core's keepalive enforcement."""
+memory, and keepalive (tonic's by default, grpc-core's enforcement as a switch)."""
 
 from __future__ import annotations
 
@@ -103,22 +103,41 @@ def test_rss_rises_and_falls_by_the_scaled_amount(
     poll_until(lambda: abs(proc.memory_info().rss - base_rss) < tolerance, 5, what="RSS back")
 
 
-@pytest.mark.slow
-def test_pinging_too_often_gets_goaway_too_many_pings(
-    tmp_path: Path, sim_factory: Callable[..., SimProcess]
-) -> None:
-    sim = sim_factory(config=config(tmp_path), time_scale=2000)
+AGGRESSIVE_PINGS = [
+    ("grpc.keepalive_time_ms", 100),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+def _stuck_await(sim: SimProcess, timeout: float) -> grpc.RpcError:
+    """An AwaitProof on a job that never ends, from a client pinging every 100 ms."""
     sim.stub().SubmitProof(submit_request("ka"), timeout=5)
     sim.send(signal.SIGINT)  # workers stopped: the await below would block for ever
     sim.wait_for_line("stopping engine workers")
-    aggressive = [
-        ("grpc.keepalive_time_ms", 100),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-    ]
-    with grpc.insecure_channel(sim.target, options=aggressive) as channel:
+    with grpc.insecure_channel(sim.target, options=AGGRESSIVE_PINGS) as channel:
         stub = pb_grpc.ProvingEngineStub(channel)
         with pytest.raises(grpc.RpcError) as err:
-            stub.AwaitProof(pb.AwaitProofRequest(job_id="ka"), timeout=20)
-    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert "too many pings" in (err.value.details() or "").lower()
+            stub.AwaitProof(pb.AwaitProofRequest(job_id="ka"), timeout=timeout)
+    return err.value
+
+
+def test_every_ping_is_acknowledged_by_default_as_tonic_does(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    sim = sim_factory(config=config(tmp_path), time_scale=2000)
+    error = _stuck_await(sim, timeout=3)
+    # ~30 pings and no GOAWAY: the call is only cut at its deadline (ours or the server's).
+    assert error.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+    assert "ping" not in (error.details() or "").lower()
+
+
+@pytest.mark.slow
+def test_strict_keepalive_answers_pinging_too_often_with_goaway_too_many_pings(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    sim = sim_factory(config=config(tmp_path), time_scale=2000, args=["--strict-keepalive"])
+    assert "keepalive=strict" in sim.wait_for_line("simulator settings")
+    error = _stuck_await(sim, timeout=20)
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert "too many pings" in (error.details() or "").lower()

@@ -198,12 +198,24 @@ def test_fail_at_partition_stops_the_proof_there(
     tmp_path: Path, sim_factory: Callable[..., SimProcess]
 ) -> None:
     sim = sim_factory(
-        config=config(tmp_path), time_scale=FAST, args=faults("fail:boom,at_partition=3")
+        config=config(tmp_path),
+        time_scale=FAST,
+        args=faults("fail:boom,at_partition=3"),
+        env={"RUST_LOG": "debug"},
     )
     stub = sim.stub()
     failed = stub.Prove(pb.ProveRequest(submit=submit_request("f")), timeout=10).result
     assert (failed.status, failed.error_message) == (Status.FAILED, "boom")
-    assert failed.synthesis_ms == 106_400  # only partitions 0 and 1 (2 x 30.4 x 1.75) finished
+    assert failed.synthesis_ms == 0  # a FAILED result carries no timings, as the real one
+    synthesized = {
+        int(m.group(1))
+        for line in sim.lines
+        if "job_id=f " in line
+        and (m := re.search(r"partition synthesized.* partition=(\d+)", line))
+    }
+    assert synthesized == {0, 1}  # partitions 2 and 3 started; 3 failed the proof at once
+    assert not any("job_id=f " in ln and "partition synthesis started" in ln and "partition=5" in ln
+                   for ln in sim.lines)  # fmt: skip
     after = stub.Prove(pb.ProveRequest(submit=submit_request("g")), timeout=10).result
     assert after.status == Status.COMPLETED  # its slots were freed
 

@@ -75,13 +75,42 @@ def test_same_request_id_is_proved_twice(sim: SimProcess) -> None:
     poll_until(lambda: proved() == 2, 10, what="both proved")
 
 
-def test_later_job_with_same_id_replaces_the_earlier_result(sim: SimProcess) -> None:
+def test_a_finished_id_gets_its_first_result_at_once(sim: SimProcess) -> None:
     stub = sim.stub()
     stub.SubmitProof(submit_request("x", payload=b"not json"), timeout=5)
     first = stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5)
     assert first.status == Status.FAILED
+    # SubmitProof with the same id enqueues a new job (no de-duplication) and it proves...
     stub.SubmitProof(submit_request("x"), timeout=5)
-    assert stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=10).status == Status.COMPLETED
+    sim.wait_for_line(r"proof completed job_id=x ")
+    # ...but AwaitProof and Prove look in the finished results first: the first result.
+    assert stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5) == first
+    proved = stub.Prove(pb.ProveRequest(submit=submit_request("x")), timeout=5)
+    assert proved.result == first
+    assert 'cuzk_sim_submissions_total{request_id="x"} 2' in sim.metrics()  # Prove added none
+
+
+def test_prove_with_a_running_id_is_answered_by_that_job(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=600)  # first proof ~0.5 s
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("running"), timeout=5)
+    proved = stub.Prove(pb.ProveRequest(submit=submit_request("running")), timeout=30)
+    assert proved.result.status == Status.COMPLETED
+    assert 'cuzk_sim_submissions_total{request_id="running"} 1' in sim.metrics()
+    assert sum("proof completed job_id=running " in line for line in sim.lines) == 1
+
+
+def test_a_failed_result_has_all_timings_zero(sim: SimProcess) -> None:
+    reply = sim.stub().Prove(
+        pb.ProveRequest(submit=submit_request("zero", payload=b"junk")), timeout=5
+    )
+    result = reply.result
+    assert result.status == Status.FAILED
+    timings = (result.queue_wait_ms, result.srs_load_ms, result.synthesis_ms,
+               result.gpu_compute_ms, result.total_ms)  # fmt: skip
+    assert timings == (0, 0, 0, 0, 0)
 
 
 def test_unknown_job_is_not_found(sim: SimProcess) -> None:
@@ -105,10 +134,14 @@ def test_bad_c1_is_a_failed_proof_not_an_rpc_error(sim: SimProcess) -> None:
     stub.SubmitProof(submit_request("bad", payload=b'{"SectorNum": 1}'), timeout=5)
     result = stub.AwaitProof(pb.AwaitProofRequest(job_id="bad"), timeout=5)
     assert result.status == Status.FAILED
-    assert "Phase1Out" in result.error_message
+    assert result.error_message.startswith(
+        "C1 parse failed: failed to parse C1 output wrapper JSON"
+    )
     proved = stub.Prove(pb.ProveRequest(submit=submit_request("bad2", payload=b"junk")), timeout=5)
     assert proved.result.status == Status.FAILED
-    assert "failed to parse C1" in proved.result.error_message
+    assert proved.result.error_message.startswith(
+        "C1 parse failed: failed to parse C1 output wrapper JSON"
+    )
     assert sim.status().total_proofs_failed == failed_before + 2
 
 
@@ -126,6 +159,7 @@ def test_prove_without_submit_is_invalid_argument(sim: SimProcess) -> None:
     with pytest.raises(grpc.RpcError) as err:
         sim.stub().Prove(pb.ProveRequest(), timeout=5)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "missing submit field"
 
 
 def test_prove_is_submit_and_await_in_one_call(sim: SimProcess) -> None:
@@ -159,25 +193,30 @@ def test_preload_srs_blocks_and_unknown_is_internal(
     with pytest.raises(grpc.RpcError) as err:
         stub.PreloadSRS(pb.PreloadSrsRequest(circuit_id="porep-128g"), timeout=5)
     assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert err.value.details() == "unknown circuit ID: porep-128g"
 
 
 def test_get_status_fields(tmp_path: Path, sim_factory: Callable[..., SimProcess]) -> None:
-    sim = sim_factory(config=porep_config(tmp_path), time_scale=FAST, args=["--gpus", "2"])
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=200, args=["--gpus", "2"])
     status = sim.status()
     assert len(status.gpus) == 4  # one per GPU worker: 2 GPUs x 2 workers
     assert sorted({g.ordinal for g in status.gpus}) == [0, 1]
     assert [s.circuit_id for s in status.loaded_srs] == ["porep-32g"]
-    assert [q.proof_kind for q in status.queues] == [
-        "porep-c2",
-        "snap-update",
-        "window-post",
-        "winning-post",
-    ]
-    assert status.pinned_memory_bytes >= 44 << 30
-    sim.stub().Prove(pb.ProveRequest(submit=submit_request("s")), timeout=10)
+    # As the real service: no sizes, no ref counts, no pinned figures, no queues when idle.
+    assert [(s.size_bytes, s.ref_count) for s in status.loaded_srs] == [(0, 0)]
+    assert (status.pinned_memory_bytes, status.pinned_memory_limit_bytes) == (0, 0)
+    assert list(status.queues) == []
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("s1"), timeout=5)  # ~1.5 s each at scale 200
+    stub.SubmitProof(submit_request("s2"), timeout=5)
+    busy = sim.status()
+    assert [q.proof_kind for q in busy.queues] == ["porep-c2"]  # only the kind with jobs
+    assert busy.queues[0].pending + busy.queues[0].in_progress == 2
+    assert stub.AwaitProof(pb.AwaitProofRequest(job_id="s2"), timeout=30).status == 1
     after = sim.status()
-    assert after.total_proofs_completed == 1
+    assert after.total_proofs_completed == 2
     assert after.uptime_seconds > 0
+    assert list(after.queues) == []
 
 
 def test_other_kinds_are_one_short_step(sim: SimProcess) -> None:
@@ -192,10 +231,16 @@ def test_other_kinds_are_one_short_step(sim: SimProcess) -> None:
 def test_metrics_text(tmp_path: Path, sim_factory: Callable[..., SimProcess]) -> None:
     sim = sim_factory(config=porep_config(tmp_path), time_scale=FAST)
     sim.stub().Prove(pb.ProveRequest(submit=submit_request("m")), timeout=10)
+    sim.stub().Prove(pb.ProveRequest(submit=submit_request("m2", payload=b"junk")), timeout=10)
     text = sim.metrics()
     for name in [
+        'cuzk_proofs_completed{proof_kind="porep_c2"} 1',
+        'cuzk_proofs_failed{proof_kind="porep_c2"} 1',
+        'cuzk_proofs_completed{proof_kind="winning_post"} 0',
+        'cuzk_proof_duration_seconds_count{proof_kind="porep_c2"} 2',
+        'cuzk_proof_duration_seconds_sum{proof_kind="porep_c2"} ',
         "cuzk_proofs_completed_total 1",
-        "cuzk_proofs_failed_total 0",
+        "cuzk_proofs_failed_total 1",
         "cuzk_uptime_seconds ",
         "cuzk_queue_depth 0",
         "cuzk_running_jobs 0",
@@ -204,6 +249,15 @@ def test_metrics_text(tmp_path: Path, sim_factory: Callable[..., SimProcess]) ->
         "cuzk_sim_steady_state_proofs_per_hour 23.684",
     ]:
         assert name in text
+    # Every series that is not the real daemon's is under cuzk_sim_.
+    real = ("cuzk_proofs_completed", "cuzk_proofs_failed", "cuzk_uptime_seconds",
+            "cuzk_queue_depth", "cuzk_running_jobs", "cuzk_gpu_workers",
+            "cuzk_proof_duration_seconds")  # fmt: skip
+    names = {line.split("{")[0].split()[0] for line in text.splitlines() if line[:1] != "#"}
+    assert {n for n in names if not n.startswith("cuzk_sim_")} <= {
+        *real, "cuzk_proofs_completed_total", "cuzk_proofs_failed_total",
+        "cuzk_proof_duration_seconds_count", "cuzk_proof_duration_seconds_sum",
+    }  # fmt: skip
 
 
 @pytest.mark.slow
