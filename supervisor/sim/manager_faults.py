@@ -1,9 +1,13 @@
-"""Fault switches of the simulated manager: 5xx answers, added latency, refused connections.
+"""Fault switches of the simulated manager: 5xx answers, a proxy's HTML answers (502/503 pages,
+a 200 maintenance page), 200s whose body is not the expected JSON, added latency, refused
+connections.
 
 Settings come from ``CUZK_SIM_MANAGER_FAULTS`` (JSON, or ``key=value,key=value``), then the
 command line, then ``POST /sim/faults`` at run time. A faulted request is answered before it is
-applied, so it never changes state. Which requests fail is drawn from one seeded RNG, one draw
-per request the fault applies to, so a run is reproducible from its seed.
+applied, so it never changes state, except a bad body with ``bad_body_applied`` (the manager
+applied it, the answer was mangled on the way back). Which requests fail is drawn from one
+seeded RNG, one draw per request the rates apply to (and one more to pick the HTML status or
+the bad body's kind), so the same requests in the same order fail the same way for a seed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,46 @@ from typing import Any
 ENV_VAR = "CUZK_SIM_MANAGER_FAULTS"
 OUTAGE_MESSAGE = "simulated outage"
 LATENCY_PHASES = ("before", "after")
+# What a bad 200 body can be: a proxy's HTML page, nothing, JSON cut short, a JSON object
+# without the expected fields, a plain-text "OK".
+BAD_BODY_KINDS = ("html", "empty", "truncated", "wrong_json", "plain")
+HTML_STATUSES = (502, 503)
+
+_HTML_TITLES = {
+    500: "500 Internal Server Error",
+    502: "502 Bad Gateway",
+    503: "503 Service Temporarily Unavailable",
+    504: "504 Gateway Time-out",
+}
+MAINTENANCE_PAGE = (
+    "<!DOCTYPE html>\n<html>\n<head><title>Down for maintenance</title></head>\n<body>\n"
+    "<h1>Down for maintenance</h1>\n<p>We&rsquo;ll be back shortly.</p>\n</body>\n</html>\n"
+)
+
+
+def proxy_error_page(status: int) -> str:
+    """The HTML a reverse proxy (nginx) answers for an upstream it cannot reach."""
+    title = _HTML_TITLES.get(status, f"{status} Error")
+    return (
+        f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n"
+        f"<center><h1>{title}</h1></center>\r\n<hr><center>nginx</center>\r\n"
+        "</body>\r\n</html>\r\n"
+    )
+
+
+def bad_body(kind: str) -> tuple[bytes, str]:
+    """A 200's body that is not the expected JSON, and its Content-Type."""
+    if kind == "html":
+        return proxy_error_page(502).encode(), "text/html"
+    if kind == "empty":
+        return b"", "application/json"
+    if kind == "truncated":
+        return b'{"ok":tr', "application/json"
+    if kind == "wrong_json":
+        return b'{"status":"ok","message":"accepted"}\n', "application/json"
+    if kind == "plain":
+        return b"OK\n", "text/plain; charset=utf-8"
+    raise FaultError(f"bad_body_kinds: unknown kind {kind!r}")
 
 
 class FaultError(ValueError):
@@ -38,10 +82,21 @@ class FaultSettings:
     latency: float = 0.0  # seconds added to every matching request
     latency_phase: str = "after"  # "after": state applied, answer late; "before": both late
     seed: int | None = None  # None: a random seed, shown by GET /sim/faults
+    # a proxy in front: this share answered with an HTML error page, status drawn from these
+    html_rate: float = 0.0
+    html_statuses: tuple[int, ...] = HTML_STATUSES
+    # this share answered 200 with a body that is not the expected JSON (kind drawn)
+    bad_body_rate: float = 0.0
+    bad_body_kinds: tuple[str, ...] = BAD_BODY_KINDS
+    bad_body_applied: bool = False  # True: the request is applied, only the answer is bad
+    # the next N requests to maintenance_path answered 200 with a "Down for maintenance" page
+    maintenance_next: int = 0
+    maintenance_path: str = "/register"
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["paths"] = list(self.paths)
+        for key in ("paths", "html_statuses", "bad_body_kinds"):
+            out[key] = list(getattr(self, key))
         return out
 
 
@@ -77,13 +132,55 @@ def _paths(value: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _items(key: str, value: Any) -> list[Any]:
+    """A list, or its text form: items separated by ``;``, ``,`` or spaces."""
+    if isinstance(value, str):
+        return [item for item in value.replace(";", " ").replace(",", " ").split() if item]
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise FaultError(f"{key}: expected a list, got {value!r}")
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise FaultError(f"{key}: expected true or false, got {value!r}")
+
+
 def validate(changes: Mapping[str, Any]) -> dict[str, Any]:
     """Check and normalise a set of changes (keys of FaultSettings, plus ``refuse_for``
     in seconds, an action rather than a setting). Unknown keys are an error."""
     out: dict[str, Any] = {}
     for key, value in changes.items():
-        if key == "fail_rate":
+        if key in ("fail_rate", "html_rate", "bad_body_rate"):
             out[key] = _number(key, value, maximum=1.0)
+        elif key == "html_statuses":
+            statuses = tuple(
+                _integer(key, item, minimum=400, maximum=599) for item in _items(key, value)
+            )
+            if not statuses:
+                raise FaultError(f"{key}: expected at least one status")
+            out[key] = statuses
+        elif key == "bad_body_kinds":
+            kinds = tuple(str(item) for item in _items(key, value))
+            unknown = [kind for kind in kinds if kind not in BAD_BODY_KINDS]
+            if unknown or not kinds:
+                raise FaultError(f"{key}: expected some of {', '.join(BAD_BODY_KINDS)}")
+            out[key] = kinds
+        elif key == "bad_body_applied":
+            out[key] = _boolean(key, value)
+        elif key == "maintenance_next":
+            out[key] = _integer(key, value)
+        elif key == "maintenance_path":
+            if not isinstance(value, str) or not value.startswith("/"):
+                raise FaultError(f"{key}: {value!r} is not a path starting with /")
+            out[key] = value
         elif key == "fail_status":
             out[key] = _integer(key, value, minimum=400, maximum=599)
         elif key in ("fail_next",):
@@ -126,15 +223,38 @@ def parse_text(text: str) -> dict[str, Any]:
     return validate(pairs)
 
 
+PASS_KIND = "pass"
+ERROR_KIND = "error"  # fail_status with the JSON outage error
+HTML_KIND = "html"  # a proxy's HTML error page
+BAD_BODY_KIND = "bad_body"  # a 200 whose body is not the expected JSON
+MAINTENANCE_KIND = "maintenance"  # a 200 HTML maintenance page
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What to do with one request: fail it (with ``status``), and how long to wait first
-    (before applying it) and last (after applying it, before answering)."""
+    """What to do with one request: answer it as ``kind`` says (with ``status``; ``body`` the
+    bad body's kind), apply it or not, and how long to wait first (before applying it) and
+    last (after applying it, before answering)."""
 
-    fail: bool = False
+    fail: bool = False  # answered by a fault
     status: int = 503
     delay_before: float = 0.0
     delay_after: float = 0.0
+    kind: str = PASS_KIND
+    apply: bool = True  # whether the request reaches the handler (and may change state)
+    body: str = ""  # BAD_BODY_KIND: which bad body
+
+    def response(self) -> tuple[int, bytes, str]:
+        """Status, body and Content-Type of a faulted answer (not for ``error``, which the
+        server writes as its own JSON error)."""
+        if self.kind == HTML_KIND:
+            return self.status, proxy_error_page(self.status).encode(), "text/html"
+        if self.kind == MAINTENANCE_KIND:
+            return 200, MAINTENANCE_PAGE.encode(), "text/html; charset=utf-8"
+        if self.kind == BAD_BODY_KIND:
+            body, content_type = bad_body(self.body)
+            return 200, body, content_type
+        raise ValueError(f"no canned answer for {self.kind!r}")
 
 
 PASS = Decision()
@@ -175,16 +295,31 @@ class Faults:
         return not paths or any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
 
     def decide(self, path: str) -> Decision:
+        """The fate of one request to ``path``: a maintenance page first (its own path and
+        count, whatever ``paths`` says), then ``fail_next``, then one draw shared by the rates
+        (``fail_rate``, then ``html_rate``, then ``bad_body_rate``, stacked in that order)."""
         with self._lock:
             s = self._settings
+            if s.maintenance_next > 0 and path == s.maintenance_path:
+                self._settings = replace(s, maintenance_next=s.maintenance_next - 1)
+                return Decision(fail=True, status=200, kind=MAINTENANCE_KIND, apply=False)
             if not self._matches(s.paths, path):
                 return PASS
-            fail = False
+            kind, status, body = PASS_KIND, s.fail_status, ""
             if s.fail_next > 0:
                 self._settings = replace(s, fail_next=s.fail_next - 1)
-                fail = True
-            elif s.fail_rate > 0:
-                fail = self._rng.random() < s.fail_rate
+                kind = ERROR_KIND
+            elif s.fail_rate > 0 or s.html_rate > 0 or s.bad_body_rate > 0:
+                draw = self._rng.random()
+                if draw < s.fail_rate:
+                    kind = ERROR_KIND
+                elif draw < s.fail_rate + s.html_rate:
+                    kind, status = HTML_KIND, self._rng.choice(s.html_statuses)
+                elif draw < s.fail_rate + s.html_rate + s.bad_body_rate:
+                    kind, status = BAD_BODY_KIND, 200
+                    body = self._rng.choice(s.bad_body_kinds)
         before = s.latency if s.latency_phase == "before" else 0.0
         after = s.latency if s.latency_phase == "after" else 0.0
-        return Decision(fail=fail, status=s.fail_status, delay_before=before, delay_after=after)
+        fail = kind != PASS_KIND
+        apply = not fail or (kind == BAD_BODY_KIND and s.bad_body_applied)
+        return Decision(fail, status, before, after, kind, apply, body)

@@ -1,6 +1,8 @@
 """In-memory records of the simulated manager: the instances' pushed log lines (as the real
-manager keeps them: the last 10,000 per instance, lost on restart) and the journal of every
-request received (the sim's own, for tests: what arrived, in which order, answered how)."""
+manager keeps them: 10,000 per instance, the oldest 1,000 dropped at once when full, lost on
+restart), the manager's own log (5,000 lines for the whole fleet, a ``[running] uuid=…`` line
+per ``/running`` among them) and the journal of every request received (the sim's own, for
+tests: what arrived, in which order, answered how)."""
 
 from __future__ import annotations
 
@@ -9,23 +11,31 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
-
-from supervisor.sim.manager_store import rfc3339
 
 LOG_PUSH_LIMIT = 256 * 1024  # bytes of a push body that are read; the rest is dropped
 LOG_LINES_KEPT = 10_000  # per instance
+MANAGER_LOG_KEPT = 5_000  # the manager's own log, shared by the whole fleet
+MANAGER_LOG_SOURCE = "manager"
 DEFAULT_LOG_SOURCE = "unknown"
+ALL_SOURCES = "all"  # as a source filter: every source (as no filter)
+DEFAULT_TAIL = 1_000  # lines an instance-logs query returns without a usable ``tail``
 JOURNAL_KEPT = 200_000
 
 
 def split_log_body(body: bytes, limit: int = LOG_PUSH_LIMIT) -> list[str]:
     """The lines of a push body as the manager stores them: the first ``limit`` bytes only
-    (a line cut there is kept, cut), split on ``\\n``, a trailing ``\\r`` removed, empty lines
-    dropped; bytes that are not UTF-8 become U+FFFD."""
+    (a line cut there is kept, cut), split on ``\\n`` only (a ``\\r`` before it stays in the
+    text, and a line that is only ``\\r`` is kept), empty lines dropped; bytes that are not
+    UTF-8 become U+FFFD (as Go's JSON encoder writes them)."""
     text = body[:limit].decode("utf-8", errors="replace")
-    lines = (line.removesuffix("\r") for line in text.split("\n"))
-    return [line for line in lines if line]
+    return [line for line in text.split("\n") if line]
+
+
+def millis(ts: float) -> int:
+    """Unix seconds as integer milliseconds (Go's ``time.Now().UnixMilli()``)."""
+    return int(ts * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,33 +45,81 @@ class LogLine:
     ts: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"src": self.src, "text": self.text, "ts": rfc3339(self.ts)}
+        return {"src": self.src, "text": self.text, "ts": millis(self.ts)}
+
+
+class LogBuffer:
+    """One bounded buffer of lines, as the real manager's: when a line makes it longer than
+    ``keep``, the oldest tenth (at least one) is dropped at once."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.drop = max(1, keep // 10)
+        self.lines: list[LogLine] = []
+
+    def extend(self, new: Iterable[LogLine]) -> None:
+        # Appending line by line and dropping a tenth each time the buffer overflows leaves
+        # the same lines as appending all and then dropping tenths while it is too long.
+        self.lines.extend(new)
+        excess = len(self.lines) - self.keep
+        if excess > 0:
+            del self.lines[: -(-excess // self.drop) * self.drop]
+
+    def query(self, source: str | None, tail: int) -> list[LogLine]:
+        lines = self.lines
+        if source and source != ALL_SOURCES:
+            lines = [line for line in lines if line.src == source]
+        return list(lines[-tail:]) if tail > 0 else list(lines)
 
 
 class LogBook:
-    """The last ``keep`` lines per instance uuid, in arrival order."""
+    """A :class:`LogBuffer` of ``keep`` lines per instance uuid, in arrival order."""
 
     def __init__(self, keep: int = LOG_LINES_KEPT) -> None:
         self._keep = keep
         self._lock = threading.Lock()
-        self._lines: dict[str, deque[LogLine]] = {}
+        self._books: dict[str, LogBuffer] = {}
 
     def push(self, uuid: str, source: str, lines: Iterable[str], ts: float) -> int:
         new = [LogLine(source, text, ts) for text in lines]
         with self._lock:
-            book = self._lines.setdefault(uuid, deque(maxlen=self._keep))
-            book.extend(new)
+            self._books.setdefault(uuid, LogBuffer(self._keep)).extend(new)
         return len(new)
 
-    def query(self, uuid: str, source: str | None = None, tail: int | None = None) -> list[LogLine]:
-        """Lines of ``uuid`` (only ``source``'s if given); the last ``tail`` if > 0."""
+    def query(self, uuid: str, source: str | None = None, tail: int = 0) -> list[LogLine]:
+        """Lines of ``uuid``: every source for None, ``""`` or ``"all"``, else only
+        ``source``'s; the last ``tail`` if > 0, else all."""
         with self._lock:
-            lines = list(self._lines.get(uuid, ()))
-        if source:
-            lines = [line for line in lines if line.src == source]
-        if tail is not None and tail > 0:
-            lines = lines[-tail:]
-        return lines
+            book = self._books.get(uuid)
+            return book.query(source, tail) if book is not None else []
+
+    def count(self, uuid: str) -> int:
+        with self._lock:
+            book = self._books.get(uuid)
+            return len(book.lines) if book is not None else 0
+
+
+def go_log_prefix(ts: float) -> str:
+    """The date and time Go's standard logger puts before each line (UTC here)."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y/%m/%d %H:%M:%S ")
+
+
+class ManagerLog:
+    """The manager's own log (what its ``log.Printf`` writes): ``keep`` lines for the whole
+    fleet, source ``manager``, each text prefixed with the date and time as Go's logger does."""
+
+    def __init__(self, keep: int = MANAGER_LOG_KEPT) -> None:
+        self._lock = threading.Lock()
+        self._buffer = LogBuffer(keep)
+
+    def write(self, message: str, ts: float) -> None:
+        line = LogLine(MANAGER_LOG_SOURCE, go_log_prefix(ts) + message, ts)
+        with self._lock:
+            self._buffer.extend([line])
+
+    def lines(self, tail: int = 0) -> list[LogLine]:
+        with self._lock:
+            return self._buffer.query(None, tail)
 
 
 @dataclass(slots=True)
@@ -74,7 +132,9 @@ class JournalEntry:
     path: str
     query: str
     status: int = 0
-    faulted: bool = False  # answered by a fault switch; never applied
+    faulted: bool = False  # answered by a fault switch
+    fault: str | None = None  # its kind: error, html, bad_body, maintenance
+    applied: bool = False  # the request reached the API (a fault answer: only bad_body_applied)
     sim: bool = False  # a /sim/ control request
     body_bytes: int = 0  # request body size as received (before any cut)
     log_source: str | None = None  # X-Log-Source as sent (None: header absent)

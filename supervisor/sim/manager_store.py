@@ -2,11 +2,14 @@
 
 The rules are the real manager's (``reference/manager-api.md``); every method is one
 transaction, so a second sim process on the same file (a restart) sees a consistent state.
-Times are unix seconds in the database and RFC 3339 (UTC, as Go prints a ``time.Time``) in JSON.
+Times are unix seconds in the database (with their fraction, so a scaled-down timeout is
+exact) and whole seconds ``YYYY-MM-DD HH:MM:SS`` (UTC, SQLite's ``CURRENT_TIMESTAMP``, as the
+real manager lists them) in ``GET /status``.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -26,8 +29,11 @@ KILLED = "killed"
 STATES = (REGISTERED, PARAMS_DONE, BENCH_DONE, RUNNING, KILLED)
 
 DEFAULT_MIN_RATE = 50.0  # what /register uses when min_rate <= 0
-PARAM_TIMEOUT_REASON = "param fetch timeout"
-BENCH_TIMEOUT_REASON = "benchmark timeout"
+PARAM_TIMEOUT_REASON = "param fetch timeout (90min)"  # the real texts, whatever the timeout
+BENCH_TIMEOUT_REASON = "benchmark timeout (45min)"
+MANUAL_KILL_REASON = "manually killed via UI"
+DISAPPEARED_REASON = "instance disappeared from vast"
+VAST_LABEL_RE = re.compile(r"C\.([+-]?\d+)")  # what Go's strconv.Atoi takes after "C."
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS counters (
@@ -70,13 +76,28 @@ def rfc3339(ts: float) -> str:
     return f"{base}.{fraction}Z" if fraction else f"{base}Z"
 
 
+def sql_time(ts: float) -> str:
+    """``ts`` as SQLite's ``CURRENT_TIMESTAMP`` writes it: whole seconds, UTC."""
+    return datetime.fromtimestamp(int(ts), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def vast_id_from_label(label: str) -> int | None:
+    """The platform instance id in a ``C.<digits>`` label, as the real manager reads it."""
+    match = VAST_LABEL_RE.fullmatch(label)
+    if match is None:
+        return None
+    value = int(match.group(1))
+    return value if -(2**63) <= value < 2**63 else None
+
+
 def effective_min_rate(min_rate: float) -> float:
     """``min_rate <= 0`` means the register default, 50 proofs per hour."""
     return min_rate if min_rate > 0 else DEFAULT_MIN_RATE
 
 
 def bench_fail_reason(rate: float, min_rate: float) -> str:
-    return f"benchmark failed: rate {rate:g} below min_rate {min_rate:g}"
+    """As the real manager writes it (Go's ``%.1f``)."""
+    return f"bench_rate {rate:.1f} below min_rate {min_rate:.1f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +123,12 @@ class Instance:
             "runner_id": self.runner_id,
             "state": self.state,
             "min_rate": self.min_rate,
-            "registered_at": rfc3339(self.registered_at),
+            "registered_at": sql_time(self.registered_at),
         }
         for name in ("param_done_at", "bench_done_at", "killed_at"):
             value = getattr(self, name)
             if value is not None:
-                out[name] = rfc3339(value)
+                out[name] = sql_time(value)
         if self.bench_rate is not None:
             out["bench_rate"] = self.bench_rate
         if self.kill_reason is not None:
@@ -117,6 +138,43 @@ class Instance:
     @classmethod
     def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Instance:
         return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformInstance:
+    """One instance of the platform's list (``vastai show instances``): its id, its label
+    on the platform (often empty), the machine it runs on."""
+
+    id: int
+    label: str = ""
+    machine_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """The platform's instance list, matched as the real manager matches a record: by the
+    platform label first, then by the id in a ``C.<digits>`` label."""
+
+    entries: tuple[PlatformInstance, ...]
+
+    def find(self, label: str) -> PlatformInstance | None:
+        for entry in self.entries:
+            if entry.label and entry.label == label:
+                return entry
+        vast_id = vast_id_from_label(label)
+        if vast_id is not None:
+            for entry in self.entries:
+                if entry.id == vast_id:
+                    return entry
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepKill:
+    instance: Instance  # as it is after the kill
+    cause: str  # "timeout", "bench below min_rate", "bad host", "disappeared"
+    destroyed: bool  # whether the real manager would destroy the container too
+    state_before: str = ""  # the record's state when it was killed
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +305,12 @@ class Store:
                 return BenchResult(
                     replace(inst, state=BENCH_DONE, bench_done_at=now, bench_rate=rate), True
                 )
-            killed = self._kill(cur, inst, bench_fail_reason(rate, inst.min_rate), now)
+            cur.execute(
+                "UPDATE instances SET bench_done_at = ?, bench_rate = ? WHERE uuid = ?",
+                (now, rate, uuid),
+            )
+            benched = replace(inst, bench_done_at=now, bench_rate=rate)
+            killed = self._kill(cur, benched, bench_fail_reason(rate, inst.min_rate), now)
             return BenchResult(killed, False)
 
     def running(self, uuid: str) -> Instance | None:
@@ -259,32 +322,65 @@ class Store:
             cur.execute("UPDATE instances SET state = ? WHERE uuid = ?", (RUNNING, uuid))
             return replace(inst, state=RUNNING)
 
-    def kill(self, uuid: str, reason: str) -> Instance | None:
-        """Kill as an operator would (any state, a killed one again). None: unknown uuid."""
+    def kill(self, uuid: str, reason: str, *, again: bool = True) -> Instance | None:
+        """Kill ``uuid`` with ``reason``; a killed one is killed again (new time and reason)
+        only with ``again`` (the sim's ``/sim/kill``; the real ``/api/kill`` leaves it).
+        None: unknown uuid, or already killed and not ``again``."""
         with self._tx() as cur:
             inst = self._get(cur, uuid)
-            if inst is None:
+            if inst is None or (inst.state == KILLED and not again):
                 return None
             return self._kill(cur, inst, reason, self._clock())
 
     def instances(self) -> list[Instance]:
+        """Every record, as ``GET /status`` lists them: by runner id, highest first."""
         with self._tx() as cur:
-            rows = cur.execute(f"SELECT {_COLUMNS} FROM instances ORDER BY seq").fetchall()
+            rows = cur.execute(
+                f"SELECT {_COLUMNS} FROM instances ORDER BY runner_id DESC, seq DESC"
+            ).fetchall()
         return [Instance.from_row(row) for row in rows]
 
-    def expire(self, param_timeout: float, bench_timeout: float) -> list[Instance]:
-        """The periodic check: kill what overstayed ``registered`` or ``params_done``, and any
-        ``bench_done`` below its min_rate. Returns the instances killed now."""
-        killed: list[Instance] = []
+    def sweep(
+        self, param_timeout: float, bench_timeout: float, platform: Platform | None = None
+    ) -> list[SweepKill]:
+        """One pass of the real manager's monitor, in its order: kill what runs on a bad host
+        (a platform list naming machine ids), what overstayed ``registered``
+        (``param_timeout``) or ``params_done`` (``bench_timeout``), any ``bench_done`` below
+        its min_rate, then (with a platform list) every live record the list does not name.
+        A kill destroys the container where the real manager would: when the record is found
+        in the platform list, or (no list) when its label is ``C.<digits>``.
+        Returns the kills of this pass."""
+        kills: list[SweepKill] = []
+
+        def on_platform(label: str) -> bool:
+            if platform is None:
+                return vast_id_from_label(label) is not None
+            return platform.find(label) is not None
+
         with self._tx() as cur:
             now = self._clock()
-            rows = cur.execute(
-                f"SELECT {_COLUMNS} FROM instances WHERE state IN (?, ?, ?) ORDER BY seq",
-                (REGISTERED, PARAMS_DONE, BENCH_DONE),
-            ).fetchall()
-            for row in rows:
-                inst = Instance.from_row(row)
-                reason: str | None = None
+
+            def live() -> list[Instance]:
+                rows = cur.execute(
+                    f"SELECT {_COLUMNS} FROM instances WHERE state != ? ORDER BY seq", (KILLED,)
+                ).fetchall()
+                return [Instance.from_row(row) for row in rows]
+
+            def kill_label(label: str, reason: str, cause: str, destroyed: bool) -> None:
+                for inst in live():  # every live record with the label, as the real one
+                    if inst.label == label:
+                        killed = self._kill(cur, inst, reason, now)
+                        kills.append(SweepKill(killed, cause, destroyed, inst.state))
+
+            if platform is not None:
+                rows = cur.execute("SELECT machine_id, reason FROM bad_hosts").fetchall()
+                bad = {str(machine): reason for machine, reason in rows}
+                for entry in platform.entries:
+                    why = bad.get(str(entry.machine_id))
+                    if entry.machine_id is not None and why is not None:
+                        reason = f"bad host {entry.machine_id}: {why}"
+                        kill_label(entry.label or f"C.{entry.id}", reason, "bad host", True)
+            for inst in live():
                 if inst.state == REGISTERED and now - inst.registered_at > param_timeout:
                     reason = PARAM_TIMEOUT_REASON
                 elif (
@@ -292,29 +388,49 @@ class Store:
                     and now - (inst.param_done_at or inst.registered_at) > bench_timeout
                 ):
                     reason = BENCH_TIMEOUT_REASON
-                elif (
-                    inst.state == BENCH_DONE
-                    and inst.bench_rate is not None
-                    and inst.bench_rate < inst.min_rate
-                ):
-                    reason = bench_fail_reason(inst.bench_rate, inst.min_rate)
-                if reason is not None:
-                    killed.append(self._kill(cur, inst, reason, now))
-        return killed
+                else:
+                    continue
+                kill_label(inst.label, reason, "timeout", on_platform(inst.label))
+            for inst in live():
+                rate = inst.bench_rate
+                if inst.state == BENCH_DONE and rate is not None and rate < inst.min_rate:
+                    reason = bench_fail_reason(rate, inst.min_rate)
+                    kill_label(inst.label, reason, "bench below min_rate", on_platform(inst.label))
+            if platform is not None:
+                for inst in live():
+                    if platform.find(inst.label) is None:
+                        killed = self._kill(cur, inst, DISAPPEARED_REASON, now)
+                        kills.append(SweepKill(killed, "disappeared", False, inst.state))
+        return kills
 
     def add_bad_host(self, machine_id: str, reason: str) -> None:
+        """Add or replace (one entry per machine id, as the real table's primary key)."""
         with self._tx() as cur:
+            cur.execute("DELETE FROM bad_hosts WHERE machine_id = ?", (machine_id,))
             cur.execute(
                 "INSERT INTO bad_hosts (machine_id, reason, reported_at) VALUES (?, ?, ?)",
                 (machine_id, reason, self._clock()),
             )
 
+    def remove_bad_host(self, machine_id: str) -> None:
+        with self._tx() as cur:
+            cur.execute("DELETE FROM bad_hosts WHERE machine_id = ?", (machine_id,))
+
     def bad_hosts(self) -> list[dict[str, Any]]:
+        """In order of arrival (``/sim/state``)."""
         with self._tx() as cur:
             rows = cur.execute(
                 "SELECT machine_id, reason, reported_at FROM bad_hosts ORDER BY seq"
             ).fetchall()
         return [{"machine_id": m, "reason": r, "reported_at": rfc3339(t)} for m, r, t in rows]
+
+    def bad_hosts_listed(self) -> list[dict[str, Any]]:
+        """As ``GET /bad-host`` lists them: newest first, ``added_at`` in whole seconds."""
+        with self._tx() as cur:
+            rows = cur.execute(
+                "SELECT machine_id, reason, reported_at FROM bad_hosts ORDER BY seq DESC"
+            ).fetchall()
+        return [{"machine_id": m, "reason": r, "added_at": sql_time(t)} for m, r, t in rows]
 
     def runner_id_counter(self) -> int:
         """The last runner id handed out (0 before the first register)."""

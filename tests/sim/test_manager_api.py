@@ -29,7 +29,8 @@ def mgr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerProcess]:
 
 
 def label() -> str:
-    return f"C.{uuidlib.uuid4().hex[:12]}"
+    """A fresh label of the platform's form, ``C.<instance id>``."""
+    return f"C.{uuidlib.uuid4().int % 10**12}"
 
 
 def instance(mgr: ManagerProcess, uuid: str) -> dict:
@@ -132,7 +133,7 @@ def test_register_bad_json_is_400(mgr: ManagerProcess, raw: bytes) -> None:
     r = mgr.post("/register", content=raw)
     assert r.status_code == 400
     assert r.headers["content-type"] == "application/json"
-    assert isinstance(r.json()["error"], str)
+    assert r.json()["error"].startswith("bad request: ")
     assert len(mgr.status()) == before
 
 
@@ -199,8 +200,11 @@ def test_bench_done_fail_kills_and_destroys_at_once(mgr: ManagerProcess) -> None
     assert (r.status_code, r.json()) == (200, {"ok": True, "passed": False})
     inst = instance(mgr, reg["uuid"])
     assert inst["state"] == "killed"
-    assert inst["kill_reason"]
+    assert inst["kill_reason"] == "bench_rate 35.9 below min_rate 50.0"
     assert "killed_at" in inst
+    # the failed bench is kept on the killed record
+    assert inst["bench_rate"] == 35.9
+    assert inst["bench_done_at"] == inst["killed_at"]
     kills = [k for k in mgr.state()["kills"] if k["uuid"] == reg["uuid"]]
     assert len(kills) == 1
     assert kills[0]["destroyed"] is True
@@ -235,6 +239,10 @@ def test_bench_done_bad_json_is_400(mgr: ManagerProcess) -> None:
     reg = mgr.register(label())
     r = mgr.post("/bench-done", json={"uuid": reg["uuid"], "rate": "fast"})
     assert r.status_code == 400
+    assert r.json() == {
+        "error": "bad request: json: cannot unmarshal string into Go struct field "
+        "BenchDoneReq.rate of type float64"
+    }
     assert instance(mgr, reg["uuid"])["state"] == "registered"
 
 
@@ -276,8 +284,7 @@ def test_runner_id(mgr: ManagerProcess) -> None:
 
 def test_runner_id_without_uuid_is_400_and_unknown_is_404(mgr: ManagerProcess) -> None:
     r = mgr.get("/runner-id")
-    assert r.status_code == 400
-    assert "error" in r.json()
+    assert (r.status_code, r.json()) == (400, {"error": "uuid query param required"})
     assert mgr.get("/runner-id", params={"uuid": ""}).status_code == 400
     r = mgr.get("/runner-id", params={"uuid": "nope"})
     assert (r.status_code, r.json()) == (404, {"error": "instance not found"})
@@ -298,17 +305,18 @@ def test_status_lists_every_field_once_set(mgr: ManagerProcess) -> None:
     assert set(inst) == STATUS_FIELDS | OPTIONAL_FIELDS
     assert inst["kill_reason"] == "instance gone"
     times = [
-        datetime.fromisoformat(inst[k])
+        datetime.strptime(inst[k], "%Y-%m-%d %H:%M:%S")  # whole seconds, UTC, no zone
         for k in ("registered_at", "param_done_at", "bench_done_at", "killed_at")
     ]
-    assert all(t.tzinfo is not None for t in times)
     assert times == sorted(times)
 
 
-def test_status_is_in_registration_order(mgr: ManagerProcess) -> None:
+def test_status_is_by_runner_id_highest_first(mgr: ManagerProcess) -> None:
     uuids = [mgr.register(label())["uuid"] for _ in range(3)]
     listed = [i["uuid"] for i in mgr.status() if i["uuid"] in uuids]
-    assert listed == uuids
+    assert listed == uuids[::-1]
+    ids = [i["runner_id"] for i in mgr.status()]
+    assert ids == sorted(ids, reverse=True)
 
 
 # --- /bad-host, errors -----------------------------------------------------------------------
@@ -332,16 +340,19 @@ def test_bad_host(mgr: ManagerProcess) -> None:
         ("POST", "/status"),
         ("GET", "/api/log-push"),
         ("POST", "/api/instance-logs/some-uuid"),
-        ("GET", "/bad-host"),
+        ("PUT", "/bad-host"),
+        ("GET", "/api/kill"),
+        ("HEAD", "/api/kill"),
+        ("GET", "/bad-host/m-1"),
     ],
 )
 def test_wrong_method_is_plain_text_405(mgr: ManagerProcess, method: str, path: str) -> None:
     r = mgr.http.request(method, path)
     assert r.status_code == 405
-    assert r.headers["content-type"].startswith("text/plain")
-    assert "error" not in r.text
-    assert r.text.strip() == "Method Not Allowed"
-    assert r.headers["allow"]
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+    assert "allow" not in r.headers
+    if method != "HEAD":
+        assert r.text == "method not allowed\n"
 
 
 def test_unknown_path_is_plain_text_404(mgr: ManagerProcess) -> None:
@@ -350,9 +361,11 @@ def test_unknown_path_is_plain_text_404(mgr: ManagerProcess) -> None:
     assert r.headers["content-type"].startswith("text/plain")
 
 
-def test_head_on_a_get_route(mgr: ManagerProcess) -> None:
-    r = mgr.http.head("/status")
-    assert r.status_code == 200
+@pytest.mark.parametrize("path", ["/status", "/runner-id", "/api/instance-logs/u-1"])
+def test_head_is_a_wrong_method_even_on_a_get_route(mgr: ManagerProcess, path: str) -> None:
+    r = mgr.http.head(path)
+    assert r.status_code == 405
+    assert "allow" not in r.headers
     assert r.content == b""
 
 

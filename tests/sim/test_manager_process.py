@@ -135,7 +135,10 @@ def _state(mgr: ManagerProcess, uuid: str) -> str:
 
 
 def test_param_and_bench_timeouts(start: ManagerFactory) -> None:
-    mgr = start("--param-timeout", "0.4", "--bench-timeout", "0.4", "--check-interval", "0.05")
+    mgr = start(
+        "--param-timeout", "0.4", "--bench-timeout", "0.4",
+        "--check-interval", "0.05", "--first-check", "0.05",
+    )  # fmt: skip
     stuck = mgr.register("C.params-stuck")
     benching = mgr.register("C.bench-stuck")
     mgr.post("/param-done", json={"uuid": benching["uuid"]})
@@ -146,8 +149,8 @@ def test_param_and_bench_timeouts(start: ManagerFactory) -> None:
 
     poll_until(lambda: _state(mgr, stuck["uuid"]) == "killed", 10, what="param timeout")
     poll_until(lambda: _state(mgr, benching["uuid"]) == "killed", 10, what="bench timeout")
-    assert mgr.instance(stuck["uuid"])["kill_reason"] == "param fetch timeout"  # type: ignore[index]
-    assert mgr.instance(benching["uuid"])["kill_reason"] == "benchmark timeout"  # type: ignore[index]
+    assert mgr.instance(stuck["uuid"])["kill_reason"] == "param fetch timeout (90min)"  # type: ignore[index]
+    assert mgr.instance(benching["uuid"])["kill_reason"] == "benchmark timeout (45min)"  # type: ignore[index]
     # no timeout after bench_done, none in running: wait for further checks to have run
     late = mgr.register("C.late")
     poll_until(lambda: _state(mgr, late["uuid"]) == "killed", 10, what="a later check")
@@ -161,7 +164,7 @@ def test_param_and_bench_timeouts(start: ManagerFactory) -> None:
 def test_param_timeout_measured_from_registration_not_from_start(
     start: ManagerFactory,
 ) -> None:
-    mgr = start("--param-timeout", "0.5", "--check-interval", "0.05")
+    mgr = start("--param-timeout", "0.5", "--check-interval", "0.05", "--first-check", "0.05")
     reg = mgr.register("C.1")
     mgr.post("/param-done", json={"uuid": reg["uuid"]})
     late = mgr.register("C.2")
@@ -170,11 +173,13 @@ def test_param_timeout_measured_from_registration_not_from_start(
 
 
 def test_timeouts_continue_across_a_restart(start: ManagerFactory) -> None:
-    mgr = start("--param-timeout", "1h", "--check-interval", "0.05")
+    mgr = start("--param-timeout", "1h", "--check-interval", "0.05", "--first-check", "0.05")
     reg = mgr.register("C.1")
-    mgr = start.restart(mgr, "--param-timeout", "0.2", "--check-interval", "0.05")
+    mgr = start.restart(
+        mgr, "--param-timeout", "0.2", "--check-interval", "0.05", "--first-check", "0.05"
+    )
     poll_until(lambda: _state(mgr, reg["uuid"]) == "killed", 10, what="param timeout")
-    assert mgr.instance(reg["uuid"])["kill_reason"] == "param fetch timeout"  # type: ignore[index]
+    assert mgr.instance(reg["uuid"])["kill_reason"] == "param fetch timeout (90min)"  # type: ignore[index]
 
 
 def test_destroy_command_runs_when_a_bench_fails(start: ManagerFactory, tmp_path: Path) -> None:
