@@ -1,13 +1,22 @@
-"""The health server: ``/healthz`` (liveness), ``/readyz`` (readiness), ``/metrics`` (Prometheus).
+"""The health server: ``/healthz`` (liveness), ``/startupz`` (slow start over), ``/readyz``
+(readiness), ``/metrics`` (Prometheus).
 
-A few lines of HTTP/1.1 over ``asyncio.start_server`` rather than a web framework: three GET
+A few lines of HTTP/1.1 over ``asyncio.start_server`` rather than a web framework: four GET
 routes, one response per connection (``Connection: close``). It runs in the supervisor's event
-loop, so every connection is bounded (a size cap on the request head, a deadline for the whole
-exchange, a cap on connections at once) and an idle or slow client costs a parked task, never a
-blocked loop.
+loop, so an idle or slow client costs a parked task, never a blocked loop, and no client can
+starve the probes:
 
-Liveness and readiness are kept apart, as the kubelet does: ``/healthz`` only says the event loop
-is turning (a slow warmup is not a dead supervisor), ``/readyz`` says the instance is proving.
+- the request head has its own read deadline (``head_timeout_s``, 2 s: a probe sends its few
+  hundred bytes at once) and a size cap; the whole exchange has a deadline too;
+- connections are capped (``max_connections``); at the cap, a new connection evicts the oldest
+  one that is still sending its head (a slow client is the one to go, not the probe that has just
+  arrived), and only when every slot is busy answering is the new one refused;
+- a client that disconnects early (before, during or after its request) is counted in
+  ``cuzk_supervisor_health_connections_dropped_total{reason}``, never logged with a traceback.
+
+Liveness, startup and readiness are kept apart, as the kubelet does: ``/healthz`` only says the
+event loop is turning (a slow warmup is not a dead supervisor), ``/startupz`` says the slow start
+(params, plan, warmup) is over, ``/readyz`` says the instance is proving.
 
 The answers come from a ``HealthSource`` (phase, daemon readiness, last failure) and a
 ``SupervisorMetrics``, so the server is tested without a lifecycle; ``LifecycleSource`` adapts the
@@ -22,7 +31,9 @@ import errno
 import ipaddress
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,6 +55,10 @@ MAX_HEAD_BYTES = 8192
 # After answering, read and drop at most this much of what the client still sends (a request
 # body), so that closing does not turn unread bytes into a RST that can eat our response.
 MAX_DRAIN_BYTES = 65536
+# The phases after warmup: entering one means the daemon answered proofs after the slow start
+# (params fetched, plan made, PCE built), which is what /startupz reports.
+STARTUP_PASSED_PHASES = frozenset({"restart", "settle", "bench", "report", "run"})
+ROUTES = ("/healthz", "/startupz", "/readyz", "/metrics")
 
 
 class HealthServerError(UsageError):
@@ -81,6 +96,33 @@ class LifecycleSource:
     @property
     def last_failure(self) -> str:
         return self._lifecycle.last_failure
+
+
+class StartupLatch:
+    """Passes once the lifecycle enters a phase after warmup, and never turns back.
+
+    Fed by the lifecycle's ``phase_listeners`` (``latch.on_phase``). A restarted supervisor that
+    resumes straight into the run phase (the benchmark was already reported) passes on entering
+    it, after its daemon answered the readiness check.
+    """
+
+    def __init__(self) -> None:
+        self.passed = False
+        self.phase = "start"
+
+    def on_phase(self, phase: str) -> None:
+        self.phase = phase
+        if phase in STARTUP_PASSED_PHASES:
+            self.passed = True
+
+
+@dataclass(slots=True)
+class _Connection:
+    task: asyncio.Task[Any]
+    transport: asyncio.BaseTransport
+    since: float
+    reading_head: bool = True
+    evicted: bool = False
 
 
 class Heartbeat:
@@ -171,22 +213,34 @@ class HealthServer:
         allow_public: bool = False,
         stale_after_s: float = 5.0,
         heartbeat_interval_s: float = 0.5,
+        head_timeout_s: float = 2.0,
         request_timeout_s: float = 5.0,
-        max_connections: int = 32,
+        max_connections: int = 256,
+        startup: StartupLatch | None = None,
         refresh: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if max_connections < 1 or head_timeout_s <= 0 or request_timeout_s <= 0:
+            raise ValueError("max_connections, head_timeout_s and request_timeout_s must be > 0")
         self.host, self.port = check_listen(listen, allow_public=allow_public)
         self.source = source
         self.metrics = metrics
         self.stale_after_s = stale_after_s
+        self.head_timeout_s = min(head_timeout_s, request_timeout_s)
         self.request_timeout_s = request_timeout_s
         self.max_connections = max_connections
+        self.startup = startup if startup is not None else StartupLatch()
         self.heartbeat = Heartbeat(heartbeat_interval_s, clock)
+        # Connections dropped without an answer, by reason (also in /metrics).
+        self.dropped: Counter[str] = Counter()
+        self.answered = 0
+        # After answering, how long to read what the client still sends before closing.
+        self.linger_s = 1.0
         self._refresh = refresh
         self._server: asyncio.Server | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
+        # Insertion order is arrival order: the first one still reading its head is the oldest.
+        self._connections: dict[asyncio.Task[Any], _Connection] = {}
 
     # --- lifetime ------------------------------------------------------------------------------
 
@@ -204,7 +258,11 @@ class HealthServer:
             return
         try:
             self._server = await asyncio.start_server(
-                self._on_connection, self.host, self.port, limit=MAX_HEAD_BYTES
+                self._on_connection,
+                self.host,
+                self.port,
+                limit=MAX_HEAD_BYTES,
+                backlog=min(self.max_connections, 1024),
             )
         except OSError as exc:
             why = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
@@ -256,47 +314,84 @@ class HealthServer:
 
     # --- one connection ------------------------------------------------------------------------
 
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] += 1
+        self.metrics.health_connection_dropped(reason)
+
+    def _make_room(self) -> bool:
+        """At the cap: evict the oldest connection still sending its head. False if every slot
+        is answering (then the newcomer is the one refused)."""
+        for conn in self._connections.values():
+            if conn.reading_head and not conn.evicted:
+                conn.evicted = True
+                del self._connections[conn.task]
+                conn.transport.abort()
+                conn.task.cancel()
+                self._drop("evicted")
+                return True
+        return False
+
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._connections) >= self.max_connections:
-            writer.transport.abort()  # over the cap: no work at all for this one
+        if len(self._connections) >= self.max_connections and not self._make_room():
+            self._drop("refused")
+            writer.transport.abort()  # every slot is answering: no work at all for this one
             return
-        self._connections.add(task)
+        conn = _Connection(task, writer.transport, time.monotonic())
+        self._connections[task] = conn
         try:
-            await self._exchange(reader, writer)
+            await self._exchange(reader, writer, conn)
         except asyncio.CancelledError:
-            # close() cancels open connections. This task is the connection's own top-level
-            # task, awaited by nobody else; and 3.11's start_server reports a cancelled one as
-            # an error in its done callback. So it ends normally.
+            # close() cancels open connections, _make_room() an evicted one. This task is the
+            # connection's own top-level task, awaited by nobody else; and 3.11's start_server
+            # reports a cancelled one as an error in its done callback. So it ends normally.
             writer.transport.abort()
         except Exception:
             log.exception("health.request_crashed")
             writer.transport.abort()
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             if writer.transport.get_write_buffer_size():
                 writer.transport.abort()  # a client that stopped reading: do not wait on it
             writer.close()
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Connection
+    ) -> None:
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                response = await self._read_and_answer(reader)
+                try:
+                    async with asyncio.timeout(self.head_timeout_s):
+                        head = await _read_head(reader)
+                except TimeoutError:
+                    self._drop("head_timeout")
+                    writer.transport.abort()
+                    return
+                conn.reading_head = False
+                response = self._answer(head)
                 writer.write(response)
                 await writer.drain()
-        except (TimeoutError, ConnectionError):
-            # Silent or slow client (or one that left): drop it without more ado.
+        except TimeoutError:
+            # A client that does not read its answer.
+            self._drop("timeout")
             writer.transport.abort()
             return
-        if writer.can_write_eof():
-            writer.write_eof()
+        except (_ClientGone, OSError):
+            # It left (FIN or RST) before it had its answer: nothing to log, only to count.
+            self._drop("disconnect")
+            writer.transport.abort()
+            return
+        self.answered += 1
         # Lingering close: read what the client still sends (a body we did not want) until it
         # closes, briefly, so our close does not reset the connection before it read the answer.
-        with contextlib.suppress(TimeoutError, ConnectionError):
-            async with asyncio.timeout(1.0):
+        # A client gone by now got its answer (or does not care): OSError is the end, not news.
+        with contextlib.suppress(TimeoutError, OSError):
+            if writer.can_write_eof():
+                writer.write_eof()
+            async with asyncio.timeout(self.linger_s):
                 drained = 0
                 while drained < MAX_DRAIN_BYTES:
                     chunk = await reader.read(4096)
@@ -304,17 +399,11 @@ class HealthServer:
                         break
                     drained += len(chunk)
 
-    async def _read_and_answer(self, reader: asyncio.StreamReader) -> bytes:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            return _response(
-                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"request head too large\n"
-            )
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                raise ConnectionResetError("client closed without a request") from None
-            return _response(HTTPStatus.BAD_REQUEST, b"incomplete request\n")
+    def _answer(self, head: bytes | HTTPStatus) -> bytes:
+        if head is HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
+            return _response(head, b"request head too large\n")
+        if isinstance(head, HTTPStatus):
+            return _response(head, b"incomplete request\n")
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = request_line.split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -325,11 +414,13 @@ class HealthServer:
         path = target.split("?", 1)[0]
         if path == "/healthz":
             return self._healthz()
+        if path == "/startupz":
+            return self._startupz()
         if path == "/readyz":
             return self._readyz()
         if path == "/metrics":
             return self._metrics()
-        return _response(HTTPStatus.NOT_FOUND, b"not found: try /healthz, /readyz, /metrics\n")
+        return _response(HTTPStatus.NOT_FOUND, f"not found: try {', '.join(ROUTES)}\n".encode())
 
     # --- routes --------------------------------------------------------------------------------
 
@@ -343,6 +434,19 @@ class HealthServer:
         if not ok:
             body["reason"] = f"event loop heartbeat late by more than {self.stale_after_s:g}s"
         return _json(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, body)
+
+    def _startupz(self) -> bytes:
+        phase = self.source.phase
+        if self.startup.passed:
+            return _json(HTTPStatus.OK, {"started": True, "phase": phase})
+        body = {
+            "started": False,
+            "phase": phase,
+            "reason": f"slow start not over: in phase {phase}; passes once the daemon answered "
+            "after warmup (params, plan and warmup done)",
+            "last_failure": self.source.last_failure,
+        }
+        return _json(HTTPStatus.SERVICE_UNAVAILABLE, body)
 
     def _readyz(self) -> bytes:
         phase = self.source.phase
@@ -363,6 +467,22 @@ class HealthServer:
             except Exception:  # stale gauges beat no metrics at all
                 log.exception("health.metrics_refresh_failed")
         return _response(HTTPStatus.OK, self.metrics.render(), content_type=CONTENT_TYPE)
+
+
+class _ClientGone(Exception):
+    """The client closed before sending a request."""
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes | HTTPStatus:
+    """The request head, or the error status to answer with."""
+    try:
+        return await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        return HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            raise _ClientGone from None
+        return HTTPStatus.BAD_REQUEST
 
 
 def _json(status: HTTPStatus, body: dict[str, Any]) -> bytes:

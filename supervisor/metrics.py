@@ -141,6 +141,14 @@ class SupervisorMetrics:
             "Reports to the manager queued and not yet acknowledged",
             registry=r,
         )
+        self._health_dropped = Counter(
+            "cuzk_supervisor_health_connections_dropped",
+            "Health server connections closed without an answer, by reason (disconnect: the "
+            "client left early; head_timeout: its request head was too slow; evicted: a slow "
+            "one made room at the connection cap; refused: every slot was answering)",
+            ["reason"],
+            registry=r,
+        )
         self.set_phase(phase)
 
     # --- updates ------------------------------------------------------------------------------
@@ -197,6 +205,9 @@ class SupervisorMetrics:
 
     def outbox_depth(self, n: int) -> None:
         self._outbox.set(n)
+
+    def health_connection_dropped(self, reason: str) -> None:
+        self._health_dropped.labels(reason=reason).inc()
 
     # --- exposition ---------------------------------------------------------------------------
 

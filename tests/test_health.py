@@ -8,14 +8,21 @@ with a deadline).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import select
 import socket
+import struct
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
+import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.errors import UsageError
@@ -26,6 +33,7 @@ from supervisor.health import (
     HealthServerError,
     Heartbeat,
     LifecycleSource,
+    StartupLatch,
     check_listen,
     parse_listen,
 )
@@ -184,6 +192,48 @@ async def test_readyz_flips_with_phase_and_daemon_readiness(source, client):
     assert (await client.get("/readyz")).status_code == 200
 
 
+# --- /startupz ----------------------------------------------------------------------------------
+
+
+def test_startup_latch_passes_after_warmup_and_never_turns_back():
+    latch = StartupLatch()
+    for phase in ("start", "register", "params", "plan", "warmup"):
+        latch.on_phase(phase)
+        assert latch.passed is False, phase
+    latch.on_phase("settle")  # the daemon answered proofs after warmup
+    assert latch.passed is True
+    latch.on_phase("plan")  # a later step down re-plans: the slow start stays over
+    assert latch.passed is True
+    for phase in ("restart", "bench", "report", "run"):
+        fresh = StartupLatch()
+        fresh.on_phase(phase)
+        assert fresh.passed is True, phase  # a resumed supervisor enters "run" directly
+
+
+async def test_startupz_is_503_with_the_reason_until_the_slow_start_is_over(source, metrics):
+    latch = StartupLatch()
+    async with (
+        HealthServer("127.0.0.1:0", source, metrics, startup=latch) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=5, trust_env=False) as http,
+    ):
+        source.phase = "warmup"
+        latch.on_phase("warmup")
+        response = await http.get("/startupz")
+        assert response.status_code == 503
+        body = response.json()
+        assert body["started"] is False
+        assert body["phase"] == "warmup"
+        assert "slow start not over: in phase warmup" in body["reason"]
+        assert (await http.get("/healthz")).status_code == 200  # alive all the same
+
+        source.phase = "restart"
+        latch.on_phase("restart")
+        response = await http.get("/startupz")
+        assert response.status_code == 200
+        assert response.json() == {"started": True, "phase": "restart"}
+        assert (await http.get("/readyz")).status_code == 503  # started is not ready
+
+
 def test_lifecycle_source_reads_the_lifecycle_at_request_time():
     keeper = SimpleNamespace(is_ready=False)
     lifecycle = SimpleNamespace(
@@ -309,22 +359,229 @@ async def test_a_silent_or_slow_client_does_not_block_others(source, metrics):
         slow_writer.close()
 
 
-async def test_connections_over_the_cap_are_dropped_at_once(source, metrics):
-    async with HealthServer("127.0.0.1:0", source, metrics, max_connections=1) as server:
-        _idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", server.port)
+async def test_at_the_cap_the_oldest_slow_client_makes_room(source, metrics):
+    async with (
+        HealthServer("127.0.0.1:0", source, metrics, max_connections=1) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=5, trust_env=False) as http,
+    ):
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", server.port)
         await wait_until(lambda: server.open_connections == 1)
+        # The probe that arrives now is answered; the idle one, still without a head, goes.
+        assert (await http.get("/healthz")).status_code == 200
+        try:
+            gone = await asyncio.wait_for(idle_reader.read(), 5)
+        except ConnectionResetError:
+            gone = b""
+        assert gone == b""
+        assert server.dropped["evicted"] == 1
+        idle_writer.close()
+        await wait_until(lambda: server.open_connections == 0)
+
+
+async def test_at_the_cap_with_every_slot_answering_a_newcomer_is_refused(source, metrics):
+    async with HealthServer("127.0.0.1:0", source, metrics, max_connections=1) as server:
+        server.linger_s = 60  # the first one stays in its lingering close until it closes
+        first_reader, first_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        first_writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+        answer = await asyncio.wait_for(first_reader.read(), 5)  # EOF: the answer is complete
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        assert server.open_connections == 1  # answered, not reading a head: not evictable
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
         try:
-            answer = await asyncio.wait_for(reader.read(), 5)
+            refused_answer = await asyncio.wait_for(reader.read(), 5)
         except ConnectionResetError:
-            answer = b""
-        assert answer == b""
+            refused_answer = b""
+        assert refused_answer == b""
+        assert server.dropped["refused"] == 1
         writer.close()
-        idle_writer.close()
+        first_writer.close()
         await wait_until(lambda: server.open_connections == 0)
         async with httpx.AsyncClient(base_url=server.url, timeout=5, trust_env=False) as http:
             assert (await http.get("/healthz")).status_code == 200
+
+
+# --- hostile clients: slow ones, a flood over the cap, early disconnects -------------------------
+
+
+class SlowClients:
+    """``count`` connections that send a request head a byte at a time and never finish it
+    (slowloris); each one dropped by the server is opened again at once, as an attacker would."""
+
+    HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 4000
+
+    def __init__(self, port: int, count: int, interval_s: float = 0.25) -> None:
+        self.port = port
+        self.count = count
+        self.interval_s = interval_s
+        self.reconnects = 0
+        self.connected = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slow-clients", daemon=True)
+
+    def __enter__(self) -> SlowClients:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        assert not self._thread.is_alive()
+
+    def _open(self) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+        except OSError:
+            return None  # the backlog is full for a moment: try again on the next round
+        sock.setblocking(False)
+        return sock
+
+    def _run(self) -> None:
+        socks: dict[socket.socket, int] = {}
+        try:
+            while not self._stop.is_set():
+                while len(socks) < self.count and not self._stop.is_set():
+                    sock = self._open()
+                    if sock is None:
+                        break
+                    socks[sock] = 0
+                self.connected = len(socks)
+                readable, _, _ = select.select(list(socks), [], [], self.interval_s)
+                for sock in readable:  # the server closed it (EOF or RST): reconnect
+                    try:
+                        data = sock.recv(4096)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        del socks[sock]
+                        sock.close()
+                        self.reconnects += 1
+                for sock, sent in list(socks.items()):
+                    if sent < len(self.HEAD):
+                        with contextlib.suppress(OSError):  # dropped: select sees it next round
+                            socks[sock] += sock.send(self.HEAD[sent : sent + 1])
+        except BaseException as exc:  # surfaced by the test, not lost in a thread
+            self.errors.append(exc)
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def kubelet_probe(port: int, path: str = "/healthz", timeout_s: float = 1.0) -> tuple[int, float]:
+    """One probe as the kubelet makes it: a new connection, GET, read to EOF, within the timeout.
+    (status, seconds); status 0 when it got no answer in time."""
+    started = time.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+            head = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: kube-probe/1.31\r\n\r\n"
+            sock.sendall(head.encode())
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+                if time.monotonic() - started > timeout_s:
+                    raise TimeoutError
+    except OSError:
+        return 0, time.monotonic() - started
+    answer = b"".join(chunks)
+    status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
+    return status, time.monotonic() - started
+
+
+async def probes(port: int, count: int = 20) -> list[tuple[int, float]]:
+    results = []
+    for _ in range(count):
+        results.append(await asyncio.to_thread(kubelet_probe, port))
+    return results
+
+
+async def test_probes_are_answered_with_200_slow_clients_connected(source, metrics):
+    # A long head deadline, so all 200 stay connected at once for the whole test.
+    async with HealthServer("127.0.0.1:0", source, metrics, head_timeout_s=60) as server:
+        with SlowClients(server.port, 200) as attackers:
+            await wait_until(lambda: server.open_connections >= 200, within_s=30)
+            results = await probes(server.port)
+            assert server.open_connections >= 200  # still all there: nobody was let go
+            assert attackers.errors == []
+        assert [status for status, _ in results] == [200] * 20, results
+        assert all(seconds < 1.0 for _, seconds in results), results
+
+
+async def test_probes_get_through_a_flood_over_the_connection_cap(source, metrics):
+    # 200 slow clients against 16 slots, each dropped one reconnecting at once, and the head
+    # deadline cutting the slow ones off: a probe evicts the oldest slow client and is answered.
+    async with HealthServer(
+        "127.0.0.1:0", source, metrics, max_connections=16, head_timeout_s=0.5
+    ) as server:
+        with SlowClients(server.port, 200) as attackers:
+            await wait_until(lambda: server.open_connections == 16, within_s=30)
+            await wait_until(lambda: attackers.reconnects > 0, within_s=30)
+            results = await probes(server.port)
+            assert attackers.errors == []
+        assert [status for status, _ in results] == [200] * 20, results
+        assert all(seconds < 1.0 for _, seconds in results), results
+        assert server.dropped["evicted"] > 0
+        assert server.open_connections <= 16
+
+
+def early_disconnects(port: int, count: int) -> None:
+    """``count`` clients that leave early, in every way a client can: closing before a request,
+    resetting before or inside one, resetting right after sending it, leaving before the answer
+    is read."""
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    reset = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+    for i in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        kind = i % 5
+        if kind == 1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, reset)
+        elif kind == 2:
+            sock.sendall(request[:10])
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, reset)
+        elif kind == 3:
+            sock.sendall(request)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, reset)
+        elif kind == 4:
+            sock.sendall(request)
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
+async def test_early_disconnects_are_counted_not_logged(source, metrics, caplog):
+    loop_errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: loop_errors.append(context))
+    caplog.set_level(logging.DEBUG)
+    try:
+        with structlog.testing.capture_logs() as events:
+            async with HealthServer("127.0.0.1:0", source, metrics) as server:
+                await asyncio.to_thread(early_disconnects, server.port, 1000)
+                await wait_until(lambda: server.open_connections == 0, within_s=30)
+                status, _ = await asyncio.to_thread(kubelet_probe, server.port)
+                assert status == 200
+                # One in five closes before sending anything: at least those are counted as
+                # gone. Clients faster than the loop fill the cap, and then the oldest ones
+                # still unread are evicted (counted too).
+                assert server.dropped["disconnect"] >= 200, server.dropped
+                assert set(server.dropped) <= {"disconnect", "evicted"}, server.dropped
+                scrape = (await asyncio.to_thread(_get, server.port, "/metrics")).decode()
+    finally:
+        loop.set_exception_handler(None)
+    assert [e for e in events if e["event"] != "health.listening"] == []
+    assert loop_errors == []
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
+    assert "Traceback" not in caplog.text
+    name = 'cuzk_supervisor_health_connections_dropped_total{reason="disconnect"}'
+    assert f"{name} {float(server.dropped['disconnect'])}" in scrape
+
+
+def _get(port: int, path: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 # --- addresses ----------------------------------------------------------------------------------
