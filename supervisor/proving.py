@@ -8,10 +8,17 @@ The rules (DESIGN.md principles 4 and 5, incidents I1 and I3):
 - The server does not de-duplicate ``request_id``. A cut or dropped await means "await the same
   job again", never "submit again". Resubmit, with the same ``request_id``, only on NOT_FOUND
   (the daemon restarted and lost the job), once; a second loss is a failure.
-- A submit whose fate is unknown (its deadline passed, or the connection dropped under it) is
-  never retried blind: the job is awaited first, and NOT_FOUND then means "it did not land".
-  A submit is retried directly only when the channel could not connect at all, i.e. nothing was
-  sent.
+- A cut call is a cut call, whoever cut it: ``CANCELLED`` from the server (tonic applies our
+  own ``grpc-timeout`` on its side and answers "Timeout expired", sometimes a moment before our
+  deadline fires) is handled exactly like our own ``DEADLINE_EXCEEDED``. Only a cancellation our
+  own code started (a cancelled task, the client closing) is final.
+- A submit whose fate is unknown (cut, or the connection dropped under it) is never retried
+  blind: the job is awaited first, and NOT_FOUND then means "it did not land" (counted apart, as
+  ``uploads_cut``, so ``submissions`` is what the daemon saw). A submit is retried directly only
+  when the channel could not connect at all, i.e. nothing was sent.
+- No dead connection outlives two deadlines: after two calls in a row on one channel are cut
+  with nothing received, the client opens a new channel for the next call (a silent path, no
+  FIN and no RST, is otherwise noticed only by keepalive, minutes later).
 - Every retry goes through tenacity with a :class:`RetryPolicy` value: only codes known to be
   transient, jittered exponential backoff, a stop at the remaining budget, each attempt logged.
 - Failures are values: :meth:`ProvingClient.prove` returns a :class:`ProofResult` for a failed,
@@ -36,9 +43,11 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception,
+    stop_after_attempt,
     stop_before_delay,
     wait_random_exponential,
 )
+from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from supervisor.address import Address
@@ -56,6 +65,10 @@ MAX_MESSAGE_BYTES = 256 * MIB
 MIN_READY_POLL_INTERVAL_S = 0.25
 # grpc-core's message when a call failed because the channel could not connect: nothing was sent.
 _CONNECT_FAILURE_MARK = "failed to connect to all addresses"
+# grpc-core's message for a call our own process cancelled (not the server).
+_LOCAL_CANCEL_MARK = "Locally cancelled"
+# Calls cut in a row, with nothing received, after which a channel is replaced.
+RECONNECT_AFTER_CUTS = 2
 
 
 LISTEN_PROBE_INTERVAL_S = 0.025
@@ -98,10 +111,15 @@ def channel_options() -> list[tuple[str, int]]:
     Reconnect backoff: grpc-core's default grows to 120 s, so after a daemon restart the channel
     could sit in backoff long after the daemon answers. Capping it at 2 s keeps readiness
     detection close to the daemon's real start.
+
+    A channel of ours never shares its connection with another channel
+    (``use_local_subchannel_pool``): a replaced channel must get a new connection, not the
+    frozen one the old channel still holds.
     """
     return [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.use_local_subchannel_pool", 1),
         ("grpc.keepalive_time_ms", 360_000),
         ("grpc.keepalive_timeout_ms", 20_000),
         ("grpc.keepalive_permit_without_calls", 0),
@@ -238,14 +256,56 @@ def is_connect_failure(exc: BaseException) -> bool:
     )
 
 
+def is_own_cancel(exc: BaseException) -> bool:
+    """True for a CANCELLED our own process caused (grpc-core's "Locally cancelled ...")."""
+    return (
+        isinstance(exc, grpc.aio.AioRpcError)
+        and exc.code() == grpc.StatusCode.CANCELLED
+        and _LOCAL_CANCEL_MARK in (exc.details() or "")
+    )
+
+
+CUT_CODES: frozenset[grpc.StatusCode] = frozenset(
+    {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+"""A call cut by a deadline: ours (DEADLINE_EXCEEDED) or the server's (tonic: CANCELLED
+"Timeout expired"; grpc-go: CANCELLED "Stream removed")."""
+
+
+def is_cut(exc: BaseException) -> bool:
+    """A call cut by a deadline, whoever cut it; never one our own code cancelled."""
+    return _code_of(exc) in CUT_CODES and not is_own_cancel(exc)
+
+
+def received_nothing(exc: BaseException) -> bool:
+    """The call ended without a word from the server: our own deadline fired."""
+    return isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 # --- retry policy -----------------------------------------------------------------------------
 
 
-class _PolicyWait(wait_base):
-    """Full-jitter exponential backoff, except no wait after our own deadline cut a call."""
+@dataclass(slots=True)
+class _Attempt:
+    """When the current attempt started and its deadline (read by the backoff)."""
 
-    def __init__(self, policy: RetryPolicy) -> None:
+    started: float = 0.0
+    deadline_s: float = 0.0
+
+    def begin(self, deadline_s: float) -> None:
+        self.started, self.deadline_s = time.monotonic(), deadline_s
+
+    def waited_out(self) -> bool:
+        """The attempt lasted at least half its deadline: a cut, not a quick refusal."""
+        return time.monotonic() - self.started >= self.deadline_s / 2
+
+
+class _PolicyWait(wait_base):
+    """Full-jitter exponential backoff, except no wait after a deadline cut a call."""
+
+    def __init__(self, policy: RetryPolicy, attempt: _Attempt | None = None) -> None:
         self._immediate = policy.immediate
+        self._attempt = attempt
         self._backoff = wait_random_exponential(
             multiplier=policy.base_s, max=policy.max_s, min=policy.min_s
         )
@@ -253,10 +313,12 @@ class _PolicyWait(wait_base):
     def __call__(self, retry_state: RetryCallState) -> float:
         outcome = retry_state.outcome
         exc = outcome.exception() if outcome is not None else None
-        # Only a real deadline (the call already waited its full length) skips the backoff; a
-        # server answering TIMEOUT at once must not make us spin.
+        # Only a real cut (the call already waited its length) skips the backoff; a server
+        # answering TIMEOUT or CANCELLED at once must not make us spin.
         if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in self._immediate:
-            return 0.0
+            ours = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            if ours or self._attempt is None or self._attempt.waited_out():
+                return 0.0
         return float(self._backoff(retry_state))
 
 
@@ -279,26 +341,45 @@ class RetryPolicy:
     before_send_only: bool = False
     """Retry UNAVAILABLE only when the channel could not connect (nothing was sent)."""
     immediate: frozenset[grpc.StatusCode] = frozenset()
-    """Codes retried without backoff: our own deadline cut the call, which already waited.
-    (The backoff's attempt counter still counts them, so a later transport error waits up to
-    ``max_s``.)"""
+    """Codes retried without backoff: a deadline cut the call, which already waited (a
+    CANCELLED that came before half the call's deadline backs off like any error). The
+    backoff's attempt counter still counts them, so a later transport error waits up to
+    ``max_s``."""
+    max_attempts: int | None = None
+    """Stop after this many attempts (None: only the budget stops)."""
+    unknown_fate: frozenset[grpc.StatusCode] = frozenset()
+    """Codes after which the call may or may not have reached the daemon (UNAVAILABLE only when
+    the channel had connected): not retried, resolved by the caller (submit: await first)."""
 
     def is_transient(self, exc: BaseException) -> bool:
         code = _code_of(exc)
-        if code is None or code not in self.codes:
+        if code is None or code not in self.codes or is_own_cancel(exc):
             return False
         if self.before_send_only and code == grpc.StatusCode.UNAVAILABLE:
             return is_connect_failure(exc)
         return True
 
+    def fate_unknown(self, exc: BaseException) -> bool:
+        code = _code_of(exc)
+        if code is None or code not in self.unknown_fate or is_own_cancel(exc):
+            return False
+        return code != grpc.StatusCode.UNAVAILABLE or not is_connect_failure(exc)
+
     def retrying(
-        self, budget_s: float, before_sleep: Callable[[RetryCallState], None]
+        self,
+        budget_s: float,
+        before_sleep: Callable[[RetryCallState], None],
+        attempt: _Attempt | None = None,
     ) -> AsyncRetrying:
-        """A tenacity controller for one series of attempts that must end within ``budget_s``."""
+        """A tenacity controller for one series of attempts that must end within ``budget_s``
+        (``attempt``, when given, tells the backoff how long the last attempt waited)."""
+        stop: stop_base = stop_before_delay(max(budget_s, 0.0))
+        if self.max_attempts is not None:
+            stop = stop | stop_after_attempt(self.max_attempts)
         return AsyncRetrying(
             retry=retry_if_exception(self.is_transient),
-            wait=_PolicyWait(self),
-            stop=stop_before_delay(max(budget_s, 0.0)),
+            wait=_PolicyWait(self, attempt),
+            stop=stop,
             before_sleep=before_sleep,
             reraise=True,
         )
@@ -307,10 +388,11 @@ class RetryPolicy:
 def submit_policy(t: ProvingTimeouts) -> RetryPolicy:
     """SubmitProof: retried only when nothing was sent (connection refused, no socket).
 
-    Risk, noted on purpose: UNAVAILABLE from a connection dropped mid-upload, or a deadline,
-    leaves us not knowing whether the job landed; those are not retried here but resolved by
-    awaiting the job (NOT_FOUND = not submitted). A submit still being processed by the server
-    when that await arrives could be proven twice; the window is the server's enqueue time.
+    A cut (our deadline or the server's CANCELLED) or UNAVAILABLE from a connection dropped
+    mid-upload leaves us not knowing whether the job landed (``unknown_fate``): not retried
+    here but resolved by awaiting the job (NOT_FOUND = not submitted). Risk, noted on purpose:
+    a submit still being processed by the server when that await arrives could be proven
+    twice; the window is the server's enqueue time.
     """
     return RetryPolicy(
         name="submit",
@@ -318,28 +400,63 @@ def submit_policy(t: ProvingTimeouts) -> RetryPolicy:
         base_s=t.backoff_base_s,
         max_s=t.backoff_max_s,
         before_send_only=True,
+        unknown_fate=frozenset(
+            {
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.UNAVAILABLE,
+            }
+        ),
     )
 
 
 def await_policy(t: ProvingTimeouts) -> RetryPolicy:
-    """AwaitProof: a deadline (ours) or a transport error means "await the same job again"."""
+    """AwaitProof: a cut (our deadline or the server's CANCELLED) or a transport error means
+    "await the same job again"."""
     return RetryPolicy(
         name="await",
-        codes=frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}),
+        codes=frozenset(
+            {
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.UNAVAILABLE,
+            }
+        ),
         base_s=t.backoff_base_s,
         max_s=t.backoff_max_s,
-        immediate=frozenset({grpc.StatusCode.DEADLINE_EXCEEDED}),
+        immediate=CUT_CODES,
     )
 
 
 def ready_policy(t: ProvingTimeouts) -> RetryPolicy:
-    """GetStatus while starting: not listening yet, or too slow to answer; never too often."""
+    """GetStatus while starting: not listening yet, or cut (too slow to answer, by our deadline
+    or the server's); never too often."""
     return RetryPolicy(
         name="ready",
-        codes=frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}),
+        codes=frozenset(
+            {
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.UNAVAILABLE,
+            }
+        ),
         base_s=t.ready_poll_interval_s,
         max_s=t.ready_poll_max_s,
         min_s=t.ready_poll_interval_s,
+    )
+
+
+def call_policy(t: ProvingTimeouts) -> RetryPolicy:
+    """GetStatus (a liveness probe) and GetMetrics after start: a call the *server* cut
+    (CANCELLED) gets one more try within the caller's budget; our own deadline passing means
+    the budget is spent, and anything else is the answer."""
+    return RetryPolicy(
+        name="call",
+        codes=frozenset({grpc.StatusCode.CANCELLED}),
+        base_s=MIN_READY_POLL_INTERVAL_S,
+        max_s=MIN_READY_POLL_INTERVAL_S,
+        min_s=MIN_READY_POLL_INTERVAL_S,
+        max_attempts=2,
     )
 
 
@@ -408,9 +525,11 @@ class ProofResult:
     proof: bytes = field(default=b"", repr=False)
     timings: DaemonTimings = DaemonTimings()
     submissions: int = 0
-    """SubmitProof calls that may have reached the daemon (refused connections not counted)."""
+    """SubmitProof calls the daemon saw (refused connections and cut uploads not counted)."""
     await_attempts: int = 0
     """AwaitProof calls made."""
+    uploads_cut: int = 0
+    """SubmitProof calls cut before they landed (cut, then the job was NOT_FOUND)."""
 
     @property
     def ok(self) -> bool:
@@ -434,6 +553,7 @@ class ProofResult:
             "wall_s": round(self.wall_s, 3),
             "proof_len": self.proof_len,
             "submissions": self.submissions,
+            "uploads_cut": self.uploads_cut,
             "await_attempts": self.await_attempts,
             "queue_wait_ms": self.timings.queue_wait_ms,
             "srs_load_ms": self.timings.srs_load_ms,
@@ -446,20 +566,51 @@ class ProofResult:
 # --- the client -------------------------------------------------------------------------------
 
 
-class ProvingClient:
-    """Async client over one grpc.aio channel. Use as ``async with ProvingClient(...) as c``."""
+@dataclass(eq=False, slots=True)
+class _Conn:
+    """One channel and what we know of it: calls in flight, and calls cut in a row with
+    nothing received from the server."""
 
-    def __init__(self, address: Address, timeouts: ProvingTimeouts | None = None) -> None:
+    channel: grpc.aio.Channel
+    stub: pb_grpc.ProvingEngineStub
+    number: int
+    cuts: int = 0
+    inflight: int = 0
+    retired: bool = False
+
+
+class ProvingClient:
+    """Async client over one grpc.aio channel at a time. Use as ``async with
+    ProvingClient(...) as c``.
+
+    A channel whose last ``RECONNECT_AFTER_CUTS`` calls were all cut by our own deadline, with
+    nothing received, is replaced before the next call: the new one dials a new connection
+    (``reconnect`` logged, ``on_reconnect`` called: the supervisor counts it in /metrics). The
+    old one is closed once its calls in flight have ended, so other proofs are not disturbed.
+    """
+
+    def __init__(
+        self,
+        address: Address,
+        timeouts: ProvingTimeouts | None = None,
+        *,
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> None:
         self.address = address
         self.timeouts = timeouts if timeouts is not None else ProvingTimeouts()
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.ProvingEngineStub | None = None
+        self.on_reconnect = on_reconnect
+        self.reconnects = 0
+        self._conn: _Conn | None = None
+        self._opened = 0
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def _open(self) -> _Conn:
+        channel = grpc.aio.insecure_channel(self.address.grpc_target(), options=channel_options())
+        self._opened += 1
+        return _Conn(channel, pb_grpc.ProvingEngineStub(channel), self._opened)
 
     async def __aenter__(self) -> Self:
-        self._channel = grpc.aio.insecure_channel(
-            self.address.grpc_target(), options=channel_options()
-        )
-        self._stub = pb_grpc.ProvingEngineStub(self._channel)
+        self._conn = self._open()
         return self
 
     async def __aexit__(
@@ -471,38 +622,109 @@ class ProvingClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._channel is not None:
-            channel, self._channel, self._stub = self._channel, None, None
-            await channel.close(grace=None)
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.channel.close(grace=None)
+        for task in list(self._closing):
+            with contextlib.suppress(Exception):
+                await task
 
     @property
     def stub(self) -> pb_grpc.ProvingEngineStub:
-        if self._stub is None:
-            raise RuntimeError("ProvingClient is not open: use `async with ProvingClient(...)`")
-        return self._stub
+        """The current channel's stub (calls made on it directly are not watched for cuts)."""
+        return self._current().stub
 
-    async def status(self) -> pb.GetStatusResponse:
-        """One GetStatus call with the short deadline; raises DaemonCallError."""
+    def _current(self) -> _Conn:
+        if self._conn is None:
+            raise RuntimeError("ProvingClient is not open: use `async with ProvingClient(...)`")
+        return self._conn
+
+    async def call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout: float,  # noqa: ASYNC109 - a gRPC deadline (it goes out as grpc-timeout)
+        wait_for_ready: bool | None = None,
+    ) -> Any:
+        """One unary call on the current channel, watched: its outcome tells whether the
+        connection is alive (an answer, any status from the server) or maybe dead (cut by our
+        own deadline with nothing received)."""
+        conn = self._current()
+        conn.inflight += 1
         try:
-            response: pb.GetStatusResponse = await self.stub.GetStatus(
-                pb.GetStatusRequest(), timeout=self.timeouts.call_deadline_s
+            response = await getattr(conn.stub, method)(
+                request, timeout=timeout, wait_for_ready=wait_for_ready
             )
         except grpc.aio.AioRpcError as exc:
-            raise DaemonCallError(
-                "GetStatus", self.address, exc.code(), exc.details() or ""
-            ) from exc
+            if received_nothing(exc):
+                conn.cuts += 1
+                if conn.cuts >= RECONNECT_AFTER_CUTS and conn is self._conn:
+                    self._reconnect(conn, method)
+            elif not is_connect_failure(exc) and exc.code() != grpc.StatusCode.UNAVAILABLE:
+                conn.cuts = 0  # the server answered: the connection is alive
+            raise
+        else:
+            conn.cuts = 0
+            return response
+        finally:
+            conn.inflight -= 1
+            if conn.retired and conn.inflight == 0:
+                self._close_later(conn)
+
+    def _reconnect(self, old: _Conn, method: str) -> None:
+        old.retired = True
+        self._conn = self._open()
+        self.reconnects += 1
+        log.warning(
+            "proving.reconnect",
+            address=str(self.address),
+            channel=self._conn.number,
+            reason=f"{old.cuts} calls in a row cut with nothing received (last: {method})",
+            in_flight_on_old=old.inflight,
+        )
+        if self.on_reconnect is not None:
+            self.on_reconnect()
+
+    def _close_later(self, conn: _Conn) -> None:
+        task = asyncio.get_running_loop().create_task(conn.channel.close(grace=None))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _short_call(self, method: str, request: Any, budget_s: float | None) -> Any:
+        """GetStatus/GetMetrics within ``budget_s`` (default: ``call_deadline_s``): a call the
+        server cut (CANCELLED) gets one more try if the budget allows; raises DaemonCallError."""
+        budget = self.timeouts.call_deadline_s if budget_s is None else budget_s
+        end = time.monotonic() + budget
+        attempt = _Attempt()
+
+        async def once() -> Any:
+            remaining = end - time.monotonic()
+            timeout = max(min(self.timeouts.call_deadline_s, remaining), 0.001)
+            attempt.begin(timeout)
+            return await self.call(method, request, timeout=timeout)
+
+        retrying = call_policy(self.timeouts).retrying(
+            budget, _log_retry("daemon.call_retry", method=method), attempt
+        )
+        try:
+            return await retrying(once)
+        except grpc.aio.AioRpcError as exc:
+            raise DaemonCallError(method, self.address, exc.code(), exc.details() or "") from exc
+
+    async def status(self, budget_s: float | None = None) -> pb.GetStatusResponse:
+        """GetStatus with the short deadline; one more poll if the server cut it and the
+        budget (default ``call_deadline_s``) allows; raises DaemonCallError."""
+        response: pb.GetStatusResponse = await self._short_call(
+            "GetStatus", pb.GetStatusRequest(), budget_s
+        )
         return response
 
-    async def metrics(self) -> str:
-        """The daemon's Prometheus text (one GetMetrics call); raises DaemonCallError."""
-        try:
-            response: pb.GetMetricsResponse = await self.stub.GetMetrics(
-                pb.GetMetricsRequest(), timeout=self.timeouts.call_deadline_s
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise DaemonCallError(
-                "GetMetrics", self.address, exc.code(), exc.details() or ""
-            ) from exc
+    async def metrics(self, budget_s: float | None = None) -> str:
+        """The daemon's Prometheus text (GetMetrics, as ``status``); raises DaemonCallError."""
+        response: pb.GetMetricsResponse = await self._short_call(
+            "GetMetrics", pb.GetMetricsRequest(), budget_s
+        )
         return response.prometheus_text
 
     async def wait_ready(self, deadline_s: float | None = None) -> pb.GetStatusResponse:
@@ -512,8 +734,9 @@ class ProvingClient:
         each), backing off to ``ready_poll_max_s``; each call is cut by ``call_deadline_s``.
         It gives up when the next poll would start past the deadline (tenacity's
         ``stop_before_delay``), so it can end up to one poll interval before ``deadline_s``.
-        Only UNAVAILABLE and DEADLINE_EXCEEDED are retried; any other answer is raised as
-        DaemonNotReady at once (e.g. UNIMPLEMENTED: not a cuzk daemon).
+        Only UNAVAILABLE and cuts (DEADLINE_EXCEEDED, or CANCELLED from the server) are retried;
+        any other answer is raised as DaemonNotReady at once (e.g. UNIMPLEMENTED: not a cuzk
+        daemon).
         """
         deadline = self.timeouts.startup_deadline_s if deadline_s is None else deadline_s
         policy = ready_policy(self.timeouts)
@@ -531,7 +754,8 @@ class ProvingClient:
                 )
             remaining = deadline - (time.monotonic() - started)
             calls += 1
-            response: pb.GetStatusResponse = await self.stub.GetStatus(
+            response: pb.GetStatusResponse = await self.call(
+                "GetStatus",
                 pb.GetStatusRequest(),
                 timeout=max(min(self.timeouts.call_deadline_s, remaining), 0.001),
                 # A channel still in reconnect backoff waits to connect instead of failing.
@@ -589,7 +813,9 @@ class _ProofRun:
         self.started = time.monotonic()
         self.deadline = self.started + budget
         self.submissions = 0
+        self.uploads_cut = 0
         self.await_attempts = 0
+        self.attempt = _Attempt()
         self.last_call = "SubmitProof"
         self.last_error = ""
 
@@ -621,8 +847,15 @@ class _ProofRun:
                     raise
                 if not confirmed:
                     # The submit's fate was unknown and the daemon does not know the job: it did
-                    # not land. Submitting now is the first real submission, not a resubmission.
-                    log.info("proof.submit_not_landed", job_id=self.job_id)
+                    # not land. Submitting now is the first real submission, not a resubmission,
+                    # and the cut upload is not one the daemon saw.
+                    self.submissions -= 1
+                    self.uploads_cut += 1
+                    log.info(
+                        "proof.submit_not_landed",
+                        job_id=self.job_id,
+                        uploads_cut=self.uploads_cut,
+                    )
                     confirmed = await self._submit()
                     continue
                 if resubmits_left == 0:
@@ -652,8 +885,8 @@ class _ProofRun:
             self.submissions += 1
             self.last_call = "SubmitProof"
             try:
-                response: pb.SubmitProofResponse = await self.client.stub.SubmitProof(
-                    self.request, timeout=timeout
+                response: pb.SubmitProofResponse = await self.client.call(
+                    "SubmitProof", self.request, timeout=timeout
                 )
             except grpc.aio.AioRpcError as exc:
                 self.last_error = _describe(exc)
@@ -669,10 +902,7 @@ class _ProofRun:
             response = await retrying(once)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
-            uncertain = code == grpc.StatusCode.DEADLINE_EXCEEDED or (
-                code == grpc.StatusCode.UNAVAILABLE and not is_connect_failure(exc)
-            )
-            if not uncertain:
+            if not policy.fate_unknown(exc):
                 raise
             log.warning(
                 "proof.submit_uncertain",
@@ -705,8 +935,10 @@ class _ProofRun:
                 raise _OutOfBudget()
             self.await_attempts += 1
             self.last_call = "AwaitProof"
+            self.attempt.begin(timeout)
             try:
-                response: pb.AwaitProofResponse = await self.client.stub.AwaitProof(
+                response: pb.AwaitProofResponse = await self.client.call(
+                    "AwaitProof",
                     # timeout_ms is set for servers that honour it; the real one ignores it, so
                     # our own call deadline is what bounds the call.
                     pb.AwaitProofRequest(job_id=self.job_id, timeout_ms=int(timeout * 1000)),
@@ -721,7 +953,7 @@ class _ProofRun:
             return response
 
         retrying = policy.retrying(
-            self.remaining(), _log_retry("proof.await_retry", job_id=self.job_id)
+            self.remaining(), _log_retry("proof.await_retry", job_id=self.job_id), self.attempt
         )
         try:
             return await retrying(once)
@@ -762,11 +994,13 @@ class _ProofRun:
             timings=timings if timings is not None else DaemonTimings(),
             submissions=self.submissions,
             await_attempts=self.await_attempts,
+            uploads_cut=self.uploads_cut,
         )
         fields = {
             "job_id": result.job_id,
             "wall_s": round(result.wall_s, 3),
             "submissions": result.submissions,
+            "uploads_cut": result.uploads_cut,
             "await_attempts": result.await_attempts,
         }
         if result.ok:

@@ -25,14 +25,19 @@ from hypothesis import strategies as st
 from supervisor.address import Address
 from supervisor.proto import proving_pb2 as pb
 from supervisor.proving import (
+    CUT_CODES,
     MAX_MESSAGE_BYTES,
+    RECONNECT_AFTER_CUTS,
     DaemonCallError,
     DaemonNotReady,
     ProofStatus,
     ProvingClient,
     ProvingTimeouts,
     await_policy,
+    call_policy,
     channel_options,
+    is_cut,
+    is_own_cancel,
     proofs_per_hour,
     ready_policy,
     run_batch,
@@ -170,6 +175,9 @@ async def test_submit_that_never_landed_is_awaited_first_then_submitted_again():
     assert fake.submit_calls == [result.job_id, result.job_id]
     assert fake.enqueued == [result.job_id]
     assert fake.await_calls[0] == result.job_id
+    # What the daemon saw: one submission; the cut upload is reported apart.
+    assert (result.submissions, result.uploads_cut) == (1, 1)
+    assert result.to_dict()["uploads_cut"] == 1
 
 
 async def test_submit_that_landed_but_lost_its_answer_is_not_submitted_again():
@@ -179,6 +187,7 @@ async def test_submit_that_landed_but_lost_its_answer_is_not_submitted_again():
     assert fake.submit_calls == [result.job_id]
     assert fake.enqueued == [result.job_id]
     assert result.submissions == 1
+    assert result.uploads_cut == 0
 
 
 async def test_rejected_submit_is_a_failure_without_retry():
@@ -387,6 +396,8 @@ def test_summarize_empty_batch():
 
 def test_channel_options_raise_message_limits_and_keep_keepalive_polite():
     options = dict(channel_options())
+    # A replaced channel must dial its own connection, never share the old (frozen) one.
+    assert options["grpc.use_local_subchannel_pool"] == 1
     assert options["grpc.max_send_message_length"] >= 256 * 1024 * 1024
     assert options["grpc.max_receive_message_length"] >= 256 * 1024 * 1024
     assert MAX_MESSAGE_BYTES >= 256 * 1024 * 1024
@@ -401,6 +412,78 @@ def test_retry_policies_are_printable_comparable_values():
     assert submit_policy(FAST).before_send_only
     assert grpc.StatusCode.NOT_FOUND not in await_policy(FAST).codes
     assert ready_policy(FAST).min_s >= 0.25
+    # A cut call is a cut call, whoever cut it: positive lists that name CANCELLED.
+    assert {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED} == CUT_CODES
+    assert await_policy(FAST).codes >= CUT_CODES
+    assert ready_policy(FAST).codes >= CUT_CODES
+    assert grpc.StatusCode.CANCELLED in submit_policy(FAST).unknown_fate
+    assert call_policy(FAST).codes == {grpc.StatusCode.CANCELLED}
+    assert call_policy(FAST).max_attempts == 2
+    assert "CANCELLED" in repr(await_policy(FAST))
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "cut", "transient", "fate_unknown"),
+    [
+        (grpc.StatusCode.CANCELLED, "Timeout expired", True, True, True),  # tonic
+        (grpc.StatusCode.CANCELLED, "Stream removed", True, True, True),  # grpc-go's RST
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", True, True, True),
+        (grpc.StatusCode.CANCELLED, "Locally cancelled by application!", False, False, False),
+        (grpc.StatusCode.UNAVAILABLE, "Socket closed", False, True, True),
+        (grpc.StatusCode.NOT_FOUND, "job not found: x", False, False, False),
+    ],
+)
+def test_which_errors_are_cuts_and_what_each_policy_does_with_them(
+    code, details, cut, transient, fate_unknown
+):
+    exc = rpc_error(code, details)
+    assert is_cut(exc) is cut
+    assert await_policy(FAST).is_transient(exc) is transient
+    assert submit_policy(FAST).fate_unknown(exc) is fate_unknown
+    assert is_own_cancel(exc) is ("Locally" in details)
+
+
+async def test_a_channel_cut_twice_with_nothing_received_is_replaced_and_the_proof_completes():
+    reconnects: list[int] = []
+    with watch_logs("proving.reconnect") as (logs, reconnected):
+        async with (
+            FakeDaemon(Behaviour(proof_s=8 * FAST.await_deadline_s)) as fake,
+            ProvingClient(fake.address, FAST, on_reconnect=lambda: reconnects.append(1)) as client,
+        ):
+            first_stub = client.stub
+            result = await client.prove(porep())
+            assert client.stub is not first_stub
+    assert result.ok, result.error
+    assert fake.submit_calls == [result.job_id]
+    assert reconnected.is_set()
+    # One reconnect per RECONNECT_AFTER_CUTS awaits cut by our own deadline (the fake never cuts).
+    cut_awaits = result.await_attempts - 1
+    assert len(reconnects) == client.reconnects == cut_awaits // RECONNECT_AFTER_CUTS
+    event = next(e for e in logs if e["event"] == "proving.reconnect")
+    assert "cut with nothing received" in event["reason"]
+
+
+async def test_an_answered_call_resets_the_cut_count():
+    async with (
+        FakeDaemon(Behaviour(proof_s=5.0)) as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        for _ in range(3):
+            with pytest.raises(grpc.aio.AioRpcError):
+                await client.call(
+                    "AwaitProof", pb.AwaitProofRequest(job_id="none"), timeout=0.05
+                )  # NOT_FOUND: an answer
+        assert client.reconnects == 0
+        await client.call("SubmitProof", porep(request_id="slow"), timeout=2)
+        for _ in range(RECONNECT_AFTER_CUTS):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await client.call("AwaitProof", pb.AwaitProofRequest(job_id="slow"), timeout=0.05)
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert client.reconnects == 1
 
 
 @pytest.mark.parametrize(
