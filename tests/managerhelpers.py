@@ -206,9 +206,37 @@ class ManagerProcess:
         return dict(response.json())
 
     def kill_instance(self, uuid: str, reason: str = "manual kill") -> dict[str, Any]:
+        """Kill with any ``reason`` through the sim's ``/sim/kill``."""
         response = self.post("/sim/kill", json={"uuid": uuid, "reason": reason})
         assert response.status_code == 200, response.text
         return dict(response.json())
+
+    def api_kill(self, uuid: str = "", vast_id: int = 0) -> httpx.Response:
+        """The dashboard's kill, as an operator clicks it: ``POST /api/kill``."""
+        body: dict[str, Any] = {}
+        if uuid:
+            body["uuid"] = uuid
+        if vast_id:
+            body["vast_id"] = vast_id
+        return self.post("/api/kill", json=body)
+
+    def sweep(self) -> dict[str, Any]:
+        """``POST /sim/sweep``: one sweep of the monitor now; its kills and the sweep count."""
+        response = self.post("/sim/sweep")
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def manager_log(self) -> list[str]:
+        """The texts of the manager's own log (``GET /sim/manager-log``), oldest first."""
+        response = self.get("/sim/manager-log")
+        assert response.status_code == 200, response.text
+        return [line["text"] for line in response.json()]
+
+    def logs(self, uuid: str, **params: Any) -> list[dict[str, Any]]:
+        """``GET /api/instance-logs/{uuid}`` (the real endpoint, so faults apply)."""
+        response = self.get(f"/api/instance-logs/{uuid}", params=params)
+        assert response.status_code == 200, response.text
+        return list(response.json())
 
     # --- lifetime -------------------------------------------------------------------------
     def _close_client(self) -> None:
