@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # cuzk-supervisor: the container's entrypoint on a GPU proving machine.
 #
 #   docker build -t cuzk-supervisor .                                    # simulator-only image
@@ -9,7 +7,14 @@
 #       -e CUZK_SUPERVISOR_MANAGER_URL=http://manager:8080 -e MIN_RATE=30 \
 #       -e VAST_CONTAINERLABEL=C.123 cuzk-prover
 #
-# Needs BuildKit (the default builder since Docker 23) for the bind mount of the wheels.
+# Builds with the classic builder and with BuildKit alike, with no frontend image to fetch (no
+# `# syntax=` line: the builder's own Dockerfile parser is enough) and no registry at all when
+# CUZK_BASE_IMAGE is already local. `make image-test` builds it and runs it (deploy/image-test.sh).
+#
+# Reproducible: the base is a build argument that can be pinned by digest
+# (`--build-arg CUZK_BASE_IMAGE=python:3.11-slim-bookworm@sha256:...`), and every Python package,
+# the build backend included, is installed at the version in constraints.txt (`make
+# constraints` makes it from pyproject.toml; tests/test_image.py checks the two agree).
 #
 # Secrets: none is ever a build argument or an ENV of this file, so none is in a layer or in
 # `docker history`. The manager token (CUZK_SUPERVISOR_MANAGER_TOKEN) and the manager URL are
@@ -18,47 +23,62 @@
 # The image that carries the cuzk binaries (`cuzk` on PATH, and the CUDA runtime they need). It
 # must also have Python >= 3.11 with the venv module (name the interpreter with PYTHON if it is
 # not `python3`). The default, a slim official Python image, has no cuzk: the image still builds
-# and runs `sim`, which needs no GPU.
+# and runs `sim`, which needs no GPU. A Debian bookworm with python3, python3-venv and
+# ca-certificates does as well (deploy/image-test.sh makes one with debootstrap when no registry
+# can be reached).
 ARG CUZK_BASE_IMAGE=python:3.11-slim-bookworm
 
-# --- builder: wheels of the project and of every dependency --------------------------------
-# Built FROM the same base as the runtime so each binary wheel (grpcio, protobuf, psutil) fits
-# the interpreter that will run it; the runtime then installs with --no-index (no network, no
-# resolver surprises) and carries none of the build's leftovers.
+# --- builder: the runtime venv, complete --------------------------------------------------
+# Built FROM the same base as the runtime, at the same path, so each binary wheel (grpcio,
+# protobuf, psutil) fits the interpreter that will run it and the venv's links to that
+# interpreter hold in the runtime stage, which copies the venv and nothing else.
 FROM ${CUZK_BASE_IMAGE} AS builder
 ARG PYTHON=python3
+# Where pip finds packages (the versions are pinned by constraints.txt either way): PyPI, or a
+# mirror; or, for a build with no network at all but the host's loopback (`--network host`),
+# PIP_NO_INDEX=1 and PIP_FIND_LINKS=http://127.0.0.1:PORT/ serving the wheels of
+# constraints.txt, as deploy/image-test.sh does. Build arguments reach pip as its environment.
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_FIND_LINKS=""
+ARG PIP_NO_INDEX=0
 RUN "${PYTHON}" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cuzk-supervisor needs Python >= 3.11 in CUZK_BASE_IMAGE, found " + sys.version)' \
-    && "${PYTHON}" -m venv /opt/build
+    && "${PYTHON}" -m venv /opt/build \
+    && "${PYTHON}" -m venv --without-pip /opt/cuzk-supervisor
 WORKDIR /src
 # Only what the wheel is built from (.dockerignore keeps everything else out of the context).
-COPY pyproject.toml README.md ./
+COPY constraints.txt pyproject.toml README.md ./
 COPY supervisor ./supervisor
-# pip comes from the venv (ensurepip) and is used as shipped: it is a build tool in a stage that
-# is thrown away. The project has no lock file, so the dependencies are the newest releases that
-# pyproject.toml's lower bounds allow on the day of the build (the wheels' versions show in the
-# build log); add a constraints file here if images must be rebuilt bit for bit.
-RUN /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels . \
-    && ls /wheels/cuzk_supervisor-*.whl
+# pip is the build venv's (ensurepip), a build tool in a stage that is thrown away; it installs
+# into the runtime venv from outside (--python), so that venv never holds pip or setuptools.
+# PIP_CONSTRAINT reaches the isolated build of the project's wheel too (setuptools, wheel).
+ENV PIP_CONSTRAINT=/src/constraints.txt \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+RUN /opt/build/bin/pip wheel --wheel-dir /wheels . \
+    && /opt/build/bin/pip --python /opt/cuzk-supervisor/bin/python install --no-index \
+       --find-links=/wheels /wheels/cuzk_supervisor-*.whl \
+    && /opt/build/bin/pip --python /opt/cuzk-supervisor/bin/python list --format=freeze \
+    && /opt/cuzk-supervisor/bin/python -c 'import importlib.util as u, sys; left = [m for m in ("pip", "setuptools", "pkg_resources", "wheel") if u.find_spec(m)]; sys.exit(f"build tools in the runtime venv: {left}" if left else 0)'
 
 # --- runtime -------------------------------------------------------------------------------
 FROM ${CUZK_BASE_IMAGE} AS runtime
-ARG PYTHON=python3
+# Set by the build (deploy/image-test.sh passes pyproject.toml's version and `git rev-parse
+# HEAD`); tests/test_image.py checks that VERSION's default is pyproject.toml's version.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
 LABEL org.opencontainers.image.title="cuzk-supervisor" \
       org.opencontainers.image.description="Supervisor for cuzk GPU proving instances" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 
 ENV PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VIRTUAL_ENV=/opt/cuzk-supervisor \
     PATH=/opt/cuzk-supervisor/bin:$PATH
 
-# The wheels are bind-mounted from the builder, so they are in no layer of this image: the venv
-# is all that is added. Nothing else of the source tree (tests, .git, docs) is copied.
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    "${PYTHON}" -m venv /opt/cuzk-supervisor \
-    && /opt/cuzk-supervisor/bin/pip install --no-cache-dir --no-index --find-links=/wheels \
-       /wheels/cuzk_supervisor-*.whl \
-    && cuzk-supervisor --help > /dev/null
+# The venv is all that is added: no wheel, no pip, no setuptools, nothing of the source tree.
+COPY --from=builder /opt/cuzk-supervisor /opt/cuzk-supervisor
+RUN cuzk-supervisor --help > /dev/null
 
 # Paths on the persistent volume mounted at /data, so that a restarted or re-created container
 # resumes from the state file (verified params are not fetched again, a finished bench is not
@@ -82,7 +102,7 @@ WORKDIR /var/lib/cuzk-supervisor
 # hadolint ignore=DL3002
 USER 0:0
 
-# Nothing is published. The health server (/healthz /readyz /metrics) listens on loopback
+# Nothing is published. The health server (/healthz /startupz /readyz /metrics) listens on loopback
 # (127.0.0.1:9822), which is all the HEALTHCHECK below needs; so does the daemon's status page
 # (127.0.0.1:9821) that the manager reads over SSH. To reach the health server from outside set
 # CUZK_SUPERVISOR_HEALTH_LISTEN=0.0.0.0:9822 and publish it to the host's loopback only:
@@ -94,15 +114,15 @@ USER 0:0
 # that: run with `--stop-timeout 60` (or `docker stop -t 60`).
 STOPSIGNAL SIGTERM
 
-# Liveness of the supervisor, with Python rather than curl: the interpreter is already here for
-# the supervisor, while curl would be one more package (and apt layer, and CVE feed) to add to
-# whatever base image carries cuzk. The address follows CUZK_SUPERVISOR_HEALTH_LISTEN (a
-# wildcard address is probed on loopback). The start period covers the parameter download and
-# the warmup (the first proof builds the PCE cache); a first success ends it early, so a long one
-# costs nothing on a healthy start. Turning the health server off (CUZK_SUPERVISOR_HEALTH_ENABLED
-# =false) makes this check fail: pass --no-healthcheck to docker run then.
+# Liveness of the supervisor, with its own `healthcheck` command rather than curl: the
+# interpreter is already here, while curl would be one more package (and CVE feed) in whatever
+# base image carries cuzk. It reads the health address from the setting `sim` and `run` use
+# (health_listen: flag, CUZK_SUPERVISOR_HEALTH_LISTEN, the config file; a wildcard address is
+# probed on loopback), asks /healthz (the event loop is alive, in every phase and mode), and says
+# why in one line when it fails (also with the health server off: health_enabled=false). The
+# start period covers the parameter download and the warmup; a first success ends it early.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=30m --retries=3 \
-    CMD ["/opt/cuzk-supervisor/bin/python", "-c", "import os, urllib.request as u; a = os.environ.get('CUZK_SUPERVISOR_HEALTH_LISTEN') or '127.0.0.1:9822'; h, _, p = a.rpartition(':'); h = {'': '127.0.0.1', '0.0.0.0': '127.0.0.1', '[::]': '[::1]'}.get(h, h); u.urlopen(f'http://{h}:{p}/healthz', timeout=5)"]
+    CMD ["cuzk-supervisor", "healthcheck"]
 
 # No tini: the supervisor is a correct PID 1 itself (supervisor/pid1.py): it reaps orphans,
 # forwards stop signals to its children, becomes a child subreaper when it is not PID 1, and

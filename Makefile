@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint lint-deploy protos readme clean
+.PHONY: setup demo test lint lint-deploy image-test constraints protos readme clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,3 +37,12 @@ protos: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# Build the image and check it against running containers (deploy/image-test.sh): needs root;
+# installs docker.io and starts a dockerd of its own where needed, stops it after.
+image-test:
+	bash deploy/image-test.sh
+
+# constraints.txt from pyproject.toml (the versions the image installs; needs PyPI).
+constraints: $(STAMP)
+	$(BIN)/python deploy/constraints.py

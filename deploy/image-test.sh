@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# `make image-test`: build the image and check it against running containers.
+#
+#   1. the engine: Debian's docker.io is installed where dockerd is missing (apt-get update
+#      first); a dockerd of our own is started on a private socket, data root and exec root (no
+#      bridge, no iptables rules: every container runs with --network none) and stopped by its
+#      pid when the test ends, however it ends;
+#   2. the base: CUZK_BASE_IMAGE if given, else python:3.11-slim-bookworm if a registry answers,
+#      else a Debian bookworm made with debootstrap from Debian's packages (python3,
+#      python3-venv, ca-certificates), cached as a tarball in CUZK_IMAGE_TEST_CACHE
+#      (/var/cache/cuzk-supervisor/image-test) and imported;
+#   3. the build, offline: the wheels of constraints.txt are fetched by the host's pip (which
+#      knows the host's index, proxy and CA) and served on the host's loopback, the only network
+#      the build has (--network host, PIP_NO_INDEX=1);
+#   4. the checks: `sim --exit-after-run` exits 0 under --network none; `docker run -d IMG sim`
+#      turns healthy through the image's own HEALTHCHECK; the HEALTHCHECK command says why in one
+#      line when the health server is off; `docker stop` ends the supervisor with 143 well within
+#      the daemon's stop grace; the supervisor runs as the user the README says (root, 0:0); the
+#      runtime venv holds no pip or setuptools; the OCI labels carry version and revision;
+#   5. the figures: image size, build time, stop time, total time (the last line).
+#
+# If the engine cannot be had or started (not root, no apt-get, dockerd does not answer), the
+# test says why and exits 0, so the rest of CI is unaffected; CUZK_IMAGE_TEST_REQUIRED=1 makes
+# that a failure. Any failure after the engine is up is a failure (exit 1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+started_at=$SECONDS
+IMAGE="${CUZK_IMAGE_TEST_IMAGE:-cuzk-supervisor:image-test}"
+CACHE_DIR="${CUZK_IMAGE_TEST_CACHE:-/var/cache/cuzk-supervisor/image-test}"
+SUITE=bookworm
+MIRROR="${CUZK_IMAGE_TEST_MIRROR:-http://deb.debian.org/debian}"
+BASE_PACKAGES=python3,python3-venv,ca-certificates
+# Bump when the way the base is made changes (the cached tarball is then made again).
+BASE_RECIPE=1
+# The supervisor's own daemon_stop_grace_s default: `docker stop` must be done well before it.
+STOP_GRACE_S=10
+# What the README says the image runs as (section "Docker").
+EXPECTED_USER=0:0
+
+say() { printf 'image-test: %s\n' "$*"; }
+fail() {
+    say "FAIL: $*" >&2
+    exit 1
+}
+cannot_run() {
+    if [[ "${CUZK_IMAGE_TEST_REQUIRED:-0}" == 1 ]]; then
+        fail "the engine cannot run here: $*"
+    fi
+    say "NOT RUN: the engine cannot run here: $*"
+    say "(the rest of CI is unaffected; CUZK_IMAGE_TEST_REQUIRED=1 makes this a failure)"
+    exit 0
+}
+
+work="$(mktemp -d /tmp/cuzk-image-test.XXXXXX)"
+run_root="/run/cuzk-image-test.$$"
+data_root="/var/lib/cuzk-image-test/run.$$"
+dockerd_pid=""
+wheel_server_pid=""
+containers=()
+
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ -n "$wheel_server_pid" ]]; then
+        kill -TERM "$wheel_server_pid" 2> /dev/null
+        wait "$wheel_server_pid" 2> /dev/null
+    fi
+    if [[ -n "$dockerd_pid" ]]; then
+        for c in "${containers[@]}"; do
+            docker rm -f "$c" > /dev/null 2>&1
+        done
+        kill -TERM "$dockerd_pid" 2> /dev/null
+        for _ in $(seq 1 300); do
+            kill -0 "$dockerd_pid" 2> /dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$dockerd_pid" 2> /dev/null; then
+            say "dockerd (pid $dockerd_pid) did not stop in 30 s: SIGKILL"
+            kill -KILL "$dockerd_pid" 2> /dev/null
+        fi
+        # Its overlay mounts are gone with it; what is left is plain files.
+        if grep -q " $data_root/" /proc/mounts; then
+            say "mounts left under $data_root:"
+            grep " $data_root/" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r -n1 umount -l
+        fi
+        rm -rf "$data_root" "$run_root"
+    fi
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- 1. the engine -------------------------------------------------------------------------
+if [[ "$(id -u)" != 0 ]]; then
+    cannot_run "not root (dockerd and debootstrap need root)"
+fi
+need_packages=()
+command -v dockerd > /dev/null 2>&1 || need_packages+=(docker.io)
+[[ -x /usr/bin/docker ]] || command -v docker > /dev/null 2>&1 || need_packages+=(docker.io)
+if ((${#need_packages[@]} > 0)); then
+    command -v apt-get > /dev/null 2>&1 || cannot_run "no dockerd and no apt-get to install docker.io"
+    say "installing docker.io from Debian's packages"
+    apt-get update -qq || cannot_run "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io \
+        > "$work/apt.log" 2>&1 || cannot_run "apt-get install docker.io failed: $(tail -3 "$work/apt.log")"
+fi
+# The client of the same package as the engine (an older engine refuses a newer client's API).
+if [[ -x /usr/bin/docker ]]; then
+    DOCKER_CLI=/usr/bin/docker
+else
+    DOCKER_CLI="$(command -v docker)"
+fi
+docker() { DOCKER_HOST="unix://$run_root/docker.sock" "$DOCKER_CLI" "$@"; }
+
+mkdir -p "$run_root" "$data_root"
+say "starting dockerd ($(dockerd --version))"
+dockerd --host "unix://$run_root/docker.sock" --data-root "$data_root" \
+    --exec-root "$run_root/exec" --pidfile "$run_root/dockerd.pid" \
+    --bridge none --iptables=false --ip-masq=false --ip-forward=false \
+    > "$work/dockerd.log" 2>&1 &
+dockerd_pid=$!
+deadline=$((SECONDS + 60))
+until docker version > /dev/null 2>&1; do
+    if ! kill -0 "$dockerd_pid" 2> /dev/null; then
+        dockerd_pid=""
+        cannot_run "dockerd exited: $(tail -3 "$work/dockerd.log")"
+    fi
+    if ((SECONDS > deadline)); then
+        cannot_run "dockerd did not answer within 60 s: $(tail -3 "$work/dockerd.log")"
+    fi
+    sleep 0.2
+done
+say "engine up: $(docker version --format 'server {{.Server.Version}}, client {{.Client.Version}}')"
+
+# --- 2. the base ---------------------------------------------------------------------------
+base="${CUZK_BASE_IMAGE:-}"
+if [[ -z "$base" ]]; then
+    if timeout 20 "$DOCKER_CLI" -H "unix://$run_root/docker.sock" pull -q python:3.11-slim-bookworm \
+        > /dev/null 2>&1; then
+        base=python:3.11-slim-bookworm
+        say "base: $base (pulled)"
+    else
+        key="$(printf '%s\n' "$SUITE" "$MIRROR" "$BASE_PACKAGES" "$BASE_RECIPE" | sha256sum | cut -c1-16)"
+        tarball="$CACHE_DIR/debian-$SUITE-$key.tar"
+        if [[ -s "$tarball" ]]; then
+            say "base: no registry; Debian $SUITE from the cache ($tarball)"
+        else
+            say "base: no registry; making Debian $SUITE with debootstrap ($BASE_PACKAGES)"
+            command -v debootstrap > /dev/null 2>&1 || {
+                apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                    debootstrap > "$work/apt.log" 2>&1 || fail "cannot install debootstrap"
+            }
+            rootfs="$work/rootfs"
+            t0=$SECONDS
+            debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$rootfs" \
+                "$MIRROR" > "$work/debootstrap.log" 2>&1 ||
+                fail "debootstrap failed: $(tail -5 "$work/debootstrap.log")"
+            # What a slim image leaves out: package lists and caches (apt-get update brings them
+            # back), docs, man pages, translations.
+            rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* \
+                "$rootfs"/var/cache/debconf/*-old "$rootfs"/var/log/* "$rootfs"/tmp/* \
+                "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/*
+            find "$rootfs/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'locale.alias' \
+                -exec rm -rf {} +
+            mkdir -p "$CACHE_DIR"
+            tar --numeric-owner --xattrs -C "$rootfs" -cf "$tarball.tmp" .
+            mv "$tarball.tmp" "$tarball"
+            rm -rf "$rootfs"
+            say "base: made in $((SECONDS - t0)) s, cached as $tarball ($(du -m "$tarball" | cut -f1) MB)"
+        fi
+        base="cuzk-image-test-base:$SUITE-$key"
+        docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            --change 'CMD ["/bin/bash"]' "$tarball" "$base" > /dev/null
+    fi
+fi
+base_mb=$(($(docker image inspect -f '{{.Size}}' "$base") / 1000000))
+say "base image $base: $base_mb MB"
+
+# --- 3. the build --------------------------------------------------------------------------
+version="$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)"
+revision="$(git rev-parse HEAD 2> /dev/null || echo unknown)"
+build_args=(--build-arg "CUZK_BASE_IMAGE=$base" --build-arg "VERSION=$version"
+    --build-arg "REVISION=$revision")
+# The wheels of constraints.txt, fetched here with the host's pip (its index, its proxy and CA
+# settings) and served on the host's loopback: the build itself reaches no index, no registry.
+wheelhouse="$work/wheels"
+pip_cli="${VENV:-.venv}/bin/pip"
+[[ -x "$pip_cli" ]] || pip_cli="python3 -m pip"
+t0=$SECONDS
+# shellcheck disable=SC2086 # pip_cli may be "python3 -m pip"
+PIP_DISABLE_PIP_VERSION_CHECK=1 $pip_cli download --quiet --only-binary :all: --no-deps \
+    -r constraints.txt -d "$wheelhouse" > "$work/pip.log" 2>&1 ||
+    fail "pip download of constraints.txt failed: $(tail -5 "$work/pip.log")"
+wheel_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+python3 -m http.server --bind 127.0.0.1 --directory "$wheelhouse" "$wheel_port" \
+    > "$work/wheels.log" 2>&1 &
+wheel_server_pid=$!
+deadline=$((SECONDS + 20))
+until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$wheel_port/', timeout=1)" \
+    2> /dev/null; do
+    ((SECONDS < deadline)) || fail "the wheel server did not answer: $(cat "$work/wheels.log")"
+    sleep 0.2
+done
+say "wheels: $(find "$wheelhouse" -name '*.whl' | wc -l) of constraints.txt in $((SECONDS - t0)) s, served on 127.0.0.1:$wheel_port"
+build_args+=(--build-arg PIP_NO_INDEX=1 --build-arg "PIP_FIND_LINKS=http://127.0.0.1:$wheel_port/")
+say "building $IMAGE (version $version, revision $revision)"
+t0=$SECONDS
+# The host's network for pip (our dockerd has no bridge); nothing else of the host is used.
+DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-1}" docker build --network host "${build_args[@]}" \
+    -t "$IMAGE" . > "$work/build.log" 2>&1 || {
+    tail -40 "$work/build.log" >&2
+    fail "docker build failed"
+}
+build_s=$((SECONDS - t0))
+size_mb=$(($(docker image inspect -f '{{.Size}}' "$IMAGE") / 1000000))
+say "built in $build_s s: $size_mb MB (base $base_mb MB, added $((size_mb - base_mb)) MB)"
+
+# --- 4. the checks -------------------------------------------------------------------------
+label() { docker image inspect -f "{{index .Config.Labels \"org.opencontainers.image.$1\"}}" "$IMAGE"; }
+[[ "$(label version)" == "$version" ]] || fail "label version is '$(label version)', not $version"
+[[ "$(label revision)" == "$revision" ]] || fail "label revision is '$(label revision)', not $revision"
+say "ok: OCI labels version=$version revision=$revision"
+
+docker run --rm --network none --entrypoint /opt/cuzk-supervisor/bin/python "$IMAGE" -c '
+import importlib.util as u, sys
+left = [m for m in ("pip", "setuptools", "pkg_resources", "wheel") if u.find_spec(m)]
+sys.exit(f"build tools in the runtime venv: {left}" if left else 0)' ||
+    fail "the runtime venv holds build tools"
+say "ok: no pip, setuptools or wheel in the runtime venv"
+
+t0=$SECONDS
+if ! timeout 300 "$DOCKER_CLI" -H "unix://$run_root/docker.sock" run --rm --network none \
+    "$IMAGE" sim --exit-after-run > "$work/sim.log" 2>&1; then
+    tail -30 "$work/sim.log" >&2
+    fail "sim --exit-after-run under --network none did not exit 0"
+fi
+grep -q "finished with exit code 0" "$work/sim.log" || fail "sim did not report exit code 0"
+say "ok: sim --exit-after-run exited 0 under --network none in $((SECONDS - t0)) s"
+
+# The long-running sim: healthy through the image's own HEALTHCHECK (its interval, its command).
+cid="$(docker run -d --network none "$IMAGE" sim)"
+containers+=("$cid")
+t0=$SECONDS
+deadline=$((SECONDS + 180))
+while :; do
+    health="$(docker inspect -f '{{.State.Health.Status}}' "$cid")"
+    [[ "$health" == healthy ]] && break
+    [[ "$(docker inspect -f '{{.State.Running}}' "$cid")" == true ]] ||
+        fail "the sim container stopped: $(docker logs --tail 20 "$cid" 2>&1)"
+    ((SECONDS < deadline)) || fail "not healthy after 180 s (status $health): $(docker inspect -f '{{json .State.Health}}' "$cid")"
+    sleep 1
+done
+probe="$(docker inspect -f '{{range .State.Health.Log}}{{.Output}}{{end}}' "$cid")"
+say "ok: healthy after $((SECONDS - t0)) s through the HEALTHCHECK: $(printf '%s' "$probe" | head -1)"
+if grep -q Traceback <<< "$probe"; then
+    fail "the health log holds a traceback: $probe"
+fi
+
+user="$(docker inspect -f '{{.Config.User}}' "$IMAGE")"
+uid="$(docker exec "$cid" sh -c 'sed -n "s/^Uid:[[:space:]]*\([0-9]*\).*/\1/p" /proc/1/status')"
+gid="$(docker exec "$cid" sh -c 'sed -n "s/^Gid:[[:space:]]*\([0-9]*\).*/\1/p" /proc/1/status')"
+[[ "$user" == "$EXPECTED_USER" && "$uid:$gid" == "$EXPECTED_USER" ]] ||
+    fail "runs as $uid:$gid (USER $user), the README says $EXPECTED_USER"
+say "ok: the supervisor (PID 1) runs as $uid:$gid, as the README says"
+
+# The same command with the health server off: unhealthy, one line, no traceback.
+set +e
+off="$(docker exec -e CUZK_SUPERVISOR_HEALTH_LISTEN=127.0.0.1:1 "$cid" cuzk-supervisor healthcheck 2>&1)"
+off_rc=$?
+set -e
+if [[ $off_rc != 1 || "$(wc -l <<< "$off")" != 1 ]] || grep -q Traceback <<< "$off"; then
+    fail "healthcheck against no server: rc $off_rc, output: $off"
+fi
+say "ok: with no health server the HEALTHCHECK says (rc 1): $off"
+
+t0="$(date +%s.%N)"
+docker stop -t 60 "$cid" > /dev/null
+stop_s="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
+code="$(docker inspect -f '{{.State.ExitCode}}' "$cid")"
+[[ "$code" == 143 ]] || fail "docker stop: exit code $code, not 143: $(docker logs --tail 20 "$cid" 2>&1)"
+awk -v s="$stop_s" -v g="$STOP_GRACE_S" 'BEGIN { exit !(s < g) }' ||
+    fail "docker stop took $stop_s s, not within the stop grace ($STOP_GRACE_S s)"
+say "ok: docker stop: exit 143 in $stop_s s (stop grace $STOP_GRACE_S s)"
+
+# --- 5. the figures ------------------------------------------------------------------------
+say "PASS: image $IMAGE $size_mb MB (base $base_mb MB), build $build_s s, docker stop $stop_s s (exit 143), total $((SECONDS - started_at)) s"
