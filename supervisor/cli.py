@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from supervisor import exitcodes
-from supervisor.commands import COMMANDS
+from supervisor.commands import COMMANDS, healthcheck
 from supervisor.errors import UsageError
 
 
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Supervisor for a cuzk GPU proving instance.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:
+    for command in (*COMMANDS, healthcheck):
         command.register(sub)
     return parser
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from supervisor import assemble, exitcodes, settings
 from supervisor.errors import UsageError
-from supervisor.health import HealthServer, LifecycleSource, check_listen
+from supervisor.health import HealthServer, LifecycleSource, StartupLatch, check_listen
 from supervisor.lifecycle import Lifecycle, resolve_label, resolve_min_rate
 from supervisor.logship import LogShipper, ShipperSettings, shipping_processor
 from supervisor.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
@@ -100,6 +100,9 @@ def run_lifecycle(
                 lifecycle.phase_listeners.append(on_phase)
             if not s.health_enabled:
                 return await lifecycle.run()
+            # /startupz passes once a phase after warmup is entered (the daemon answered).
+            startup = StartupLatch()
+            lifecycle.phase_listeners.append(startup.on_phase)
             # Started here, not in the lifecycle's task group, so a busy port is a plain
             # one-line error (exit 2) rather than an exception group.
             async with HealthServer(
@@ -107,6 +110,7 @@ def run_lifecycle(
                 LifecycleSource(lifecycle),
                 metrics,
                 allow_public=s.health_allow_public,
+                startup=startup,
                 # Read at scrape time: a len() on the loop, always current.
                 refresh=lambda: metrics.outbox_depth(len(lifecycle.outbox.pending)),
             ):

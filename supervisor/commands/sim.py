@@ -112,8 +112,11 @@ def _sim_settings(
         "params_fetch_command": f"{sys.executable} -m supervisor.sim.fetch " + " ".join(SIM_PARAMS),
         "params_expected": SIM_PARAMS,
         "params_progress_interval_s": 0.5,
-        "health_listen": f"127.0.0.1:{free_loopback_port()}",
     }
+    # Not health_listen: the health server listens where the setting says (127.0.0.1:9822 by
+    # default, or a flag, CUZK_SUPERVISOR_HEALTH_LISTEN, the config file), as in `run`, so that
+    # the image's HEALTHCHECK and `cuzk-supervisor healthcheck` find it in both modes. Two sims
+    # side by side pass --health-listen 127.0.0.1:PORT (or 127.0.0.1:0).
     # Only flags win: an environment meant for the real instance (an image's state folder, a
     # manager URL) must not leak into the demo, nor the demo's state into the real instance.
     chosen = {k: v for k, v in overrides.items() if base.sources.get(k) != "flag"}
