@@ -13,7 +13,10 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 
+import structlog
+
 from supervisor import assemble, exitcodes, settings
+from supervisor.core.labels import label_warning
 from supervisor.errors import UsageError
 from supervisor.health import HealthServer, LifecycleSource, StartupLatch, check_listen
 from supervisor.lifecycle import Lifecycle, resolve_label, resolve_min_rate
@@ -74,6 +77,9 @@ def run_lifecycle(
     )
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
     configure_logging(s.log_level, json=json_logs, extra_processors=[shipping_processor(shipper)])
+    unmatchable = label_warning(label, s.manager_url)  # once, at start (run and sim)
+    if unmatchable is not None:
+        structlog.get_logger().warning("label.unmatchable", label=label, detail=unmatchable)
 
     async def body(rt: Runtime) -> int:
         try:
