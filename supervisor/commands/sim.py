@@ -4,6 +4,17 @@ Starts the simulated manager, then runs exactly what ``run`` runs — register, 
 simulated download), plan, warmup, restart, settle, bench, report, run — against the simulated
 daemon in scaled time, printing each phase. Stays in the run phase until Ctrl-C, or exits there
 with ``--exit-after-run``. Any ``run`` setting can be given too (e.g. ``--bench-count 6``).
+
+With ``--manager-url URL`` it runs the same lifecycle against that manager (a real one, or a
+``python -m supervisor.sim.manager`` of your own) and starts no simulated manager.
+
+The settings the demo sets itself (marked "sim: flag only" below: the label, min_rate, the
+manager URL, the state, run and log folders, the daemon's binary, arguments, status address
+and parameter cache, the C1 file, the GPU probe, the time and memory scales, the bench budget
+and the params fetch) are taken from their flags only, never from CUZK_SUPERVISOR_* variables
+or --config-file: an environment meant for the real instance (an image's state folder, its
+manager URL and label) must not leak into the demo, nor the demo's state into the real
+instance. Every other setting is read as ``run`` reads it: flag, then environment, then file.
 """
 
 from __future__ import annotations
@@ -27,6 +38,33 @@ from supervisor.sim.c1 import write_c1
 
 # Simulated parameter files: small, but written at a pace that shows progress.
 SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
+# The demo's label has the platform's form (C.<instance id>), so a manager's sweep can match it.
+DEMO_LABEL = "C.100000001"
+# The settings the demo sets itself (see _sim_settings), taken from their flags only.
+SIM_OWNED = (
+    "label",
+    "min_rate",
+    "manager_url",
+    "state_dir",
+    "run_dir",
+    "log_dir",
+    "daemon_binary",
+    "daemon_args",
+    "daemon_status_listen",
+    "daemon_param_cache",
+    "daemon_startup_deadline_s",
+    "daemon_stop_grace_s",
+    "c1_file",
+    "gpu_probe",
+    "rate_time_scale",
+    "plan_memory_scale",
+    "bench_budget_s",
+    "status_interval_s",
+    "await_deadline_s",
+    "params_fetch_command",
+    "params_expected",
+    "params_progress_interval_s",
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,7 +101,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--manager-fault",
         default="",
         metavar="K=V,...",
-        help="fault switches for the simulated manager (e.g. fail_rate=0.3)",
+        help="fault switches for the simulated manager (e.g. fail_rate=0.3,html_rate=0.2; "
+        "README, 'The simulated manager'); not with --manager-url",
     )
     sim.add_argument(
         "--fresh",
@@ -71,7 +110,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="forget the previous demo's state and manager database first",
     )
     settings.add_flags(parser)
+    _mark_flag_only(parser)
     parser.set_defaults(handler=main)
+
+
+def _mark_flag_only(parser: argparse.ArgumentParser) -> None:
+    """Say in each of the demo's own settings' help that ``sim`` reads only its flag."""
+    declared = {decl.name: decl for decl in settings.declarations()}
+    for action in parser._actions:
+        decl = declared.get(action.dest)
+        if decl is not None and decl.name in SIM_OWNED:
+            action.help = (
+                f"{decl.help} (sim: flag only, not ${decl.env} nor the settings file; "
+                "default: the demo's own)"
+            )
 
 
 def _sim_settings(
@@ -90,7 +142,7 @@ def _sim_settings(
     for fault in args.sim_fault:
         daemon_args += ["--fault", fault]
     overrides: dict[str, Any] = {
-        "label": "C.sim-demo",
+        "label": DEMO_LABEL,
         "min_rate": 30.0,
         "manager_url": manager_url,
         "state_dir": sim_dir / "state",
@@ -151,6 +203,12 @@ def main(args: argparse.Namespace) -> int:
     base = settings.from_namespace(args)
     if args.time_scale <= 0 or args.memory_scale <= 0:
         raise UsageError("--time-scale and --memory-scale must be > 0")
+    external = base.sources.get("manager_url") == "flag" and bool(base.settings.manager_url)
+    if external and args.manager_fault:
+        raise UsageError(
+            "--manager-fault switches the simulated manager's faults; with --manager-url no "
+            "simulated manager is started (give the faults to that manager instead)"
+        )
     sim_dir = args.sim_dir.resolve()
     if args.fresh:
         for stale in (sim_dir / "state" / "state.json", sim_dir / "manager.db"):
@@ -159,11 +217,17 @@ def main(args: argparse.Namespace) -> int:
     c1 = sim_dir / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=1_000_000)  # the real 51 MB only slows the demo
-    manager, url = _start_manager(sim_dir, args.manager_fault)
+    manager: subprocess.Popen[bytes] | None = None
+    if external:
+        url, origin = base.settings.manager_url, "given by --manager-url, none simulated"
+    else:
+        manager, url = _start_manager(sim_dir, args.manager_fault)
+        origin = "simulated"
     try:
         s = _sim_settings(base, args, sim_dir, url)
         print(
-            f"sim: manager {url}, state {s.state_dir}, daemon log {s.log_dir / 'cuzk.log'}",
+            f"sim: manager {settings.redact_url(url)} ({origin}), state {s.state_dir}, "
+            f"daemon log {s.log_dir / 'cuzk.log'}",
             flush=True,
         )
         started = time.monotonic()
@@ -176,8 +240,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"sim: finished with exit code {code} after {time.monotonic() - started:.1f}s")
         return code
     finally:
-        manager.terminate()
-        try:
-            manager.wait(10)
-        except subprocess.TimeoutExpired:
-            manager.kill()
+        if manager is not None:
+            manager.terminate()
+            try:
+                manager.wait(10)
+            except subprocess.TimeoutExpired:
+                manager.kill()
