@@ -814,6 +814,7 @@ class _ProofRun:
         self.deadline = self.started + budget
         self.submissions = 0
         self.uploads_cut = 0
+        self.submit_cut = False  # the last submit whose fate is unknown was cut (not dropped)
         self.await_attempts = 0
         self.attempt = _Attempt()
         self.last_call = "SubmitProof"
@@ -847,10 +848,13 @@ class _ProofRun:
                     raise
                 if not confirmed:
                     # The submit's fate was unknown and the daemon does not know the job: it did
-                    # not land. Submitting now is the first real submission, not a resubmission,
-                    # and the cut upload is not one the daemon saw.
-                    self.submissions -= 1
-                    self.uploads_cut += 1
+                    # not land. Submitting now is the first real submission, not a resubmission.
+                    # A *cut* submit (the daemon alive, its deadline or ours) is then one the
+                    # daemon never saw; a dropped connection may have taken a daemon, and the
+                    # job it had, with it: that one stays counted.
+                    if self.submit_cut:
+                        self.submissions -= 1
+                        self.uploads_cut += 1
                     log.info(
                         "proof.submit_not_landed",
                         job_id=self.job_id,
@@ -904,6 +908,7 @@ class _ProofRun:
             code = exc.code()
             if not policy.fate_unknown(exc):
                 raise
+            self.submit_cut = is_cut(exc)
             log.warning(
                 "proof.submit_uncertain",
                 job_id=self.job_id,

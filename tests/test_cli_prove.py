@@ -114,6 +114,8 @@ async def test_good_run_prints_one_line_per_proof_and_a_summary(c1_file, capsys)
         assert "daemon " in line
     assert lines[3].startswith("summary: 3 completed, 0 failed, wall ")
     assert "proofs/hour" in lines[3]
+    assert "submissions 3, uploads cut 0)" in lines[3]
+    assert all(" submissions 1" in line for line in proof_lines)
     assert len(set(fake.enqueued)) == 3
     assert fake.max_running <= 2
     assert fake.input_sizes == [c1_file.stat().st_size] * 3
@@ -131,6 +133,23 @@ async def test_json_summary(c1_file, capsys):
     assert document["proofs_per_hour"] == pytest.approx(2 / document["wall_s"] * 3600, rel=0.01)
     assert sorted(p["job_id"] for p in document["proofs"]) == sorted(fake.enqueued)
     assert all(p["ok"] and p["submissions"] == 1 for p in document["proofs"])
+    assert (document["submissions"], document["uploads_cut"]) == (2, 0)
+
+
+async def test_a_submit_cut_before_it_landed_is_reported_apart_from_submissions(c1_file, capsys):
+    # The first submit never lands (cut by its deadline); the await says NOT_FOUND; the second
+    # lands. The daemon saw one submission: the JSON says so, and the cut one apart.
+    async with FakeDaemon(Behaviour(proof_s=0.05, submit_hang=1)) as fake:
+        argv = ["prove", "--addr", str(fake.address), "--c1", str(c1_file), "--json"]
+        argv += ["--await-deadline", "0.1", "--submit-deadline", "0.3", "--budget", "10"]
+        rc = await asyncio.to_thread(cli.main, argv)
+    out, _ = capsys.readouterr()
+    assert rc == 0
+    document = json.loads(out)
+    assert len(fake.enqueued) == 1
+    assert (document["submissions"], document["uploads_cut"]) == (1, 1)
+    (proof,) = document["proofs"]
+    assert (proof["submissions"], proof["uploads_cut"]) == (1, 1)
 
 
 async def test_failed_proof_is_exit_1_with_the_daemons_message(c1_file, capsys):

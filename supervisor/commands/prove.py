@@ -137,16 +137,30 @@ def _proof_line(index: int, count: int, result: ProofResult) -> str:
         f"{'ok' if result.ok else 'failed'} "
         f"wall {result.wall_s:.1f} s daemon {result.timings.total_ms} ms"
     )
+    line += f" submissions {result.submissions}"
+    if result.uploads_cut:
+        line += f" uploads_cut {result.uploads_cut}"
     if not result.ok:
         line += f" error: {result.error}"
     return line
 
 
+def _totals(batch: BatchResult) -> dict[str, int]:
+    """``submissions``: SubmitProof calls the daemon saw (its own count agrees);
+    ``uploads_cut``: submits cut before they landed (then found NOT_FOUND), counted apart."""
+    return {
+        "submissions": sum(r.submissions for r in batch.results),
+        "uploads_cut": sum(r.uploads_cut for r in batch.results),
+    }
+
+
 def _summary_line(batch: BatchResult) -> str:
     s = batch.summary
+    totals = _totals(batch)
     return (
         f"summary: {s.completed} completed, {s.failed} failed, wall {s.wall_s:.1f} s, "
-        f"{s.proofs_per_hour:.2f} proofs/hour (count {s.count}, concurrency {s.concurrency})"
+        f"{s.proofs_per_hour:.2f} proofs/hour (count {s.count}, concurrency {s.concurrency}, "
+        f"submissions {totals['submissions']}, uploads cut {totals['uploads_cut']})"
     )
 
 
@@ -176,6 +190,7 @@ async def _prove(
         document: dict[str, Any] = {
             "address": str(address),
             **batch.summary.to_dict(),
+            **_totals(batch),
             "proofs": [r.to_dict() for r in batch.results],
         }
         print(json.dumps(document), flush=True)
