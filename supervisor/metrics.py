@@ -136,6 +136,12 @@ class SupervisorMetrics:
             registry=r,
         )
         self._gpu_labels: set[tuple[str, str]] = set()
+        self._reconnects = Counter(
+            "cuzk_supervisor_grpc_reconnects",
+            "Daemon channels replaced after two calls in a row were cut with nothing received "
+            "(a silent connection: frozen path or stopped peer)",
+            registry=r,
+        )
         self._outbox = Gauge(
             "cuzk_supervisor_manager_outbox_depth",
             "Reports to the manager queued and not yet acknowledged",
@@ -202,6 +208,10 @@ class SupervisorMetrics:
             self._gpu_used.remove(*labels)
             self._gpu_total.remove(*labels)
         self._gpu_labels = seen
+
+    def grpc_reconnect(self) -> None:
+        """The proving client replaced its channel (``ProvingClient(on_reconnect=...)``)."""
+        self._reconnects.inc()
 
     def outbox_depth(self, n: int) -> None:
         self._outbox.set(n)

@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.address import Address
+from supervisor.metrics import SupervisorMetrics
 from supervisor.proto import proving_pb2 as pb
 from supervisor.proving import (
     CUT_CODES,
@@ -449,10 +450,16 @@ def test_which_errors_are_cuts_and_what_each_policy_does_with_them(
 
 async def test_a_channel_cut_twice_with_nothing_received_is_replaced_and_the_proof_completes():
     reconnects: list[int] = []
+    metrics = SupervisorMetrics()
+
+    def on_reconnect() -> None:
+        reconnects.append(1)
+        metrics.grpc_reconnect()
+
     with watch_logs("proving.reconnect") as (logs, reconnected):
         async with (
             FakeDaemon(Behaviour(proof_s=8 * FAST.await_deadline_s)) as fake,
-            ProvingClient(fake.address, FAST, on_reconnect=lambda: reconnects.append(1)) as client,
+            ProvingClient(fake.address, FAST, on_reconnect=on_reconnect) as client,
         ):
             first_stub = client.stub
             result = await client.prove(porep())
@@ -465,6 +472,10 @@ async def test_a_channel_cut_twice_with_nothing_received_is_replaced_and_the_pro
     assert len(reconnects) == client.reconnects == cut_awaits // RECONNECT_AFTER_CUTS
     event = next(e for e in logs if e["event"] == "proving.reconnect")
     assert "cut with nothing received" in event["reason"]
+    # Counted in the supervisor's /metrics.
+    assert f"cuzk_supervisor_grpc_reconnects_total {float(len(reconnects))}" in (
+        metrics.render().decode()
+    )
 
 
 async def test_an_answered_call_resets_the_cut_count():
