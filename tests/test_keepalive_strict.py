@@ -47,6 +47,7 @@ def stuck_sim(tmp_path: Path) -> Iterator[SimProcess]:
         sim.kill()
 
 
+@pytest.mark.timeout(LOOP_S + 120)
 async def test_default_await_loop_of_400_s_gets_no_goaway(stuck_sim: SimProcess) -> None:
     events: list[dict] = []
 

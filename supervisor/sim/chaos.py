@@ -192,6 +192,8 @@ class FaultController:
         cp = Checkpoint(point, self._proofs_completed(), elapsed, partition, memory_gib, call)
         fired = []
         for i, spec in enumerate(self.specs):
+            if spec.kind == "cancel" and any(f.kind == "cancel" for f in fired):
+                continue  # one call is cut once: the next cancel waits for the next call
             if is_due(spec, self._fired[i], cp):
                 if spec.once is not None and not _claim(spec.once):
                     continue  # already fired in an earlier life of the daemon

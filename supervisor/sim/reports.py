@@ -88,7 +88,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(round(value, 3))
 
 
-def metrics_text(engine: Engine) -> str:
+def metrics_text(engine: Engine, deadline_cuts: Mapping[str, int] | None = None) -> str:
     live = engine.live_jobs()
     lines: list[str] = []
 
@@ -129,6 +129,12 @@ def metrics_text(engine: Engine) -> str:
         "counter",
         "SubmitProof/Prove calls per request id.",
         [(f'{{request_id="{_label(rid)}"}}', n) for rid, n in engine.submissions.items()],
+    )
+    metric(
+        "cuzk_sim_deadline_cuts_total",
+        "counter",
+        'Calls the server-side deadline cut (answered CANCELLED "Timeout expired"), by call.',
+        [(f'{{call="{call}"}}', n) for call, n in sorted((deadline_cuts or {}).items())],
     )
     metric(
         "cuzk_sim_steady_state_proofs_per_hour",

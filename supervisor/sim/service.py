@@ -8,6 +8,7 @@ even a call already waiting is never answered (not even by its server-side deadl
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TypeVar
@@ -79,6 +80,7 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
         self._memory_scale = memory_scale
         self._rules = rules if rules is not None else CallRules()
         self._faults = faults
+        self.deadline_cuts: Counter[str] = Counter()  # calls cut by their server-side deadline
 
     async def _answer(
         self,
@@ -100,6 +102,7 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
                     result = await work(cancel)
             except TimeoutError:
                 await self._gate.hold()  # a hung daemon answers nothing, not even this
+                self.deadline_cuts[call] += 1
                 await context.abort(grpc.StatusCode.CANCELLED, TIMEOUT_EXPIRED)
         await self._gate.hold()
         return result
@@ -192,7 +195,8 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
         async def work(cancel: str | None) -> pb.GetMetricsResponse:
             if cancel is not None:
                 await self._cancelled(context)
-            return pb.GetMetricsResponse(prometheus_text=reports.metrics_text(self._engine))
+            text = reports.metrics_text(self._engine, self.deadline_cuts)
+            return pb.GetMetricsResponse(prometheus_text=text)
 
         return await self._answer(context, "metrics", work)
 

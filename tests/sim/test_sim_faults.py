@@ -97,3 +97,34 @@ def test_oom_fires_only_past_its_limit() -> None:
     assert not is_due(spec, 0, cp("memory", memory_gib=60.0))
     assert is_due(spec, 0, cp("memory", memory_gib=60.5))
     assert not is_due(spec, 0, cp("partition", partition=0, memory_gib=99))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["freeze", "freeze:soon", "cancel-early", "cancel", "cancel:everything", "cancel:submit"],
+)
+def test_transport_faults_need_their_argument(text: str) -> None:
+    with pytest.raises(FaultSpecError):
+        parse_fault(text)
+
+
+def test_cancel_fires_only_for_the_call_it_names() -> None:
+    before = parse_fault("cancel:submit-before")
+    after = parse_fault("cancel:submit-after")
+    status = parse_fault("cancel:status,times=0")
+    assert (before.call, after.call, status.call) == ("submit", "submit", "status")
+    at_submit = Checkpoint("call", call="submit")
+    at_status = Checkpoint("call", call="status")
+    assert is_due(before, 0, at_submit)
+    assert is_due(after, 0, at_submit)
+    assert not is_due(before, 0, at_status)
+    assert is_due(status, 99, at_status)
+    assert not is_due(status, 0, Checkpoint("partition", partition=1))
+
+
+def test_freeze_listens_where_drop_does_and_cancel_early_at_start() -> None:
+    freeze = parse_fault("freeze:60,at_partition=5")
+    assert freeze.number == 60.0
+    assert is_due(freeze, 0, Checkpoint("partition", partition=5))
+    assert not is_due(freeze, 0, Checkpoint("start"))
+    assert is_due(parse_fault("cancel-early:0.2"), 0, Checkpoint("start"))
