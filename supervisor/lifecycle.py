@@ -22,14 +22,31 @@ import structlog
 
 from supervisor import assemble, exitcodes, observe, params
 from supervisor.address import parse_address
+from supervisor.benchrun import StretchRun
 from supervisor.childlog import OutputPump
+from supervisor.core.bench import (
+    BenchPolicy,
+    RateMeasurement,
+    Stretch,
+    choose_measurement,
+    interval_estimate_s,
+    measurement_fits,
+    steady_rate_per_s,
+)
 from supervisor.daemon import DaemonProcess
 from supervisor.daemon_config import DaemonConfigValues
 from supervisor.errors import UsageError
 from supervisor.exits import DaemonExit, ExitKind
 from supervisor.gpu import GpuProbe, GpuSample
 from supervisor.logship import LogShipper
-from supervisor.manager import InstanceGone, ManagerClient, ManagerError, ManagerUnavailable, Outbox
+from supervisor.manager import (
+    InstanceGone,
+    ManagerClient,
+    ManagerError,
+    ManagerRejected,
+    ManagerUnavailable,
+    Outbox,
+)
 from supervisor.memwatch import MemoryWatch
 from supervisor.metrics import SupervisorMetrics
 from supervisor.policy import (
@@ -40,19 +57,20 @@ from supervisor.policy import (
     RiskPolicy,
     WorkerPlan,
     plan_workers,
-    proofs_per_hour,
-    size_bench,
     step_down,
     total_budget_gib,
 )
 from supervisor.proofinput import build_submit_request, load_c1
 from supervisor.proto import proving_pb2 as pb
-from supervisor.proving import ProofResult, ProvingClient, run_batch
+from supervisor.proving import ProofResult, ProvingClient
+from supervisor.reconcile import gone_reason, manager_time
 from supervisor.resources import MemorySampler
 from supervisor.runtime import Runtime
 from supervisor.settings import Settings
 from supervisor.state import (
     BENCH_DONE,
+    OUTCOME_GONE,
+    OUTCOME_OK,
     PARAM_DONE,
     RUNNING,
     BenchRecord,
@@ -86,6 +104,20 @@ class _MemoryTrouble(Exception):
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
         self.cause = cause
+
+
+class _DaemonRestarted(Exception):
+    """The daemon exited under a proof (crash, liveness kill) and its keeper is restarting it:
+    the jobs in flight are lost with it."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+# Phases in which the manager's record is looked up at every status interval (killed?).
+WATCHED_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench", "report",
+                            "run"})  # fmt: skip
 
 
 def resolve_label(settings: Settings, environ: Mapping[str, str]) -> str:
@@ -160,6 +192,21 @@ class Lifecycle:
         self._trouble = asyncio.Event()
         self._acted = asyncio.Event()  # a step-down was carried out: watch for the next one
         self._gone = asyncio.Event()
+        self._gone_reason = ""
+        self._daemon_exited = asyncio.Event()  # set at every daemon exit; cleared by proof work
+        self._exit_cause = ""
+        self._outbox_kick = asyncio.Event()
+        self._status_usable = True  # False once GET /status proved unusable (one warning)
+        # Daemon output goes to the dashboard's benchdaemon tab until the bench is reported.
+        self._daemon_source = "benchdaemon"
+        self.bench_policy = BenchPolicy(
+            max_proofs=settings.bench_count,
+            concurrency=settings.bench_concurrency,
+            safety=settings.bench_safety,
+            min_proofs=settings.bench_min_proofs,
+        )
+        self.bench_planned = 0
+        self.stretch: Stretch | None = None
         self._running_sent_at = float("inf")  # the first /running report, then pings follow
         self._trouble_cause = ""
         self.plan: WorkerPlan | None = None
@@ -202,8 +249,13 @@ class Lifecycle:
     def _on_daemon_exit(self, exit: DaemonExit) -> None:
         self.metrics.daemon_exit(exit.kind)
         self.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
+        self._exit_cause = f"daemon {exit.kind.value} ({exit.reason})"
+        self._daemon_exited.set()
         if exit.kind is ExitKind.OOM_KILLED:
             self._flag_trouble(f"daemon OOM-killed ({exit.reason})")
+
+    def _daemon_line(self, line: str) -> None:
+        self.shipper.add_line(self._daemon_source, line)
 
     def _flag_trouble(self, cause: str) -> None:
         if not self._trouble.is_set():
@@ -233,11 +285,12 @@ class Lifecycle:
             watch_task = group.create_task(self.watch.run())
             critical_task = group.create_task(self._critical_memory())
             gpu_task = group.create_task(self._gpu_loop())
+            outbox_task = group.create_task(self._outbox_loop())
             try:
                 return await self._run_guarded()
             finally:
                 await self._stop_daemon()
-                for task in (status_task, watch_task, critical_task, gpu_task):
+                for task in (status_task, watch_task, critical_task, gpu_task, outbox_task):
                     task.cancel()
                 self.shipper.stop()
                 with contextlib.suppress(TimeoutError):
@@ -245,17 +298,47 @@ class Lifecycle:
 
     async def _run_guarded(self) -> int:
         try:
-            return await self._run()
+            return await self._run_unless_gone()
         except LifecycleFailure as failure:
             await self._report_failure(failure.reason)
             return failure.exit_code
-        except InstanceGone as gone:
-            log.warning("manager.instance_gone", reason=str(gone))
-            return exitcodes.INSTANCE_GONE
         except StateWriteError as exc:
             log.error("state.unwritable", reason=str(exc))
             await self._report_failure(f"state file unwritable: {exc}", durable=False)
             return exitcodes.STATE_UNWRITABLE
+
+    async def _run_unless_gone(self) -> int:
+        """The lifecycle, cut short when the manager killed this instance: nothing more is sent
+        (a report would revive it), the daemon is stopped, the reason is pushed."""
+        body = asyncio.ensure_future(self._run())
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({body, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if body.done():
+            try:
+                return body.result()
+            except InstanceGone as exc:
+                return await self._end_gone(exc.message)
+        body.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await body
+        return await self._end_gone(self._gone_reason)
+
+    async def _end_gone(self, reason: str) -> int:
+        log.warning("manager.instance_gone", reason=reason, phase=self.progress.phase)
+        self.reported = True  # nothing may be reported for a killed instance
+        self.shipper.add_line("setup", f"instance gone in {self.progress.phase}: {reason}")
+        await self._stop_daemon()
+        with contextlib.suppress(StateWriteError):
+            await self.state.update(lambda st: st.with_failure(f"instance gone: {reason}"))
+        return exitcodes.INSTANCE_GONE
+
+    def _mark_gone(self, reason: str) -> None:
+        if not self._gone.is_set():
+            self._gone_reason = reason
+            self._gone.set()
 
     async def _run(self) -> int:
         drained = await self.outbox.drain(deadline_s=10)
@@ -268,6 +351,7 @@ class Lifecycle:
             # A finished and answered benchmark is not rerun after a restart.
             log.info("bench.already_reported", rate=verdict.rate, passed=verdict.passed)
             self.metrics.bench_rate(verdict.rate or 0.0)
+            self._daemon_source = "cuzk"
             if not verdict.passed:
                 return exitcodes.BENCH_FAILED
             self.reported = True
@@ -275,8 +359,8 @@ class Lifecycle:
             await self._start_daemon(self.plan.full_workers)  # type: ignore[union-attr]
             return await self._run_phase()
         await self._plan()
-        rate, completed, wall_s = await self._benchmark()
-        passed = await self._report(rate, completed, wall_s)
+        measurement = await self._benchmark()
+        passed = await self._report(measurement)
         if not passed:
             return exitcodes.BENCH_FAILED
         return await self._run_phase()
@@ -290,7 +374,7 @@ class Lifecycle:
                 registration = await self.manager.register(self.label, self.min_rate)
                 break
             except ManagerUnavailable as exc:
-                log.warning("manager.register_waiting", reason=str(exc))
+                log.warning("manager.register_waiting", url=self.manager.base_url, reason=str(exc))
         previous = self.state.state
         if previous.uuid and previous.uuid != registration.uuid:
             # The manager killed our old instance and gave a new one: nothing of it carries on
@@ -335,8 +419,14 @@ class Lifecycle:
             await self.state.update(
                 lambda st: dataclasses.replace(st, params_verified=True, params_done_at=time.time())
             )
-        if self.outbox.latest(PARAM_DONE) is None:
-            await self._send(Report(kind=PARAM_DONE, uuid=self._uuid()))
+        acked = self.outbox.latest(PARAM_DONE)
+        if acked is not None and acked.outcome == OUTCOME_OK:
+            await self._start_bench_clock(resumed=True)
+        if acked is None:
+            # Queued, durable, and sent by the outbox task: the warmup does not wait on the
+            # manager (its clock starts when it acknowledges, see _bench_deadline).
+            await self.outbox.enqueue(Report(kind=PARAM_DONE, uuid=self._uuid()))
+        self._outbox_kick.set()
 
     async def _plan(self) -> None:
         await self._enter("plan")
@@ -367,15 +457,21 @@ class Lifecycle:
             total_budget_gib=plan.total_budget_gib,
         )
 
-    async def _benchmark(self) -> tuple[float, int, float]:
-        """Warmup, restart, settle and bench; returns (rate, completed, wall_s)."""
+    async def _benchmark(self) -> RateMeasurement:
+        """Warmup, restart, then settle and bench until a measurement stands."""
         while True:
             try:
-                return await self._benchmark_once()
+                await self._warmup()
+                break
             except _MemoryTrouble as trouble:
                 await self._step_down(trouble.cause)
+        assert self.plan is not None
+        if self.s.restart_after_warmup and self.plan.full_workers != self.plan.warmup_workers:
+            await self._enter("restart")
+            await self._restart_daemon(self.plan.full_workers)
+        return await self._measure()
 
-    async def _benchmark_once(self) -> tuple[float, int, float]:
+    async def _warmup(self) -> None:
         assert self.plan is not None
         plan = self.plan
         await self._enter("warmup")
@@ -383,55 +479,120 @@ class Lifecycle:
         warm = await self._prove(self.s.warmup_budget_s)
         await self.state.update(lambda st: dataclasses.replace(st, pce_ready=True))
         log.info("warmup.done", wall_s=round(warm.wall_s, 3), workers=plan.warmup_workers)
-        if self.s.restart_after_warmup and plan.full_workers != plan.warmup_workers:
-            await self._enter("restart")
-            await self._restart_daemon(plan.full_workers)
-        await self._enter("settle")
-        settle = await self._prove(self.s.proof_budget_s)
-        log.info("settle.done", wall_s=round(settle.wall_s, 3), workers=plan.full_workers)
-        await self._enter("bench")
-        done_at = self.state.state.params_done_at or time.time()
-        remaining = self.s.bench_budget_s - (time.time() - done_at)
-        size = size_bench(self.s.bench_count, self.s.bench_concurrency, settle.wall_s, remaining)
-        log.info(
-            "bench.sized",
-            count=size.count,
-            concurrency=size.concurrency,
-            estimated_s=round(size.estimated_s, 1),
-            reason=size.reason,
-        )
-        benchout = self.shipper.listener("benchout")
 
-        def on_result(index: int, result: ProofResult) -> None:
+    async def _measure(self) -> RateMeasurement:
+        """Settle, then one stretch of proofs sized to the budget as it runs (core.bench).
+
+        A daemon restart or a step-down inside the bench ends the stretch: the proofs in flight
+        are lost time, not throughput. The daemon is settled again at the current plan and a new
+        stretch measures anew, while the budget allows one; the rate comes from
+        :func:`~supervisor.core.bench.choose_measurement`.
+        """
+        stretches: list[Stretch] = []
+        settle_s = 0.0
+        while True:
+            try:
+                await self._enter("settle")
+                settle = await self._prove(self.s.proof_budget_s)
+                settle_s = settle.wall_s
+                log.info("settle.done", wall_s=round(settle_s, 3), workers=self._workers())
+                await self._enter("bench")
+                stretches.append(await self._stretch())
+            except _MemoryTrouble as trouble:
+                if self.stretch is not None and self.progress.phase == "bench":
+                    stretches.append(self.stretch.interrupt(f"step-down: {trouble.cause}"))
+                self.stretch = None
+                await self._step_down(trouble.cause)
+            if stretches and not stretches[-1].interrupted:
+                break
+            if not self._room_to_measure(stretches, settle_s):
+                log.warning("bench.no_time_to_measure_again", stretches=len(stretches))
+                break
+        return choose_measurement(stretches, self.bench_policy)
+
+    def _room_to_measure(self, stretches: list[Stretch], settle_s: float) -> bool:
+        intervals = [interval_estimate_s(s) for s in reversed(stretches)]
+        interval = next((i for i in intervals if i is not None), None)
+        if interval is None:
+            interval = max(settle_s, 1e-3)  # nothing measured yet: as slow as a first use
+        left = self._bench_deadline() - time.monotonic()
+        return measurement_fits(left, settle_s, interval, self.bench_policy)
+
+    async def _stretch(self) -> Stretch:
+        """One stretch; a daemon restart under it ends it as interrupted (its completions kept)."""
+        run = StretchRun(self.bench_policy, self._workers(), self._bench_deadline)
+        self.stretch = run.stretch
+        self.bench_planned = self.bench_policy.max_proofs
+        benchout = self.shipper.listener("benchout")
+        log.info(
+            "bench.started",
+            concurrency=run.stretch.concurrency,
+            max_proofs=self.bench_policy.max_proofs,
+            budget_left_s=round(self._bench_deadline() - time.monotonic(), 1),
+        )
+
+        def on_result(index: int, result: ProofResult, stretch: Stretch) -> None:
+            self.stretch = stretch
             self.metrics.proof_finished(result.ok, result.wall_s)
             if result.ok:
                 self.progress.proofs_done += 1
             else:
                 self.progress.proofs_failed += 1
             benchout(
-                f"proof {index + 1}/{size.count} {result.status} {result.wall_s:.2f}s "
-                f"{result.error}".rstrip()
+                f"proof {index + 1} of up to {self.bench_policy.max_proofs} {result.status} "
+                f"{result.wall_s:.2f}s {result.error}".rstrip()
             )
 
-        batch = await self._watched(
-            lambda client: run_batch(
-                client, self._c1_request(), size.count, size.concurrency,
-                budget_s=self.s.proof_budget_s, on_result=on_result,
+        request = self._c1_request()
+        try:
+            stretch = await self._watched(
+                lambda client: run.run(client, request, self.s.proof_budget_s, on_result)
             )
-        )  # fmt: skip
-        summary = batch.summary
-        rate = proofs_per_hour(summary.completed, summary.wall_s) / self.s.rate_time_scale
-        benchout(
-            f"bench {summary.completed}/{summary.count} completed in {summary.wall_s:.2f}s: "
-            f"{rate:.2f} proofs/hour"
-        )
-        return rate, summary.completed, summary.wall_s
+        except _DaemonRestarted as restart:
+            stretch = run.stretch.interrupt(restart.cause)
+            log.warning("bench.interrupted", cause=restart.cause,
+                        completed=len(stretch.completions), lost=stretch.in_flight)  # fmt: skip
+            benchout(f"bench interrupted: {restart.cause}; {stretch.in_flight} proof(s) lost")
+            await self._daemon_ready()
+        except _MemoryTrouble:
+            self.stretch = run.stretch
+            raise
+        self.stretch = None
+        log.info("bench.stretch_done", submitted=stretch.submitted,
+                 completed=len(stretch.completions), stopped=run.stop_reason)  # fmt: skip
+        return stretch
 
-    async def _report(self, rate: float, completed: int, wall_s: float) -> bool:
+    def _workers(self) -> int:
+        if self.keeper is not None:
+            return self.keeper.values.partition_workers
+        return self.plan.full_workers if self.plan else 0
+
+    def _bench_deadline(self) -> float:
+        """The end of the manager's benchmark budget, on the monotonic clock.
+
+        One clock, the manager's: it counts from its acknowledgement of /param-done (or its own
+        ``param_done_at``), kept in the state file. Until it acknowledged, its clock has not
+        started, so the whole budget is still ahead (asked again at every decision).
+        """
+        start = self.state.state.bench_clock_start
+        if start is None:
+            return time.monotonic() + self.s.bench_budget_s
+        return time.monotonic() + (start + self.s.bench_budget_s - time.time())
+
+    async def _report(self, measurement: RateMeasurement) -> bool:
         await self._enter("report")
         assert self.plan is not None
         plan = self.plan
+        rate = measurement.rate_per_hour / self.s.rate_time_scale
+        completed = measurement.proofs
+        wall_s = measurement.interval_s
         snapshot = self.watch.last or self.sampler.sample()
+        how = {
+            **measurement.to_dict(),
+            "rate": round(rate, 3),
+            "budget_left_s": round(self._bench_deadline() - time.monotonic(), 1),
+            "step_downs": self.progress.step_downs,
+        }
         figures = {
             "rate": round(rate, 3),
             "completed": completed,
@@ -443,25 +604,33 @@ class Lifecycle:
             "cgroup_limit_gib": round(snapshot.cgroup_limit / GIB, 1)
             if snapshot.cgroup_limit
             else None,
+            "measurement": how,
         }
         log.info("bench.result", **figures)
-        self.metrics.bench_rate(rate)
-        await self.state.update(
-            lambda st: st.with_bench(
-                BenchRecord(rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict())
-            )
+        self.shipper.add_line(
+            "benchout",
+            f"bench result: {rate:.2f} proofs/hour from {completed} proofs over "
+            f"{wall_s:.1f}s at concurrency {measurement.concurrency}, {measurement.workers} "
+            f"workers; {measurement.reason}; budget left {how['budget_left_s']}s",
         )
+        self.metrics.bench_rate(rate)
+        record = BenchRecord(
+            rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict(), measurement=how
+        )
+        await self.state.update(lambda st: st.with_bench(record))
         if completed == 0:
             raise LifecycleFailure(
                 exitcodes.BENCH_FAILED, f"no benchmark proof completed ({self.last_failure})"
             )
+        await self._check_alive()
         report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self._uuid(), rate=rate)
         done = await self._send(report)
         self.reported = True
+        self._daemon_source = "cuzk"
         if done.passed is False:
             reason = f"bench failed: rate {rate:.2f} proofs/hour is below min_rate"
             log.warning("bench.failed", rate=rate, min_rate=self.min_rate, reason=reason)
-            self.shipper.add_line("supervisor", reason)
+            self.shipper.add_line("setup", reason)
             return False
         log.info("bench.passed", rate=rate)
         return True
@@ -504,7 +673,7 @@ class Lifecycle:
         """A worker that crash-loops is given up on (logged and shipped); proving goes on."""
         outcome = await keeper.run()
         if outcome.exit_code:
-            self.shipper.add_line("supervisor", f"{keeper.name} stopped: {outcome.reason}")
+            self.shipper.add_line("setup", f"{keeper.name} stopped: {outcome.reason}")
 
     async def _keep_running(self) -> int:
         assert self._keeper_task is not None
@@ -531,7 +700,7 @@ class Lifecycle:
                 DaemonProcess,
                 spawn=self.rt.reaper.spawn,
                 memory_at_limit=self.watch.at_limit,
-                line_listeners=(self.shipper.listener("cuzk"),),
+                line_listeners=(self._daemon_line,),
             )
             self.keeper = DaemonKeeper(
                 assemble.daemon_settings(
@@ -580,33 +749,53 @@ class Lifecycle:
         return self._request
 
     async def _watched(self, work: Callable[[ProvingClient], Awaitable[T]]) -> T:
-        """Run proof work; critical memory, an OOM kill or a dead keeper interrupt it."""
+        """Run proof work; critical memory, an OOM kill, a daemon exit or a dead keeper
+        interrupt it (the jobs of an exited daemon are lost: waiting for them is waste)."""
         assert self._keeper_task is not None
+        keeper_task = self._keeper_task
+        self._daemon_exited.clear()
         address = parse_address(assemble.daemon_listen(self.s))
         async with ProvingClient(address, assemble.proving_timeouts(self.s)) as client:
             job = asyncio.ensure_future(work(client))
-            trouble = asyncio.create_task(self._trouble.wait())
+            trouble = asyncio.ensure_future(self._trouble.wait())
+            exited = asyncio.ensure_future(self._daemon_exited.wait())
             try:
                 done, _ = await asyncio.wait(
-                    {job, trouble, self._keeper_task}, return_when=asyncio.FIRST_COMPLETED
+                    {job, trouble, exited, keeper_task}, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
                 trouble.cancel()
+                exited.cancel()
             if job in done:
                 return job.result()
             job.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await job
-            if trouble in done:
+            if keeper_task.done():
+                outcome = keeper_task.result()
+                raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
+            if self._trouble.is_set():
                 raise _MemoryTrouble(self._trouble_cause)
-            outcome = self._keeper_task.result()
-            raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
+            raise _DaemonRestarted(self._exit_cause or "daemon exited")
 
     async def _prove(self, budget_s: float) -> ProofResult:
         """One proof, tried up to PROOF_ATTEMPTS times; memory trouble propagates."""
         last = None
-        for attempt in range(1, PROOF_ATTEMPTS + 1):
-            result = await self._watched(lambda client: client.prove(self._c1_request(), budget_s))
+        attempt = 0
+        while attempt < PROOF_ATTEMPTS:
+            attempt += 1
+            try:
+                result = await self._watched(
+                    lambda client: client.prove(self._c1_request(), budget_s)
+                )
+            except _DaemonRestarted as restart:
+                # Not the proof's failure: submit it again the moment the new daemon answers
+                # (a crash loop ends in the keeper's verdict, which _watched raises).
+                log.warning("proof.daemon_restarted", phase=self.progress.phase,
+                            cause=restart.cause)  # fmt: skip
+                attempt -= 1
+                await self._daemon_ready()
+                continue
             self.metrics.proof_finished(result.ok, result.wall_s)
             if result.ok:
                 self.progress.proofs_done += 1
@@ -648,8 +837,10 @@ class Lifecycle:
             # Replace the daemon now, in any phase: it still holds the abandoned proof's memory
             # (or the keeper is restarting it with the old plan after an OOM kill). Only then
             # start the watch over, so no sample of the old daemon counts against the new plan.
-            run = self.progress.phase == "run"
-            workers = result.full_workers if run else result.warmup_workers
+            # In the warmup the warmup plan is retried; from the restart on, the full plan
+            # (the PCE is built: a step-down in the bench settles and measures at once).
+            warm = self.progress.phase in ("plan", "warmup")
+            workers = result.warmup_workers if warm else result.full_workers
             self.keeper.restart_with(self._values(workers))
             await self._daemon_ready()
         self._trouble.clear()
@@ -682,7 +873,7 @@ class Lifecycle:
     async def _report_failure(self, reason: str, *, durable: bool = True) -> None:
         """No silence: the reason to the log endpoint, and rate 0 if no rate was reported."""
         log.error("lifecycle.failed", reason=reason, phase=self.progress.phase)
-        self.shipper.add_line("supervisor", f"FAILED in {self.progress.phase}: {reason}")
+        self.shipper.add_line("setup", f"FAILED in {self.progress.phase}: {reason}")
         if durable:
             with contextlib.suppress(StateWriteError):
                 await self.state.update(lambda st: st.with_failure(reason))
@@ -697,6 +888,84 @@ class Lifecycle:
             self.reported = True
         except (ManagerError, StateWriteError) as exc:
             log.error("manager.failure_unreported", reason=str(exc))
+
+    # --- the outbox and the manager's view of us ----------------------------------------------
+
+    async def _outbox_loop(self) -> None:
+        """Send what the outbox holds, in order, whenever it holds something, so that progress
+        never waits on the manager; while it is away, try again with a growing pause."""
+        pause = 1.0
+        while True:
+            await self._outbox_kick.wait()
+            self._outbox_kick.clear()
+            while self.outbox.pending and not self._gone.is_set():
+                try:
+                    result = await self.outbox.drain(deadline_s=self.s.manager_retry_s)
+                except StateWriteError as exc:
+                    log.error("manager.outbox_unsaved", reason=str(exc))
+                    result = None
+                if result is not None:
+                    await self._after_drain(result.sent)
+                    if result.error is None:
+                        pause = 1.0
+                        continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._outbox_kick.wait(), pause)
+                self._outbox_kick.clear()
+                pause = min(pause * 2, 30.0)
+
+    async def _after_drain(self, sent: tuple[Report, ...]) -> None:
+        for report in sent:
+            if report.outcome == OUTCOME_GONE:
+                self._mark_gone(report.detail or f"{report.kind} answered 404")
+            elif report.kind == PARAM_DONE and report.outcome == OUTCOME_OK:
+                await self._start_bench_clock()
+
+    async def _start_bench_clock(self, *, resumed: bool = False) -> None:
+        """The manager acknowledged /param-done: its 45-minute clock runs from then, or from its
+        own ``param_done_at`` when the record shows an earlier one (kept in the state file).
+        ``resumed``: acknowledged before this process, by a build that kept no clock; the local
+        params-done time is the safe (earlier) guess."""
+        if self.state.state.bench_clock_start is not None:
+            return
+        start, source = time.time(), "acknowledged"
+        done_at = self.state.state.params_done_at
+        if resumed and done_at is not None:
+            start, source = done_at, "params done (resumed)"
+        looked_up, record = await self._record(stop_s=min(10.0, self.s.manager_retry_s))
+        stamped = manager_time(record.get("param_done_at")) if looked_up and record else None
+        if stamped is not None and stamped < start:
+            start, source = stamped, "manager param_done_at"
+        await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=start))
+        log.info("bench.clock_started", source=source, ago_s=round(time.time() - start, 1),
+                 budget_s=self.s.bench_budget_s)  # fmt: skip
+
+    async def _record(self, *, stop_s: float) -> tuple[bool, Mapping[str, Any] | None]:
+        """(looked up, this instance's record in GET /status or None when it is not listed);
+        not looked up: no manager, the manager away, or no usable /status (one warning)."""
+        if self.manager.is_local or self.uuid is None or not self._status_usable:
+            return False, None
+        try:
+            return True, await self.manager.instance_record(self.uuid, stop_s=stop_s)
+        except ManagerUnavailable:
+            return False, None
+        except ManagerRejected as exc:
+            self._status_usable = False
+            detail = "kills are no longer looked up; reports go on as before"
+            log.warning("manager.status_unusable", reason=str(exc), detail=detail)
+            return False, None
+
+    async def _look_up_kill(self, *, stop_s: float) -> str | None:
+        """The reason the manager's record says we are gone, or None (alive, or not known)."""
+        looked_up, record = await self._record(stop_s=stop_s)
+        return gone_reason(record) if looked_up else None
+
+    async def _check_alive(self) -> None:
+        """Before a report that would revive a killed instance: is it still alive?"""
+        reason = await self._look_up_kill(stop_s=min(30.0, self.s.manager_retry_s))
+        if reason is not None:
+            self._mark_gone(reason)
+            raise InstanceGone("status", self._uuid(), reason)
 
     # --- GPUs ------------------------------------------------------------------------------
 
@@ -721,7 +990,7 @@ class Lifecycle:
 
     def status_fields(self) -> dict[str, Any]:
         snapshot = self.watch.last
-        return {
+        fields: dict[str, Any] = {
             "phase": self.progress.phase,
             "elapsed_s": round(time.monotonic() - self.progress.phase_started, 1),
             "proofs_done": self.progress.proofs_done,
@@ -731,24 +1000,62 @@ class Lifecycle:
             "restarts": max(0, (self.keeper.starts - 1) if self.keeper else 0),
             "step_downs": self.progress.step_downs,
         }
+        stretch = self.stretch
+        if self.progress.phase == "bench" and stretch is not None:
+            rate = steady_rate_per_s(stretch.completions)
+            interval = interval_estimate_s(stretch)
+            left = max(0, self.bench_planned - len(stretch.completions))
+            fields.update(
+                bench_done=len(stretch.completions),
+                bench_planned=self.bench_planned,
+                rate_so_far=round(rate * 3600 / self.s.rate_time_scale, 2) if rate else None,
+                eta_s=round(left * interval, 1) if interval is not None else None,
+            )
+        fields["text"] = status_text(fields)
+        return fields
 
     async def _status_loop(self) -> None:
-        """A status line at a steady cadence, so a slow but healthy machine visibly is one; in
-        the run phase also a repeated (idempotent) /running as the liveness ping."""
+        """A status line at a steady cadence, so a slow but healthy machine visibly is one; the
+        manager's record looked up (were we killed?); in the run phase a repeated (idempotent)
+        /running as the liveness ping, at its own, slower cadence."""
         interval = self.s.status_interval_s
         while True:
             await asyncio.sleep(interval)
             log.info("status", **self.status_fields())
+            if self.progress.phase in WATCHED_PHASES:
+                reason = await self._look_up_kill(stop_s=max(1.0, interval))
+                if reason is not None:
+                    self._mark_gone(reason)
+                    return
             since_report = time.monotonic() - self._running_sent_at
-            if self.progress.phase == "run" and self.uuid and since_report >= interval:
+            ping_due = since_report >= self.s.running_ping_interval_s
+            if self.progress.phase == "run" and self.uuid and ping_due:
+                self._running_sent_at = time.monotonic()
                 try:
-                    await self.manager.running(self.uuid, stop_s=self.s.status_interval_s)
-                except InstanceGone:
-                    log.warning("manager.instance_gone", detail="killed by the manager")
-                    self._gone.set()
+                    await self.manager.running(self.uuid, stop_s=interval)
+                except InstanceGone as exc:
+                    self._mark_gone(f"/running answered: {exc.message}")
                     return
                 except ManagerError as exc:
                     log.warning("manager.ping_failed", reason=str(exc))
+
+
+def status_text(fields: Mapping[str, Any]) -> str:
+    """The status line in words, for a person on the dashboard."""
+    parts = [f"{fields['phase']} for {fields['elapsed_s']:.0f}s"]
+    if "bench_done" in fields:
+        parts.append(f"{fields['bench_done']} of up to {fields['bench_planned']} proofs")
+        if fields.get("rate_so_far") is not None:
+            parts.append(f"{fields['rate_so_far']:.1f} proofs/h so far")
+        if fields.get("eta_s") is not None:
+            parts.append(f"about {fields['eta_s']:.0f}s to go")
+    else:
+        parts.append(f"{fields['proofs_done']} proofs done")
+    if fields.get("headroom_gib") is not None:
+        parts.append(f"{fields['headroom_gib']:.1f} GiB memory headroom ({fields['risk']})")
+    if fields.get("step_downs"):
+        parts.append(f"{fields['step_downs']} step-down(s)")
+    return ", ".join(parts)
 
 
 def _tty() -> bool:

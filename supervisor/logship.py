@@ -53,7 +53,8 @@ __all__ = [
 
 log = structlog.get_logger("supervisor.logship")
 
-SUPERVISOR_SOURCE = "supervisor"
+SUPERVISOR_SOURCE = "setup"
+"""The dashboard tab for the supervisor's own lines (the old scripts sent theirs as `setup`)."""
 MIB = 1024 * 1024
 
 Entry = tuple[int, str, int]

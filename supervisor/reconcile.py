@@ -11,9 +11,11 @@ sent again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from supervisor.state import (
@@ -78,3 +80,44 @@ def _done(report: Report, outcome: str, *, detail: str, passed: bool | None = No
     return dataclasses.replace(
         report, outcome=outcome, passed=passed, detail=detail, finished_at=utc_now_iso()
     )
+
+
+def gone_reason(record: Mapping[str, Any] | None) -> str | None:
+    """Why the manager's ``record`` of this (registered) instance says it is finished, or None
+    while it lives. A uuid the manager no longer lists is gone too: it was deleted or replaced."""
+    if record is None:
+        return "the manager no longer lists this instance"
+    if record.get("state") == KILLED:
+        return f"killed by the manager: {record.get('kill_reason') or 'no reason given'}"
+    return None
+
+
+_MANAGER_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f")
+
+
+def manager_time(value: Any) -> float | None:
+    """Epoch seconds of a timestamp in a ``GET /status`` record (the real manager writes
+    ``YYYY-MM-DD HH:MM:SS`` in UTC; ISO-8601 with ``T``, ``Z`` or an offset is read too; a
+    number is taken as epoch seconds). None when it is missing or unreadable."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) and value > 0 else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        stamp = None
+        for fmt in _MANAGER_TIME_FORMATS:
+            with contextlib.suppress(ValueError):
+                stamp = datetime.strptime(text, fmt)
+                break
+        if stamp is None:
+            return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()

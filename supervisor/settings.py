@@ -94,6 +94,14 @@ class Settings:
         minimum=0.1,
         group="manager",
     )
+    running_ping_interval_s: float = setting(
+        300.0,
+        "cadence of the repeated /running in the run phase (each one is a line in the "
+        "manager's own 5,000-line log, shared by the fleet)",
+        minimum=1,
+        maximum=86_400,
+        group="manager",
+    )
     log_push: bool = setting(True, "push log lines to the manager's log endpoint", group="manager")
     log_buffer_lines: int = setting(
         20_000,
@@ -235,6 +243,20 @@ class Settings:
     bench_concurrency: int = setting(2, "benchmark proofs in flight", minimum=1, group="bench")
     bench_budget_s: float = setting(
         2700.0, "the manager's benchmark budget (its 45 min timeout)", minimum=1, group="bench"
+    )
+    bench_min_proofs: int = setting(
+        3,
+        "completions a measurement needs; a bench interrupted with less reports a short rate",
+        minimum=2,
+        maximum=1000,
+        group="bench",
+    )
+    bench_safety: float = setting(
+        1.25,
+        "estimated times are stretched by this before they are held against the budget",
+        minimum=1,
+        maximum=10,
+        group="bench",
     )
     restart_after_warmup: bool = setting(
         True,

@@ -78,6 +78,9 @@ class BenchRecord:
     wall_s: float
     plan: Mapping[str, Any] = field(default_factory=dict)
     at: str = field(default_factory=utc_now_iso)
+    measurement: Mapping[str, Any] = field(default_factory=dict)
+    """How the rate was measured (:meth:`supervisor.core.bench.RateMeasurement.to_dict`, plus
+    the budget left): proofs counted, interval, concurrency, excluded restarts."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +89,7 @@ class BenchRecord:
             "wall_s": self.wall_s,
             "plan": dict(self.plan),
             "at": self.at,
+            "measurement": dict(self.measurement),
         }
 
 
@@ -160,7 +164,10 @@ class SupervisorState:
     pce_ready: bool = False
     params_verified: bool = False
     params_done_at: float | None = None
-    """Wall-clock time (epoch s) the params were done: the manager's bench timer starts then."""
+    """Wall-clock time (epoch s) the params were done here."""
+    bench_clock_start: float | None = None
+    """Epoch s when the manager's 45-minute benchmark clock started: its acknowledgement of
+    ``/param-done`` (or its own ``param_done_at``, when earlier). None: not acknowledged yet."""
     bench: tuple[BenchRecord, ...] = ()
     failures: tuple[str, ...] = ()
     """The last :data:`MAX_FAILURES` failure reasons, oldest first."""
@@ -188,6 +195,7 @@ class SupervisorState:
             "pce_ready": self.pce_ready,
             "params_verified": self.params_verified,
             "params_done_at": self.params_done_at,
+            "bench_clock_start": self.bench_clock_start,
             "bench": [record.to_dict() for record in self.bench],
             "failures": list(self.failures),
             "outbox": [report.to_dict() for report in self.outbox],
@@ -229,6 +237,7 @@ class SupervisorState:
             pce_ready=d.flag("pce_ready", False),
             params_verified=d.flag("params_verified", False),
             params_done_at=d.opt_float("params_done_at"),
+            bench_clock_start=d.opt_float("bench_clock_start"),
             bench=tuple(_bench_from(item, i) for i, item in enumerate(d.items("bench"))),
             failures=tuple(
                 _str_item(item, f"failures[{i}]") for i, item in enumerate(d.items("failures"))
@@ -347,6 +356,7 @@ def _bench_from(value: Any, index: int) -> BenchRecord:
         wall_s=d.number("wall_s"),
         plan=d.opt_obj("plan") or {},
         at=d.text("at", required=True),
+        measurement=d.opt_obj("measurement") or {},
     )
 
 

@@ -68,11 +68,37 @@ def test_lifecycle_reports_each_phase_once_in_order_with_the_true_rate(tmp_path,
     # 12 proofs at concurrency 2 on 5 workers: within 2% of the simulator's long-run rate.
     true_rate = model.steady_state_proofs_per_hour(5, 2, 2)
     assert instance["bench_rate"] == pytest.approx(true_rate, rel=0.02)
-    logs = mgr.get(f"/api/instance-logs/{instance['uuid']}", params={"source": "supervisor"})
+    logs = mgr.get(f"/api/instance-logs/{instance['uuid']}", params={"source": "setup"})
     texts = "\n".join(line["text"] for line in logs.json())
     for phase in ("register", "params", "plan", "warmup", "restart", "settle", "bench", "run"):
         assert f'"phase": "{phase}"' in texts or f"phase={phase}" in texts
     assert processes_mentioning(str(tmp_path / "run")) == []
+
+
+def test_instance_logs_fill_the_dashboards_tabs(tmp_path, manager):
+    """setup (our own lines), benchdaemon (the daemon until the bench is reported), benchout
+    (bench progress and result), cuzk (the daemon after it); no tab-less "supervisor"."""
+    mgr = manager()
+    # The idle simulator is quiet: from its 5th proof (settle, 4 bench) it writes lines.
+    env = lifecycle_env(tmp_path, mgr.url, bench_count=4, sim_faults=("flood:5,after_proofs=5",))
+    run = start_run(env)
+    try:
+        poll_until(lambda: "run" in run.phases() or run.proc.poll() is not None, 60, what="run")
+        uuid = run.named("manager.registered")[0]["uuid"]
+
+        def sources() -> set[str]:
+            lines = mgr.get(f"/api/instance-logs/{uuid}", params={"tail": "10000"}).json()
+            return {line["src"] for line in lines}
+
+        poll_until(lambda: "cuzk" in sources(), 30, what="daemon lines under cuzk")
+        found = sources()
+        assert {"setup", "benchdaemon", "benchout", "cuzk"} <= found, found
+        assert "supervisor" not in found
+        bench = mgr.get(f"/api/instance-logs/{uuid}", params={"source": "benchout"}).json()
+        assert any("bench result:" in line["text"] for line in bench)
+    finally:
+        run.signal(signal.SIGTERM)
+        _finish(run)
 
 
 def test_manager_away_then_flaky_each_report_arrives_exactly_once(tmp_path, manager):
@@ -161,7 +187,9 @@ def test_params_progress_shown_then_fetch_skipped_on_the_next_start(tmp_path, ma
 
 def test_status_pings_in_each_phase_and_kill_stops_within_one_interval(tmp_path, manager):
     mgr = manager()
-    env = lifecycle_env(tmp_path, mgr.url, status_interval_s=0.5, bench_count=12)
+    env = lifecycle_env(
+        tmp_path, mgr.url, status_interval_s=0.5, bench_count=12, running_ping_interval_s=1
+    )
     run = start_run(env)
     try:
         poll_until(lambda: "run" in run.phases(), 90, what="run phase")

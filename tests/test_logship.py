@@ -277,7 +277,7 @@ async def test_oldest_lines_are_dropped_while_the_manager_is_away_and_reported_w
         fake.away = False
         with capture_logs() as logs:
             assert await shipper.flush(2.0)
-    assert fake.bodies[0] == ("supervisor", (dropped_warning(15) + "\n").encode())
+    assert fake.bodies[0] == ("setup", (dropped_warning(15) + "\n").encode())
     assert dropped_warning(15) == "dropped 15 lines while the manager was unreachable"
     assert fake.lines("cuzk") == [f"line {n}" for n in range(15, 25)]
     warnings = [e for e in logs if e["event"] == "logship.dropped_lines"]
@@ -291,12 +291,12 @@ async def test_the_background_task_recovers_by_itself_after_an_outage():
     async with running_shipper(settings) as (shipper, fake):
         fake.away = True
         for n in range(8):
-            shipper.add_line("setup", f"fetch {n}")
+            shipper.add_line("benchout", f"proof {n}")
         await wait_for(lambda: fake.attempts >= 3)
         fake.away = False
-        await wait_for(lambda: len(fake.lines("setup")) == 5)
-    assert fake.lines("supervisor")[0] == dropped_warning(3)
-    assert fake.lines("setup") == [f"fetch {n}" for n in range(3, 8)]
+        await wait_for(lambda: len(fake.lines("benchout")) == 5)
+    assert fake.lines("setup")[0] == dropped_warning(3)
+    assert fake.lines("benchout") == [f"proof {n}" for n in range(3, 8)]
 
 
 async def test_add_line_never_waits_for_a_stuck_manager():
@@ -316,7 +316,7 @@ async def test_add_line_never_waits_for_a_stuck_manager():
         fake.gate.set()
         assert await shipper.flush(5.0)
     assert fake.lines("cuzk")[0] == "first"
-    assert fake.lines("supervisor") == [dropped_warning(19_000)]
+    assert fake.lines("setup") == [dropped_warning(19_000)]
     assert fake.lines("cuzk")[1:] == [f"flood {n}" for n in range(19_000, 20_000)]
 
 
@@ -380,4 +380,4 @@ async def test_structlog_events_are_shipped_as_supervisor_lines():
         finally:
             structlog.configure(**old)
         assert await shipper.flush(1.0)
-    assert fake.lines("supervisor") == ["info daemon.ready calls=3"]
+    assert fake.lines("setup") == ["info daemon.ready calls=3"]

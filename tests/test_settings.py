@@ -30,12 +30,21 @@ def sample(decl):
     return {
         "bool": ("false" if decl.default else "true", not decl.default),
         "int": (str(int(decl.minimum or 0) + 7), int(decl.minimum or 0) + 7),
-        "float": ("0.5", 0.5) if decl.maximum is not None else ("123.5", 123.5),
+        "float": float_sample(decl),
         "str": ("127.0.0.1:7001", "127.0.0.1:7001"),
         "path": ("/tmp/x/y", settings.Path("/tmp/x/y")),
         "optional_path": ("/tmp/base.toml", settings.Path("/tmp/base.toml")),
         "list": ("a 'b c'", ("a", "b c")),
     }[decl.kind]
+
+
+def float_sample(decl):
+    """A value inside the setting's bounds that no default uses."""
+    if decl.maximum is None:
+        return "123.5", 123.5
+    low = decl.minimum if decl.minimum is not None else 0.0
+    value = low + (decl.maximum - low) / 2 if decl.maximum - low < 1 else low + 0.5
+    return str(value), value
 
 
 def parse_flags(argv):

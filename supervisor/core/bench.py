@@ -64,6 +64,8 @@ class Stretch:
     completions: tuple[float, ...] = ()
     """When each proof completed, ascending (failed proofs are not throughput and not here)."""
     submitted: int = 0
+    failed: int = 0
+    """Proofs that ended FAILED: no longer in flight, not throughput."""
     interrupted: str = ""
     """Why it ended before its last proof ('' when it ran to its end)."""
 
@@ -77,12 +79,15 @@ class Stretch:
     def submitted_one(self) -> Stretch:
         return _replace(self, submitted=self.submitted + 1)
 
+    def failed_one(self) -> Stretch:
+        return _replace(self, failed=self.failed + 1)
+
     def interrupt(self, why: str) -> Stretch:
         return _replace(self, interrupted=why)
 
     @property
     def in_flight(self) -> int:
-        return self.submitted - len(self.completions)
+        return self.submitted - len(self.completions) - self.failed
 
 
 def _replace(stretch: Stretch, **changes: Any) -> Stretch:
@@ -237,14 +242,23 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
     at_plan = [s for s in stretches if s.workers == current]
     enough = [s for s in at_plan if len(s.completions) >= policy.min_proofs]
     last = stretches[-1]
-    common = {"stretches": len(stretches), "excluded": excluded}
+    n = len(stretches)
     if not last.interrupted and len(last.completions) >= policy.min_proofs:
         rate, span = _rate_of(last)
         reason = f"steady: {len(last.completions)} proofs over {span:.1f} s"
         if excluded:
             reason += f", measured after {len(excluded)} interruption(s)"
-        return RateMeasurement(rate, len(last.completions), span, last.concurrency,
-                               last.workers, True, reason, **common)  # fmt: skip
+        return RateMeasurement(
+            rate,
+            len(last.completions),
+            span,
+            last.concurrency,
+            last.workers,
+            True,
+            reason,
+            stretches=n,
+            excluded=excluded,
+        )
     if enough:
         best = max(enough, key=lambda s: (len(s.completions), stretches.index(s)))
         rate, span = _rate_of(best)
@@ -252,18 +266,45 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
             f"longest uninterrupted stretch: {len(best.completions)} proofs over {span:.1f} s "
             f"(no time for a new measurement after: {'; '.join(excluded) or 'none'})"
         )
-        return RateMeasurement(rate, len(best.completions), span, best.concurrency,
-                               best.workers, True, reason, **common)  # fmt: skip
+        return RateMeasurement(
+            rate,
+            len(best.completions),
+            span,
+            best.concurrency,
+            best.workers,
+            True,
+            reason,
+            stretches=n,
+            excluded=excluded,
+        )
     pool = at_plan if any(s.completions for s in at_plan) else list(stretches)
     best = max(pool, key=lambda s: (len(s.completions), pool.index(s)))
     if not best.completions:
-        return RateMeasurement(0.0, 0, 0.0, best.concurrency, best.workers, False,
-                               "no proof completed", **common)  # fmt: skip
+        return RateMeasurement(
+            0.0,
+            0,
+            0.0,
+            best.concurrency,
+            best.workers,
+            False,
+            "no proof completed",
+            stretches=n,
+            excluded=excluded,
+        )
     rate, span = _rate_of(best)
     why = "; ".join(excluded) if excluded else "the budget held no more"
     reason = (
         f"short: {len(best.completions)} proof(s) over {span:.1f} s, fewer than bench_min_proofs "
         f"{policy.min_proofs} ({why})"
     )
-    return RateMeasurement(rate, len(best.completions), span, best.concurrency, best.workers,
-                           False, reason, **common)  # fmt: skip
+    return RateMeasurement(
+        rate,
+        len(best.completions),
+        span,
+        best.concurrency,
+        best.workers,
+        False,
+        reason,
+        stretches=n,
+        excluded=excluded,
+    )
