@@ -9,6 +9,8 @@ The linters themselves (hadolint, kubernetes-validate, shellcheck) run in .ci/li
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import http.server
 import json
@@ -21,8 +23,12 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -106,6 +112,19 @@ def final(docker: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return stages(docker)[-1]
 
 
+def test_builds_with_no_frontend_image_and_labels_version_and_revision(docker, final):
+    text = DOCKERFILE.read_text()
+    # A `# syntax=` directive makes BuildKit fetch a frontend image: no build offline.
+    assert not re.search(r"^#\s*syntax\s*=", text, re.MULTILINE | re.IGNORECASE)
+    assert not [a for n, a in docker if n == "RUN" and "--mount" in a], "classic builder too"
+    labels = " ".join(a for n, a in final if n == "LABEL")
+    assert 'org.opencontainers.image.version="${VERSION}"' in labels
+    assert 'org.opencontainers.image.revision="${REVISION}"' in labels
+    args = dict(a.partition("=")[::2] for n, a in final if n == "ARG")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert args["VERSION"] == project["version"], "VERSION's default is the project's version"
+
+
 def test_base_image_is_a_build_argument_used_by_every_stage(docker):
     before_from = docker[: next(i for i, (n, _) in enumerate(docker) if n == "FROM")]
     args = dict(a.partition("=")[::2] for n, a in before_from if n == "ARG")
@@ -167,13 +186,12 @@ def test_no_secret_in_any_layer(docker):
     assert not re.search(r"--mount=type=secret|://[^/\s:@]+:[^/\s@]+@", text)
 
 
-def test_healthcheck_probes_healthz_with_a_long_start_period(final):
+def test_healthcheck_runs_the_healthcheck_command_with_a_long_start_period(final):
     opts, command = healthcheck(final)
     assert duration_s(opts["start-period"]) >= 30 * 60, "params + warmup come first"
     assert 0 < duration_s(opts["timeout"]) < duration_s(opts["interval"])
-    assert command[0] == "/opt/cuzk-supervisor/bin/python", "the venv's interpreter, no curl"
-    assert "/healthz" in command[-1]
-    assert f"'{DEFAULTS.health_listen}'" in command[-1], "default address = the setting's"
+    # The supervisor's own command (no curl): it reads health_listen as run and sim do.
+    assert command == ["cuzk-supervisor", "healthcheck"]
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
@@ -203,14 +221,16 @@ def health_server():
         server.server_close()
 
 
-def run_healthcheck(command: list[str], listen: str | None) -> int:
-    env = {k: v for k, v in os.environ.items() if k != "CUZK_SUPERVISOR_HEALTH_LISTEN"}
+def run_healthcheck(command: list[str], listen: str | None) -> subprocess.CompletedProcess[str]:
+    """The HEALTHCHECK's command as Docker runs it (the venv's entry point = python -m)."""
+    assert command[0] == "cuzk-supervisor"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(settings.ENV_PREFIX)}
     if listen is not None:
         env["CUZK_SUPERVISOR_HEALTH_LISTEN"] = listen
-    code = command[-1]
     return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, timeout=30, check=False
-    ).returncode
+        [sys.executable, "-m", "supervisor", *command[1:]],
+        env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
@@ -218,18 +238,26 @@ def test_healthcheck_command_passes_on_200_and_fails_otherwise(final, health_ser
     _, command = healthcheck(final)
     port = health_server.server_address[1]
     _Health.status = 200
-    assert run_healthcheck(command, f"{host}:{port}") == 0
+    assert run_healthcheck(command, f"{host}:{port}").returncode == 0
     assert _Health.paths == ["/healthz"]
     _Health.status = 503
-    assert run_healthcheck(command, f"{host}:{port}") != 0
+    failed = run_healthcheck(command, f"{host}:{port}")
+    assert failed.returncode == 1
+    assert len(failed.stdout.splitlines()) == 1
+    assert "Traceback" not in failed.stdout + failed.stderr
 
 
-def test_healthcheck_command_fails_when_nothing_listens(final, health_server):
+def test_healthcheck_command_fails_in_one_line_when_nothing_listens(final, health_server):
     _, command = healthcheck(final)
     port = health_server.server_address[1]
     health_server.shutdown()
     health_server.server_close()
-    assert run_healthcheck(command, f"127.0.0.1:{port}") != 0
+    failed = run_healthcheck(command, f"127.0.0.1:{port}")
+    assert failed.returncode == 1
+    assert failed.stdout.splitlines() == [
+        f"unhealthy: GET http://127.0.0.1:{port}/healthz: Connection refused"
+    ]
+    assert failed.stderr == ""
 
 
 # --- .dockerignore ---------------------------------------------------------------------------
@@ -323,7 +351,7 @@ def test_dockerignore_matcher_follows_docker_rules():
 def test_build_context_is_what_the_dockerfile_copies(docker):
     context = build_context(ROOT)
     tops = {path.split("/")[0] for path in context}
-    assert tops == {"pyproject.toml", "README.md", "supervisor"}, tops
+    assert tops == {"pyproject.toml", "README.md", "constraints.txt", "supervisor"}, tops
     assert not [p for p in context if "__pycache__" in p or p.endswith(".pyc")]
     for name, args in docker:
         if name == "COPY" and "--from=" not in args:
@@ -369,6 +397,10 @@ FAKE_SUPERVISOR = """#!/usr/bin/env bash
 } > "$FAKE_RECORD.tmp.$$"
 mv "$FAKE_RECORD.tmp.$$" "$FAKE_RECORD.$$.txt"
 echo "fake supervisor output"
+for ((i = 0; i < ${FAKE_LINES:-0}; i++)); do
+    echo "fake line $i: $(printf 'x%.0s' {1..60})"
+done
+if [[ -n "${FAKE_LINES:-}" ]]; then echo "fake lines done"; fi
 if [[ -n "${FAKE_EXIT:-}" ]]; then exit "$FAKE_EXIT"; fi
 sleep 60 &
 wait
@@ -497,6 +529,85 @@ def test_hook_foreground_becomes_the_supervisor(hook):
     assert not (hook.tmp / "run" / "onstart.pid").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "warns"),
+    [
+        ((), {}, True),
+        (("--label", "C.9"), {}, False),
+        (("--label=C.9",), {}, False),
+        (("--bench-count", "3"), {"CUZK_SUPERVISOR_LABEL": "C.9"}, False),
+        ((), {"VAST_CONTAINERLABEL": "C.9"}, False),
+    ],
+)
+def test_hook_warns_about_a_missing_label_only_when_there_is_none(hook, args, env, warns):
+    proc = hook("--foreground", *args, CUZK_SUPERVISOR_MANAGER_URL="http://m:1", FAKE_EXIT="0",
+                **env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert ("no instance label" in proc.stderr) is warns, proc.stderr
+
+
+def test_hook_warns_not_when_the_config_file_sets_the_label(hook):
+    config = hook.tmp / "supervisor.toml"
+    config.write_text('label = "C.9"\n')
+    proc = hook("--foreground", "--config-file", str(config),
+                CUZK_SUPERVISOR_MANAGER_URL="http://m:1", FAKE_EXIT="0")  # fmt: skip
+    assert "no instance label" not in proc.stderr, proc.stderr
+
+
+def test_concurrent_hook_runs_start_one_supervisor(hook):
+    env = {"CUZK_SUPERVISOR_MANAGER_URL": "http://m:1", "VAST_CONTAINERLABEL": "C.5"}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda _: hook(**env), range(4)))
+    assert [r.returncode for r in runs] == [0] * 4, [r.stderr for r in runs]
+    started = [r for r in runs if "started " in r.stderr]
+    assert len(started) == 1, [r.stderr for r in runs]
+    assert sum("already running" in r.stderr for r in runs) == 3
+    assert len(records(hook.tmp)) == 1
+    # Give the others time to have started a second one, if they had: the record count is
+    # polled for a second supervisor's record, which must never appear.
+    with pytest.raises(AssertionError):
+        poll_for(lambda: len(list(hook.tmp.glob("record.*.txt"))) > 1, 2.0)
+
+
+def poll_for(check, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def test_hook_log_is_rotated_and_bounded(hook):
+    log = hook.tmp / "log" / "cuzk-supervisor.log"
+    proc = hook(
+        CUZK_SUPERVISOR_MANAGER_URL="http://m:1", VAST_CONTAINERLABEL="C.6", FAKE_LINES="2000",
+        CUZK_ONSTART_LOG_MAX_BYTES="20000", CUZK_ONSTART_LOG_BACKUPS="2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    poll_for(lambda: log.exists() and "fake lines done" in log.read_text(), 20)
+    files = sorted(log.parent.iterdir())
+    assert [f.name for f in files] == [
+        "cuzk-supervisor.log", "cuzk-supervisor.log.1", "cuzk-supervisor.log.2",
+    ]  # fmt: skip
+    for f in files:
+        assert f.stat().st_size <= 20000, f
+        # Whole lines only: every file ends with a newline, none starts inside a line.
+        text = f.read_text()
+        assert text.endswith("\n")
+        assert all(line.startswith(("fake", "nohup")) for line in text.splitlines()), f
+    # The newest lines are kept; the oldest are gone (2000 lines are ~160 KB).
+    assert "fake line 1999:" in log.read_text()
+    assert "fake line 0:" not in "".join(f.read_text() for f in files)
+
+
+def test_hook_refuses_a_log_bound_too_small(hook):
+    proc = hook(CUZK_SUPERVISOR_MANAGER_URL="http://m:1", VAST_CONTAINERLABEL="C.6",
+                CUZK_ONSTART_LOG_MAX_BYTES="10")  # fmt: skip
+    assert proc.returncode == 2
+    assert "CUZK_ONSTART_LOG_MAX_BYTES" in proc.stderr
+    assert not list(hook.tmp.glob("record.*.txt"))
+
+
 # --- Kubernetes ------------------------------------------------------------------------------
 
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6,
@@ -554,30 +665,105 @@ def test_gpu_and_a_memory_limit_the_plan_can_use(container):
     )
 
 
-def test_probes_use_the_health_server(container):
+def pod_settings(container: dict) -> settings.Settings:
+    """The settings the pod's literal env values give (the image's defaults for the rest)."""
+    raw = {
+        e["name"]: e["value"]
+        for e in container["env"]
+        if "value" in e and e["name"] in DECLARED_ENV and "$(" not in e["value"]
+    }
+    return settings.load({}, environ=raw).settings
+
+
+PROBE_PATHS = {
+    "startupProbe": "/startupz",
+    "livenessProbe": "/healthz",
+    "readinessProbe": "/readyz",
+}
+
+
+def test_probes_ask_the_health_server_what_they_mean(container):
     port = {p["name"]: p["containerPort"] for p in container["ports"]}
     env = pod_env(container)
     listen = env["CUZK_SUPERVISOR_HEALTH_LISTEN"]["value"]
     assert listen == f"0.0.0.0:{DEFAULTS.health_listen.rpartition(':')[2]}"
-    expected = {
-        "startupProbe": "/healthz",
-        "livenessProbe": "/healthz",
-        "readinessProbe": "/readyz",
-    }
-    for probe, path in expected.items():
+    for probe, path in PROBE_PATHS.items():
         get = container[probe]["httpGet"]
         assert get["path"] == path, probe
         assert port.get(get["port"], get["port"]) == int(listen.rpartition(":")[2]), probe
 
 
-def test_startup_budget_covers_params_and_warmup(container):
+async def test_probe_paths_exist_on_the_real_health_server(container):
+    from supervisor.health import HealthServer, StartupLatch
+    from supervisor.metrics import SupervisorMetrics
+
+    source = SimpleNamespace(phase="warmup", daemon_ready=False, last_failure="")
+    latch = StartupLatch()
+    async with HealthServer("127.0.0.1:0", source, SupervisorMetrics(), startup=latch) as server:
+
+        def status(path: str) -> int:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            try:
+                with opener.open(f"{server.url}{path}", timeout=5) as answer:
+                    return int(answer.status)
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        seen = {
+            probe: await asyncio.to_thread(status, container[probe]["httpGet"]["path"])
+            for probe in PROBE_PATHS
+        }
+        # During warmup: alive, not started, not ready; none of them is a 404.
+        assert seen == {"startupProbe": 503, "livenessProbe": 200, "readinessProbe": 503}
+        latch.on_phase("settle")
+        path = container["startupProbe"]["httpGet"]["path"]
+        assert await asyncio.to_thread(status, path) == 200
+
+
+def test_startup_budget_is_params_plus_daemon_start_plus_warmup(container):
+    s = pod_settings(container)
     startup = container["startupProbe"]
     budget = startup["failureThreshold"] * startup["periodSeconds"]
-    needed = DEFAULTS.params_timeout_s + DEFAULTS.daemon_startup_deadline_s
-    needed += DEFAULTS.warmup_budget_s
-    assert budget >= max(needed, 2 * 3600), f"startup budget {budget}s < {needed}s"
+    needed = s.params_timeout_s + s.daemon_startup_deadline_s + s.warmup_budget_s
+    # Enough for the slowest start the supervisor itself allows, and not much more (register
+    # and plan take minutes): beyond that the kubelet would wait on a start already given up.
+    assert needed <= budget <= needed + 30 * 60, f"startup budget {budget}s for {needed}s"
+    assert startup["timeoutSeconds"] >= 1
     live = container["livenessProbe"]
-    assert live["failureThreshold"] * live["periodSeconds"] < budget
+    live_budget = live["failureThreshold"] * live["periodSeconds"]
+    # Liveness is the loop's heartbeat: minutes, not the length of a phase; and longer than
+    # the health server's staleness threshold and one request deadline.
+    assert 60 <= live_budget < budget
+    assert live["timeoutSeconds"] >= 5
+    ready = container["readinessProbe"]
+    assert ready["periodSeconds"] * ready["failureThreshold"] <= 60, "unready soon after a crash"
+
+
+def test_the_instance_label_is_unique_to_the_pod(container):
+    env = pod_env(container)
+    fields = {
+        name: entry["valueFrom"]["fieldRef"]["fieldPath"]
+        for name, entry in env.items()
+        if "fieldRef" in entry.get("valueFrom", {})
+    }
+    assert fields["POD_NAMESPACE"] == "metadata.namespace"
+    assert fields["POD_NAME"] == "metadata.name"
+    assert fields["POD_UID"] == "metadata.uid"
+    label = env["CUZK_SUPERVISOR_LABEL"]["value"]
+    assert label == "k8s:$(POD_NAMESPACE)/$(POD_NAME)/$(POD_UID)"
+    # $(VAR) expands only variables defined earlier in the list.
+    names = [e["name"] for e in container["env"]]
+    for var in ("POD_NAMESPACE", "POD_NAME", "POD_UID"):
+        assert names.index(var) < names.index("CUZK_SUPERVISOR_LABEL"), var
+
+
+def test_service_name_names_a_headless_service_for_the_pods(manifest):
+    sts = manifest["StatefulSet"]
+    service = manifest["Service"]
+    assert service["metadata"]["name"] == sts["spec"]["serviceName"]
+    assert service["spec"]["clusterIP"] == "None"
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
 def test_grace_period_covers_the_daemons_stop_and_ours(pod, container):
