@@ -209,6 +209,23 @@ def address_taken(ctx: Ctx) -> None:
     ctx.env["CUZK_SUPERVISOR_DAEMON_LISTEN"] = f"127.0.0.1:{port}"
 
 
+def run_seeing(await_code: str = "", daemon_line: str = "") -> Action:
+    """A plain run that must also show the fault at work: an await retried with that code, a
+    line in the daemon's own log (issue 11's rows)."""
+
+    def act(ctx: Ctx) -> int:
+        code = plain_run(ctx)
+        if await_code:
+            codes = [e.get("code") for run in ctx.runs for e in run.named("proof.await_retry")]
+            assert await_code in codes, codes
+        if daemon_line:
+            logs = sorted((ctx.tmp / "log").glob("cuzk.log*"))
+            assert any(daemon_line in path.read_text(errors="replace") for path in logs)
+        return code
+
+    return act
+
+
 # --- the rows -------------------------------------------------------------------------------
 
 
@@ -311,6 +328,16 @@ ROWS = [
     Row("fetch-command-hanging", exitcodes.PARAMS_FAILED,
         settings={"params_fetch_command": "sleep 600", "params_timeout_s": 1},
         reason="still running after 1 s", rate_zero=True),
+    # Issue 11: tonic's server-side deadline answering CANCELLED before ours on every cut
+    # await, and a frozen connection (open, silent) in the warmup proof and in the bench.
+    Row("early-cancelled-awaits-whole-lifecycle", 0, action=run_seeing(await_code="CANCELLED"),
+        sim_faults=("cancel-early:0.2",)),
+    *(
+        Row(f"frozen-connection-in-{phase}", 0, sim_faults=(f"freeze:60,{when},once={{tmp}}/m",),
+            action=run_seeing(daemon_line="froze client connections"),
+            events=("proving.reconnect",))
+        for phase, when in (("warmup", "at_partition=5"), ("bench", "after_proofs=2"))
+    ),
 ]  # fmt: skip
 
 
