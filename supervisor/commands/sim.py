@@ -196,7 +196,8 @@ def _start_manager(sim_dir: Path, faults: str) -> tuple[subprocess.Popen[bytes],
             if not line:
                 break
     proc.kill()
-    raise UsageError(f"the simulated manager did not start: {proc.stderr.read().decode()[-500:]}")
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr is not None else ""
+    raise UsageError(f"the simulated manager did not start: {stderr[-500:]}")
 
 
 def main(args: argparse.Namespace) -> int:

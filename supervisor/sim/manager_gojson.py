@@ -160,9 +160,9 @@ def decode_struct(body: bytes, struct: str, fields: dict[str, type]) -> dict[str
     if value is None:
         return {}
     if not isinstance(value, dict):
-        kind = _kind(value).split(" ")[0]
+        found = _kind(value).split(" ")[0]
         target = f"main.{struct}" if struct else "struct { ... }"
-        raise BadJSON(f"json: cannot unmarshal {kind} into Go value of type {target}")
+        raise BadJSON(f"json: cannot unmarshal {found} into Go value of type {target}")
     out: dict[str, Any] = {}
     first_error: BadJSON | None = None
     for name, kind in fields.items():
