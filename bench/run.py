@@ -6,7 +6,8 @@ Figures (``--only`` names): run_phase (supervisor RSS and CPU in the run phase),
 (SIGKILL -> daemon.exited), readiness (sim serving -> daemon.ready), stop (SIGTERM -> exit),
 rate (bench.result against the sim's model), overhead (lifecycle wall minus the sim's own work),
 log_throughput (a flooding daemon's lines carried to cuzk.log, none lost), oom (delegated to
-bench/oom_reaction.py when it exists). Progress goes to stderr; the table, then notes (the
+bench/oom_reaction.py when it exists), frozen_recovery (result seen after a frozen connection,
+delegated to bench/frozen_recovery.py). Progress goes to stderr; the table, then notes (the
 definitions and raw samples behind the figures), to stdout. ``--json FILE`` writes the rows as
 a list of {"name", "value", "unit", "target", "ok"}.
 """
@@ -30,10 +31,15 @@ from _harness import PY, BenchError, Processes, Row, failed, print_table
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-NAMES = ("run_phase", "crash", "readiness", "stop", "rate", "overhead", "log_throughput", "oom")
+NAMES = (
+    "run_phase", "crash", "readiness", "stop", "rate", "overhead", "log_throughput", "oom",
+    "frozen_recovery",
+)  # fmt: skip
 OOM_SCRIPT = BENCH_DIR / "oom_reaction.py"
 OOM_TIMEOUT_S = 300
 OOM_QUICK_RUNS = 2
+FROZEN_SCRIPT = BENCH_DIR / "frozen_recovery.py"
+FROZEN_TIMEOUT_S = 300
 
 
 def progress(message: str) -> None:
@@ -91,6 +97,28 @@ def oom_rows(quick: bool, workdir: Path, notes: list[str]) -> list[Row]:
     notes.append(f"OOM reaction: `{' '.join(argv[1:])}` (rc {done.returncode}), its rows as given")
     return [
         Row(f"oom: {r['name']}", r.get("value"), str(r.get("unit", "")),
+            str(r.get("target", "")), r.get("ok"))
+        for r in loaded
+    ]  # fmt: skip
+
+
+def frozen_rows(quick: bool, workdir: Path, notes: list[str]) -> list[Row]:
+    """Run ``bench/frozen_recovery.py`` (its own process) and take the rows it writes."""
+    out = workdir / "frozen.json"
+    argv = [PY, str(FROZEN_SCRIPT), "--json", str(out), *(["--quick"] if quick else [])]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=FROZEN_TIMEOUT_S, cwd=REPO
+        )
+    except subprocess.TimeoutExpired:
+        return [failed("frozen recovery", "s", "", f"timed out after {FROZEN_TIMEOUT_S} s")]
+    loaded = _json_rows(out.read_text()) if out.exists() else None
+    if loaded is None:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
+        return [failed("frozen recovery", "s", "", f"rc {done.returncode}, no rows: {tail}")]
+    notes.append(f"frozen recovery: `{' '.join(argv[1:])}` (rc {done.returncode}), its rows")
+    return [
+        Row(f"frozen: {r['name']}", r.get("value"), str(r.get("unit", "")),
             str(r.get("target", "")), r.get("ok"))
         for r in loaded
     ]  # fmt: skip
@@ -164,6 +192,11 @@ def main() -> int:
                 )
         if "oom" in wanted:
             stage("OOM reaction (bench/oom_reaction.py)", lambda: oom_rows(quick, root, notes))
+        if "frozen_recovery" in wanted:
+            stage(
+                "recovery after a frozen connection (bench/frozen_recovery.py)",
+                lambda: frozen_rows(quick, root, notes),
+            )
     finally:
         procs.close()
         if procs.leftovers:
