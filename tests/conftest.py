@@ -1,15 +1,18 @@
 """Shared test set-up: the helper modules in tests/ import as plain modules from any subfolder."""
 
+import contextlib
 import sys
 from collections.abc import Generator
 from pathlib import Path
 
+import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Imported after the path above is set: it is one of those helper modules.
 import daemonhelpers
+from managerhelpers import ManagerProcess
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -23,3 +26,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append((f"supervisor {n} ({report.when})", sup.describe()))
     if report.when == "teardown":
         daemonhelpers.STARTED.clear()
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Generator:
+    """Start simulated managers (real processes) for an end-to-end test; all killed after."""
+    managers: list[ManagerProcess] = []
+
+    def start(*args: str) -> ManagerProcess:
+        mgr = ManagerProcess.start(tmp_path / "manager.db", "--check-interval", "1", *args)
+        managers.append(mgr)
+        return mgr
+
+    yield start
+    for mgr in managers:
+        mgr.kill()
+    # A test that failed half-way may leave an orphaned daemon: never let it outlive the test.
+    for proc in daemonhelpers.processes_mentioning(str(tmp_path)):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import subprocess
 import sys
 
-import psutil
 import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
-from managerhelpers import ManagerProcess
 from simhelpers import poll_until
 
 from supervisor import exitcodes
@@ -20,24 +17,6 @@ from supervisor.sim import model
 pytestmark = pytest.mark.slow
 
 REPORT_PATHS = ("/register", "/param-done", "/bench-done", "/running")
-
-
-@pytest.fixture
-def manager(tmp_path):
-    managers: list[ManagerProcess] = []
-
-    def start(*args: str) -> ManagerProcess:
-        mgr = ManagerProcess.start(tmp_path / "manager.db", "--check-interval", "1", *args)
-        managers.append(mgr)
-        return mgr
-
-    yield start
-    for mgr in managers:
-        mgr.kill()
-    # A test that failed half-way may leave an orphaned daemon: never let it outlive the test.
-    for proc in processes_mentioning(str(tmp_path)):
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
 
 
 def _finish(run, timeout=90):

@@ -1,0 +1,148 @@
+"""The reported rate under ordinary disturbances (issue: the rate decides whether a machine
+lives): each run reports within 2% of the simulator's steady rate of the plan it ended on.
+
+The supervisor and the simulated daemon and manager run as real processes in scaled time. The
+truth is the simulator's own pipeline model (``sim.pipeline``): the long-run rate of the plan
+the run ended on, at the bench's concurrency.
+"""
+
+from __future__ import annotations
+
+import signal
+from datetime import datetime
+from typing import Any
+
+import pytest
+from daemonhelpers import Supervisor
+from lifecyclehelpers import lifecycle_env, reports, start_run
+from simhelpers import poll_until
+
+from supervisor import exitcodes
+from supervisor.sim.pipeline import simulate_closed_loop
+
+pytestmark = pytest.mark.slow
+
+TIME_SCALE = 100.0
+SIM_GPU_WORKERS = 2  # one simulated GPU, two GPU workers per device (the sim's default)
+
+
+def steady_rate(workers: int, concurrency: int = 2) -> float:
+    """Proofs per hour of the model's pipeline once it is full (no fill, no drain)."""
+    done = simulate_closed_loop(workers, SIM_GPU_WORKERS, concurrency, 500)
+    return (len(done) - 100) / (done[-1] - done[99]) * 3600
+
+
+def finish(run: Supervisor, timeout: float = 120) -> int:
+    try:
+        return run.wait(timeout)
+    finally:
+        run.kill()
+
+
+def reported(run: Supervisor, mgr: Any) -> tuple[float, dict[str, Any]]:
+    """The rate the manager received and the supervisor's account of how it was measured."""
+    (bench,) = reports(mgr, "/bench-done")
+    (result,) = run.named("bench.result")
+    assert bench["json"]["rate"] == pytest.approx(result["rate"], rel=1e-3)
+    return float(bench["json"]["rate"]), result
+
+
+def assert_within_2_percent(rate: float, result: dict[str, Any]) -> None:
+    truth = steady_rate(result["workers"], result["measurement"]["concurrency"])
+    error = (rate - truth) / truth
+    assert abs(error) <= 0.02, f"rate {rate:.2f} vs steady {truth:.2f} ({error:+.2%}): {result}"
+
+
+def env_for(tmp_path: Any, mgr: Any, **settings: Any) -> dict[str, str]:
+    defaults: dict[str, Any] = {"workers": 5, "bench_count": 12, "exit_after_run": "true"}
+    return lifecycle_env(tmp_path, mgr.url, time_scale=TIME_SCALE, **{**defaults, **settings})
+
+
+def stamp(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def test_manager_away_through_params_does_not_hold_the_warmup_or_bend_the_rate(tmp_path, manager):
+    mgr = manager()
+    run = start_run(env_for(tmp_path, mgr))
+    poll_until(lambda: "params" in run.phases() or run.proc.poll() is not None, 30, what="params")
+    mgr.faults(refuse_for=4.0)  # the whole params phase and into the warmup
+    assert finish(run) == exitcodes.OK
+    (params_done,) = [e for e in run.named("phase.entered") if e["phase"] == "plan"]
+    (warmup,) = [e for e in run.named("phase.entered") if e["phase"] == "warmup"]
+    assert stamp(warmup) - stamp(params_done) < 1.0
+    assert run.named("manager.retry"), "the manager was not away"
+    for path in ("/param-done", "/bench-done", "/running"):
+        assert len(reports(mgr, path)) == 1, path
+    order = [r["path"] for r in reports(mgr, "/param-done") + reports(mgr, "/bench-done")]
+    assert order == ["/param-done", "/bench-done"]
+    (clock,) = run.named("bench.clock_started")
+    assert clock["source"] in ("acknowledged", "manager param_done_at")
+    rate, result = reported(run, mgr)
+    assert_within_2_percent(rate, result)
+
+
+def test_a_daemon_crash_mid_bench_settles_and_measures_anew(tmp_path, manager):
+    mgr = manager()
+    # After the restart the daemon's 4th proof (settle + 3 bench proofs) ends with a crash, once.
+    env = env_for(tmp_path, mgr, sim_faults=(f"exit:3,after_proofs=4,once={tmp_path}/m",))
+    run = start_run(env)
+    assert finish(run) == exitcodes.OK
+    assert run.named("bench.interrupted")
+    settles = [e for e in run.named("phase.entered") if e["phase"] == "settle"]
+    assert len(settles) == 2  # settled again after the crash
+    rate, result = reported(run, mgr)
+    assert result["measurement"]["excluded"], result
+    assert_within_2_percent(rate, result)
+
+
+def test_a_budget_for_a_few_proofs_cuts_the_batch_at_full_concurrency(tmp_path, manager):
+    mgr = manager()
+    # Warmup (~3.6 s at 2 workers), restart and settle (~1.5 s) leave room for a few proofs.
+    run = start_run(env_for(tmp_path, mgr, bench_budget_s=10.5))
+    assert finish(run) == exitcodes.OK
+    rate, result = reported(run, mgr)
+    (done,) = run.named("bench.stretch_done")
+    assert 3 <= done["completed"] < 12, done
+    assert "budget" in done["stopped"]
+    assert result["measurement"]["concurrency"] == 2
+    assert_within_2_percent(rate, result)
+
+
+def test_a_slow_machine_fits_its_batch_into_the_managers_budget(tmp_path, manager):
+    mgr = manager()
+    run = start_run(env_for(tmp_path, mgr, workers=2))
+    assert finish(run) == exitcodes.OK
+    rate, result = reported(run, mgr)
+    (instance,) = mgr.instances()
+    (param_done,) = reports(mgr, "/param-done")
+    (bench_done,) = reports(mgr, "/bench-done")
+    # The report reached the manager before its benchmark timeout (its clock).
+    assert bench_done["ts"] - param_done["ts"] < 2700 / TIME_SCALE
+    assert instance["state"] == "running"
+    assert_within_2_percent(rate, result)
+
+
+def test_a_proactive_step_down_in_the_bench_reports_the_new_plans_rate(tmp_path, manager):
+    mgr = manager()
+    folder = tmp_path / "cgroup"
+    folder.mkdir()
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    (folder / "memory.max").write_text(f"{140 * 2**20}\n")
+    env = env_for(tmp_path, mgr, cgroup_root=folder, sim_args=("--cgroup-dir", str(folder)))
+    run = start_run(env)
+    assert finish(run) == exitcodes.OK
+    steps = run.named("plan.step_down")
+    assert "bench" in [e["phase"] for e in steps], steps
+    rate, result = reported(run, mgr)
+    assert result["workers"] == steps[-1]["full_workers"]
+    assert_within_2_percent(rate, result)
+
+
+def test_sigterm_during_a_stretch_leaves_nothing_running(tmp_path, manager):
+    mgr = manager()
+    run = start_run(env_for(tmp_path, mgr))
+    poll_until(lambda: run.named("bench.started") or run.proc.poll() is not None, 60,
+               what="bench started")  # fmt: skip
+    run.signal(signal.SIGTERM)
+    assert finish(run) == 128 + signal.SIGTERM
