@@ -602,6 +602,7 @@ class ProvingClient:
         self.reconnects = 0
         self._conn: _Conn | None = None
         self._opened = 0
+        self._retired: set[_Conn] = set()  # replaced, closed once their calls have ended
         self._closing: set[asyncio.Task[None]] = set()
 
     def _open(self) -> _Conn:
@@ -625,6 +626,9 @@ class ProvingClient:
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.channel.close(grace=None)
+        for old in list(self._retired):
+            self._retired.discard(old)
+            await old.channel.close(grace=None)
         for task in list(self._closing):
             with contextlib.suppress(Exception):
                 await task
@@ -674,6 +678,7 @@ class ProvingClient:
 
     def _reconnect(self, old: _Conn, method: str) -> None:
         old.retired = True
+        self._retired.add(old)
         self._conn = self._open()
         self.reconnects += 1
         log.warning(
@@ -687,6 +692,9 @@ class ProvingClient:
             self.on_reconnect()
 
     def _close_later(self, conn: _Conn) -> None:
+        if conn not in self._retired:
+            return  # closed already (the client was closed)
+        self._retired.discard(conn)
         task = asyncio.get_running_loop().create_task(conn.channel.close(grace=None))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

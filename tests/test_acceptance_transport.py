@@ -214,3 +214,17 @@ async def test_frozen_connection_mid_proof_result_seen_within_two_deadlines_and_
     assert reconnects >= 1
     assert any(e.get("event") == "proving.reconnect" for e in events)
     assert submissions(sim, "frozen") == 1
+
+
+async def test_a_server_cancelling_every_await_at_once_gets_backoff_not_a_spin(
+    start: Start, c1: pb.SubmitProofRequest
+) -> None:
+    sim = start("cancel:await,times=0")
+    async with ProvingClient(parse_address(sim.listen), SHORT) as client:
+        result = await client.prove(named(c1, "spin"), budget_s=2.0)
+    assert not result.ok
+    assert "CANCELLED: Timeout expired" in result.error
+    # A CANCELLED that came long before the call's deadline is not a cut that waited: the
+    # retries back off (0.05 s doubling to 0.3 s, jittered) instead of hammering the daemon.
+    assert 3 <= result.await_attempts <= 60
+    assert submissions(sim, "spin") == 1
