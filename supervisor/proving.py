@@ -681,7 +681,10 @@ class ProvingClient:
         self._retired.add(old)
         self._conn = self._open()
         self.reconnects += 1
-        log.warning(
+        # info, not warning: during a long proof two awaits in a row cut by our own deadline is
+        # also what a healthy connection looks like (the server holds the call in silence), so
+        # a reconnect every 2 x await_deadline_s is the normal price of noticing a dead one.
+        log.info(
             "proving.reconnect",
             address=str(self.address),
             channel=self._conn.number,
