@@ -57,7 +57,8 @@ MAX_HEAD_BYTES = 8192
 MAX_DRAIN_BYTES = 65536
 # The phases after warmup: entering one means the daemon answered proofs after the slow start
 # (params fetched, plan made, PCE built), which is what /startupz reports.
-STARTUP_PASSED_PHASES = frozenset({"restart", "settle", "bench", "report", "run"})
+# "finished": a terminal verdict stands (nothing more will start); /readyz says why.
+STARTUP_PASSED_PHASES = frozenset({"restart", "settle", "bench", "report", "run", "finished"})
 ROUTES = ("/healthz", "/startupz", "/readyz", "/metrics")
 
 

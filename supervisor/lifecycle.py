@@ -78,6 +78,7 @@ from supervisor.state import (
     StateKeeper,
     StateWriteError,
     SupervisorState,
+    utc_now_iso,
 )
 from supervisor.supervision import DaemonKeeper, KeeperOutcome
 from supervisor.workers import CommandProcess
@@ -114,6 +115,10 @@ class _DaemonRestarted(Exception):
         super().__init__(cause)
         self.cause = cause
 
+
+# Verdicts that stand across a restart of the container (see SupervisorState.verdict).
+TERMINAL_CODES = frozenset({exitcodes.BENCH_FAILED, exitcodes.INSTANCE_GONE,
+                            exitcodes.OUT_OF_MEMORY})  # fmt: skip
 
 # Phases in which the manager's record is looked up at every status interval (killed?).
 WATCHED_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench", "report",
@@ -216,6 +221,7 @@ class Lifecycle:
         self._request: pb.SubmitProofRequest | None = None
         self.phase_listeners: list[Callable[[str], None]] = []
         self.gpu_sample: GpuSample | None = None
+        self.last_verdict_reason = ""
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -297,15 +303,54 @@ class Lifecycle:
                     await asyncio.wait_for(asyncio.shield(shipper_task), 10)
 
     async def _run_guarded(self) -> int:
+        verdict = self.state.state.verdict
+        if verdict is not None:
+            return await self._stay_finished(verdict)
+        code = await self._run_to_a_code()
+        if code in TERMINAL_CODES:
+            reason = self.last_verdict_reason or self.last_failure or f"exit {code}"
+            record = {"exit_code": code, "reason": reason, "at": utc_now_iso()}
+            with contextlib.suppress(StateWriteError):
+                await self.state.update(lambda st: dataclasses.replace(st, verdict=record))
+        return code
+
+    async def _stay_finished(self, verdict: Mapping[str, Any]) -> int:
+        """A terminal verdict stands: report it again, start nothing, stay up until stopped
+        (so a restart policy does not turn it into a loop of registrations and benchmarks)."""
+        reason = str(verdict.get("reason", ""))
+        self.last_failure = f"finished: {reason}"
+        if self.state.state.uuid:
+            self.shipper.set_uuid(self.state.state.uuid)
+        await self._enter("finished")
+        log.warning("lifecycle.finished", exit_code=verdict.get("exit_code"), reason=reason,
+                    detail="a terminal verdict from an earlier run; remove the state file "
+                           "to start over")  # fmt: skip
+        self.shipper.add_line("setup", f"finished earlier: {reason}")
+        if self.s.exit_after_run:
+            code = verdict.get("exit_code")
+            return code if isinstance(code, int) else exitcodes.FAILURE
+        await asyncio.Event().wait()  # until the signal cancels us
+        return exitcodes.OK  # pragma: no cover - never reached
+
+    async def _run_to_a_code(self) -> int:
         try:
             return await self._run_unless_gone()
         except LifecycleFailure as failure:
+            self.last_verdict_reason = failure.reason
             await self._report_failure(failure.reason)
             return failure.exit_code
         except StateWriteError as exc:
             log.error("state.unwritable", reason=str(exc))
             await self._report_failure(f"state file unwritable: {exc}", durable=False)
             return exitcodes.STATE_UNWRITABLE
+        except Exception as exc:
+            # The top-level guard: a bug or an unforeseen OS error is still one event, a reason
+            # told to the manager and a documented code, never a traceback on the way out.
+            where = _innermost_frame(exc)
+            reason = f"unexpected {type(exc).__name__}: {exc} ({where})"
+            log.error("supervisor.crashed", reason=reason, phase=self.progress.phase)
+            await self._report_failure(reason)
+            return exitcodes.FAILURE
 
     async def _run_unless_gone(self) -> int:
         """The lifecycle, cut short when the manager killed this instance: nothing more is sent
@@ -327,6 +372,7 @@ class Lifecycle:
         return await self._end_gone(self._gone_reason)
 
     async def _end_gone(self, reason: str) -> int:
+        self.last_verdict_reason = f"instance gone: {reason}"
         log.warning("manager.instance_gone", reason=reason, phase=self.progress.phase)
         self.reported = True  # nothing may be reported for a killed instance
         self.shipper.add_line("setup", f"instance gone in {self.progress.phase}: {reason}")
@@ -629,6 +675,7 @@ class Lifecycle:
         self._daemon_source = "cuzk"
         if done.passed is False:
             reason = f"bench failed: rate {rate:.2f} proofs/hour is below min_rate"
+            self.last_verdict_reason = reason
             log.warning("bench.failed", rate=rate, min_rate=self.min_rate, reason=reason)
             self.shipper.add_line("setup", reason)
             return False
@@ -641,15 +688,18 @@ class Lifecycle:
         self._running_sent_at = time.monotonic()
         if self.s.exit_after_run:
             return exitcodes.OK
-        async with asyncio.TaskGroup() as workers:
-            keepers = [self._worker_keeper(i, cmd) for i, cmd in enumerate(self.s.worker_commands)]
+        keepers = [self._worker_keeper(i, cmd) for i, cmd in enumerate(self.s.worker_commands)]
+        # Plain tasks, not a TaskGroup: a verdict raised while they run (out of memory at one
+        # worker, a crash loop) must reach _run_guarded as itself, not wrapped in a group.
+        tasks = [asyncio.create_task(self._keep_worker(keeper)) for keeper in keepers]
+        try:
+            return await self._keep_running()
+        finally:
             for keeper in keepers:
-                workers.create_task(self._keep_worker(keeper))
-            try:
-                return await self._keep_running()
-            finally:
-                for keeper in keepers:
-                    await keeper.stop()
+                await keeper.stop()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, self.s.daemon_stop_grace_s + 5)
 
     def _worker_keeper(self, index: int, command: str) -> DaemonKeeper:
         source = "curio" if index == 0 else f"worker{index}"
@@ -1056,6 +1106,15 @@ def status_text(fields: Mapping[str, Any]) -> str:
     if fields.get("step_downs"):
         parts.append(f"{fields['step_downs']} step-down(s)")
     return ", ".join(parts)
+
+
+def _innermost_frame(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "no traceback"
+    return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}"
 
 
 def _tty() -> bool:

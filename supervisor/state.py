@@ -169,6 +169,10 @@ class SupervisorState:
     """Epoch s when the manager's 45-minute benchmark clock started: its acknowledgement of
     ``/param-done`` (or its own ``param_done_at``, when earlier). None: not acknowledged yet."""
     bench: tuple[BenchRecord, ...] = ()
+    verdict: Mapping[str, Any] | None = None
+    """A terminal verdict (``{"exit_code", "reason", "at"}``): a failed bench, a killed instance,
+    no plan that fits. A restart (Docker ``--restart always``, Kubernetes ``restartPolicy:
+    Always``) only reports it again; nothing is registered or rerun."""
     failures: tuple[str, ...] = ()
     """The last :data:`MAX_FAILURES` failure reasons, oldest first."""
     outbox: tuple[Report, ...] = ()
@@ -197,6 +201,7 @@ class SupervisorState:
             "params_done_at": self.params_done_at,
             "bench_clock_start": self.bench_clock_start,
             "bench": [record.to_dict() for record in self.bench],
+            "verdict": dict(self.verdict) if self.verdict is not None else None,
             "failures": list(self.failures),
             "outbox": [report.to_dict() for report in self.outbox],
             "acked": [report.to_dict() for report in self.acked],
@@ -239,6 +244,7 @@ class SupervisorState:
             params_done_at=d.opt_float("params_done_at"),
             bench_clock_start=d.opt_float("bench_clock_start"),
             bench=tuple(_bench_from(item, i) for i, item in enumerate(d.items("bench"))),
+            verdict=d.opt_obj("verdict"),
             failures=tuple(
                 _str_item(item, f"failures[{i}]") for i, item in enumerate(d.items("failures"))
             ),
