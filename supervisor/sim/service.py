@@ -209,7 +209,8 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
                     grpc.StatusCode.INTERNAL, f"unknown circuit ID: {request.circuit_id}"
                 )
             already = self._engine.resident.loaded(request.circuit_id)
-            seconds = await self._engine.resident.load_srs(request.circuit_id)
+            # A cut call does not stop the load (it runs on, as the real one's blocking task).
+            seconds = await asyncio.shield(self._engine.resident.load_srs(request.circuit_id))
             return pb.PreloadSrsResponse(already_loaded=already, load_time_ms=round(seconds * 1000))
 
         return await self._answer(context, "preload", work)
