@@ -128,6 +128,10 @@ class Supervisor:
     def phases(self) -> list[str]:
         return [e["phase"] for e in self.named("phase.entered")]
 
+    def stderr_text(self) -> str:
+        with self._lock:
+            return "\n".join(self.raw_lines)
+
     def named(self, event: str) -> list[dict[str, Any]]:
         with self._lock:
             return [e for e in self.events if e.get("event") == event]
