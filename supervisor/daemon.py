@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import structlog
 
-from supervisor import daemon_config, pid1
+from supervisor import daemon_config, files, pid1
 from supervisor.address import Address, parse_address
 from supervisor.childlog import OutputPump, RotatingLineFile
 from supervisor.daemon_config import DaemonConfigValues
@@ -121,7 +121,7 @@ def _stale_daemons(settings: DaemonSettings) -> list[int]:
     found: set[int] = set()
     path = _pidfile(settings)
     try:
-        pid_text, started_text = path.read_text().split()
+        pid_text, started_text = files.read_regular(path, 4096).decode().split()
         if abs(psutil.Process(int(pid_text)).create_time() - float(started_text)) < 0.01:
             found.add(int(pid_text))
     except (OSError, ValueError, psutil.Error):
@@ -146,13 +146,21 @@ def _reclaim_stale_daemon(settings: DaemonSettings) -> None:
     if stale:
         log.warning("daemon.stale_reclaimed", pids=stale, config=str(settings.config_path))
         pid1.kill_tree(stale, settings.stop_grace_s)
-    _pidfile(settings).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        _pidfile(settings).unlink(missing_ok=True)
 
 
 def _write_pidfile(settings: DaemonSettings, pid: int) -> None:
-    with contextlib.suppress(psutil.Error, OSError):
+    """Record the daemon for the next supervisor; a failure is only a warning (the next one
+    also finds it by its --config argument)."""
+    path = _pidfile(settings)
+    try:
         started = psutil.Process(pid).create_time()
-        _pidfile(settings).write_text(f"{pid} {started}\n")
+        files.atomic_write(path, f"{pid} {started}\n".encode(), files.FILE_MODE)
+    except psutil.Error:
+        pass  # already gone: nothing to record
+    except OSError as exc:
+        log.warning("daemon.pidfile_unwritable", path=str(path), reason=files.describe(exc))
 
 
 async def _grpc_alive_probe(address: Address, timeout_s: float) -> None:
@@ -243,7 +251,10 @@ class DaemonProcess:
         """Spawn and return once the daemon answers GetStatus; raise DaemonStartFailed if not."""
         settings = self.settings
         base = daemon_config.load_base(settings.base_config)
-        daemon_config.write_verified(settings.config_path, self.values, base)
+        try:
+            daemon_config.write_verified(settings.config_path, self.values, base)
+        except files.WriteError as exc:
+            raise self._fail(str(exc)) from None
         await asyncio.to_thread(_reclaim_stale_daemon, settings)
         binary, problem = _resolve_binary(settings.binary)
         if binary is None:
@@ -251,11 +262,19 @@ class DaemonProcess:
         if await self._address_stays_busy():
             raise self._fail(f"address in use: {self.address}")
         if self.address.path is not None:
-            self.address.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                files.make_folder(self.address.path.parent)
+            except OSError as exc:
+                where = self.address.path.parent
+                why = files.describe(exc)
+                raise self._fail(f"cannot make socket folder {where}: {why}") from None
         if settings.log_path is not None:
-            self._log_file = RotatingLineFile(
-                settings.log_path, settings.log_max_bytes, settings.log_backups
-            )
+            try:
+                self._log_file = RotatingLineFile(
+                    settings.log_path, settings.log_max_bytes, settings.log_backups
+                )
+            except files.WriteError as exc:
+                raise self._fail(str(exc)) from None
         self._pump = OutputPump("cuzk", self._log_file, settings.log_events_per_second)
         for listener in self._line_listeners:
             self._pump.add_listener(listener)
@@ -440,7 +459,8 @@ class DaemonProcess:
                 self._signal_group(signal.SIGKILL)
         result = await self.wait()
         await self._reap_group(pgid)
-        _pidfile(self.settings).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            _pidfile(self.settings).unlink(missing_ok=True)
         return result
 
     async def _reap_group(self, pgid: int) -> None:

@@ -8,7 +8,6 @@ container's, so we always write an explicit ``"<n>GiB"`` and read the file back 
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from typing import Any
 
 import tomli_w
 
+from supervisor import files
 from supervisor.address import parse_address
 from supervisor.errors import UsageError
 
@@ -99,16 +99,19 @@ def check(document: Mapping[str, Any], values: DaemonConfigValues) -> list[str]:
 
 
 def write_verified(path: Path, values: DaemonConfigValues, base: Mapping[str, Any] | None) -> None:
-    """Write atomically, read the file back and check it: the daemon gets this file or nothing."""
+    """Write atomically, read the file back and check it: the daemon gets this file or nothing.
+
+    Raises :class:`supervisor.files.WriteError` when the run folder cannot take it (disk full,
+    read-only, a file where the folder should be) and :class:`UsageError` when it reads back
+    different from what was written.
+    """
     document = render(values, base)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
-        tomli_w.dump(document, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    problems = check(tomllib.loads(path.read_text()), values)
+    try:
+        files.atomic_write(path, tomli_w.dumps(document).encode("utf-8"), files.FILE_MODE)
+        written = files.read_regular(path).decode("utf-8")
+    except OSError as exc:
+        raise files.WriteError("daemon config", path, exc) from None
+    problems = check(tomllib.loads(written), values)
     if problems:
         raise UsageError(
             f"daemon config {path} did not read back as written: {'; '.join(problems)}"

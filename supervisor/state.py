@@ -21,12 +21,10 @@ Rules (DESIGN.md principle 6, "durable before visible"):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import math
 import os
-import tempfile
 import threading
 import time
 import uuid as uuid_mod
@@ -38,6 +36,10 @@ from typing import Any
 
 import structlog
 
+from supervisor import files
+from supervisor.errors import UsageError
+from supervisor.files import FileOps
+
 log = structlog.get_logger("supervisor.state")
 
 STATE_VERSION = 1
@@ -45,6 +47,8 @@ MAX_FAILURES = 20
 """Failure reasons kept (the most recent ones)."""
 MAX_BENCH_RESULTS = 20
 """Benchmark results kept (the most recent ones)."""
+MAX_STATE_BYTES = 16 * 1024 * 1024
+"""A state file larger than this is not ours (a few kB in practice): moved aside unread."""
 
 # Report kinds that go through the outbox (register is synchronous: we need its answer).
 PARAM_DONE = "param_done"
@@ -389,6 +393,12 @@ def _report_from(value: Any, where: str) -> Report:
 # --- the file ----------------------------------------------------------------------------------
 
 
+class StateFolderUnsafe(UsageError):
+    """The state folder is world-writable and its mode cannot be fixed: refuse to start (exit 2).
+
+    Anyone could plant a state file (a uuid, reports) or replace ours."""
+
+
 class StateWriteError(Exception):
     """The state file could not be written; the message is one line naming the path and why."""
 
@@ -397,16 +407,6 @@ class StateWriteError(Exception):
         self.error = error
         why = f"[Errno {error.errno}] {error.strerror}" if error.errno else str(error)
         super().__init__(f"cannot write state file {path}: {why}")
-
-
-@dataclass(frozen=True, slots=True)
-class FileOps:
-    """The OS calls a save makes, injectable so tests can fail each one (disk full, a crash
-    before the rename) without patching ``os``."""
-
-    write: Callable[[int, bytes], int] = os.write
-    fsync: Callable[[int], None] = os.fsync
-    replace: Callable[[str, str], None] = os.replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,8 +443,11 @@ class StateStore:
         return self.load_detailed().state
 
     def load_detailed(self) -> Loaded:
+        """Read the state file; raise :class:`StateFolderUnsafe` when its folder is
+        world-writable and cannot be fixed. Never blocks: a FIFO or device is moved aside."""
+        self._check_folder()
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = files.read_regular(self.path, MAX_STATE_BYTES).decode("utf-8")
         except FileNotFoundError:
             return Loaded(SupervisorState(), "missing")
         except (OSError, UnicodeDecodeError) as exc:
@@ -454,6 +457,24 @@ class StateStore:
         except StateFormatError as exc:
             return self._recover(str(exc))
         return Loaded(state, "loaded")
+
+    def _check_folder(self) -> None:
+        folder = self.path.parent
+        try:
+            fixed = files.ensure_private_folder(folder)
+        except FileNotFoundError:
+            return  # created by the first save, with our mode
+        except OSError as exc:
+            raise StateFolderUnsafe(
+                f"state folder {folder} is world-writable and its mode cannot be fixed "
+                f"({files.describe(exc)}): make it 0750 and owned by this user"
+            ) from None
+        if fixed:
+            log.warning(
+                "state.folder_mode_fixed",
+                folder=str(folder),
+                detail="the state folder was world-writable: the write bit for others is removed",
+            )
 
     def _recover(self, problem: str) -> Loaded:
         stamp = datetime.fromtimestamp(self.clock(), tz=UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -494,31 +515,9 @@ class StateStore:
         return stamped
 
     def _write(self, data: bytes) -> None:
-        folder = self.path.parent
-        folder.mkdir(parents=True, exist_ok=True)
-        # Same folder as the target: os.replace is atomic only within one filesystem.
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    written = self.ops.write(fd, bytes(view))
-                    view = view[written:]
-                self.ops.fsync(fd)
-            finally:
-                os.close(fd)
-            self.ops.replace(tmp, str(self.path))
-        except BaseException:
-            # The target is untouched; only our temp file is left to remove.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        # The rename lives in the folder's entry table: fsync the folder so it survives too.
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            self.ops.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        # A temp file in the same folder (os.replace is atomic only within one filesystem),
+        # fsynced, renamed, then the folder fsynced: see files.atomic_write.
+        files.atomic_write(self.path, data, files.PRIVATE_MODE, self.ops)
 
 
 class StateKeeper:
