@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from supervisor import files, leftovers
 from supervisor.childlog import OutputPump
 
 log = structlog.get_logger()
@@ -145,6 +146,11 @@ def bytes_on_disk(folder: Path, expected: Sequence[ExpectedFile]) -> int:
     return total
 
 
+def fetch_role(folder: Path) -> str:
+    """The fetch's mark (:mod:`supervisor.leftovers`): one fetch per params folder."""
+    return f"fetch:{os.path.abspath(folder)}"
+
+
 class ParamsFailed(Exception):
     """The parameters could not be made ready; the message is the reason for the manager."""
 
@@ -166,9 +172,22 @@ async def ensure_params(
     on_progress: Callable[[Progress], None] | None = None,
     pump: OutputPump | None = None,
     stop_grace_s: float = 5.0,
+    pidfile: Path | None = None,
 ) -> ParamsOutcome:
-    """Skip when everything expected is present; else fetch with progress, then verify."""
-    os.makedirs(folder, exist_ok=True)  # a quick metadata call: fine in the loop
+    """Skip when everything expected is present; else fetch with progress, then verify.
+
+    A fetch a killed supervisor left running into the same folder is stopped first (found by
+    ``pidfile``, where the fetch's pid is recorded while it runs, and by its environment:
+    :mod:`supervisor.leftovers`), so there is only ever one fetch writing the files.
+    Raises :class:`ParamsFailed` (also when the folder cannot be made).
+    """
+    try:
+        files.make_folder(folder)  # a quick metadata call: fine in the loop
+    except OSError as exc:
+        why = files.describe(exc)
+        raise ParamsFailed(f"cannot make the params folder {folder}: {why}") from None
+    role = fetch_role(folder)
+    await asyncio.to_thread(leftovers.reclaim, role, pidfile, stop_grace_s)
     if expected and not missing(expected, file_sizes(folder, expected)):
         log.info("params.present", folder=str(folder), files=len(expected))
         return ParamsOutcome(fetched=False, progress=None)
@@ -186,8 +205,11 @@ async def ensure_params(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=str(folder),
+        env={**os.environ, **leftovers.env_marks(role)},
         start_new_session=True,
     )  # fmt: skip
+    if pidfile is not None:
+        await asyncio.to_thread(leftovers.record, pidfile, proc.pid)
     pump = pump or OutputPump("setup", None)
     assert proc.stdout is not None
     reader = asyncio.create_task(pump.pump(proc.stdout, "stdout"))
@@ -214,6 +236,8 @@ async def ensure_params(
             await asyncio.shield(_stop_group(proc, stop_grace_s))
         await asyncio.wait({reader}, timeout=1.0)
         reader.cancel()
+        if pidfile is not None:
+            leftovers.forget(pidfile)
     if proc.returncode != 0:
         tail = pump.tail[-1] if pump.tail else "no output"
         raise ParamsFailed(f"fetch command exited with code {proc.returncode} (last line: {tail})")

@@ -13,10 +13,11 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 
-from supervisor import pid1
+from supervisor import leftovers, pid1
 from supervisor.childlog import OutputPump
 from supervisor.daemon import DaemonStartFailed, Spawner
 from supervisor.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
@@ -35,8 +36,13 @@ class CommandProcess:
         stop_grace_s: float,
         spawn: Spawner = asyncio.create_subprocess_exec,
         line_listener: Callable[[str], None] | None = None,
+        pid_dir: Path | None = None,
     ) -> None:
         self.command = command
+        self.role = f"worker:{source}:{command}"
+        """Its mark (:mod:`supervisor.leftovers`): a copy left by a killed supervisor is stopped
+        before this one starts."""
+        self.pidfile = pid_dir / f"worker-{source}.pid" if pid_dir is not None else None
         self.source = source
         self.stop_grace_s = stop_grace_s
         self._spawn = spawn
@@ -55,12 +61,14 @@ class CommandProcess:
     async def start(self) -> None:
         if self._listener is not None:
             self._pump.add_listener(self._listener)
+        await asyncio.to_thread(leftovers.reclaim, self.role, self.pidfile, self.stop_grace_s)
         try:
             self._proc = await self._spawn(
                 "/bin/sh", "-c", self.command,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, **leftovers.env_marks(self.role)},
                 start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
@@ -69,6 +77,8 @@ class CommandProcess:
             )
             raise DaemonStartFailed(self._exit) from None
         self._started_at = time.monotonic()
+        if self.pidfile is not None:
+            await asyncio.to_thread(leftovers.record, self.pidfile, self._proc.pid)
         assert self._proc.stdout is not None
         self._reader = asyncio.create_task(self._pump.pump(self._proc.stdout, "stdout"))
         log.info("worker.started", source=self.source, pid=self._proc.pid, command=self.command)
@@ -107,4 +117,6 @@ class CommandProcess:
                     os.killpg(self._proc.pid, signal.SIGKILL)
         result = await self.wait()
         await asyncio.to_thread(pid1.kill_tree, [self._proc.pid], 0.0, 1.0)
+        if self.pidfile is not None:
+            leftovers.forget(self.pidfile)
         return result
