@@ -7,6 +7,8 @@ import dataclasses
 import errno
 import json
 import os
+import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from supervisor import files
 from supervisor.state import (
     BENCH_DONE,
     MAX_FAILURES,
@@ -24,6 +27,7 @@ from supervisor.state import (
     BenchRecord,
     FileOps,
     Report,
+    StateFolderUnsafe,
     StateFormatError,
     StateKeeper,
     StateStore,
@@ -372,3 +376,60 @@ async def test_keeper_applies_concurrent_changes_in_call_order(tmp_path):
     assert on_disk.phase == "plan"
     assert on_disk.failures == ("a",)
     assert len(on_disk.outbox) == 1
+
+
+# --- files the supervisor owns (issue 13, item 6) ------------------------------------------------
+
+
+def test_state_file_is_0600_and_its_folder_0750_under_umask_0(tmp_path):
+    old = os.umask(0)
+    try:
+        store = StateStore(tmp_path / "state" / "state.json")
+        store.save(full_state())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.path.parent.stat().st_mode) == 0o750
+
+
+def test_a_fifo_as_the_state_file_is_moved_aside_without_blocking(tmp_path):
+    store = store_at(tmp_path)
+    os.mkfifo(store.path)
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append(store.load_detailed()), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "load blocked on the FIFO"
+    (loaded,) = done
+    assert loaded.status == "recovered"
+    assert "FIFO" in loaded.problem
+    assert loaded.moved_to is not None
+    assert stat.S_ISFIFO(os.lstat(loaded.moved_to).st_mode)
+    store.save(full_state())  # a regular file from now on
+    assert store.load_detailed().status == "loaded"
+
+
+def test_a_world_writable_state_folder_is_fixed_with_a_warning(tmp_path):
+    folder = tmp_path / "state"
+    folder.mkdir()
+    folder.chmod(0o777)
+    store = StateStore(folder / "state.json")
+    with capture_logs() as logs:
+        assert store.load_detailed().status == "missing"
+    assert not stat.S_IMODE(folder.stat().st_mode) & 0o002
+    assert [e["event"] for e in logs] == ["state.folder_mode_fixed"]
+
+
+def test_a_world_writable_state_folder_that_cannot_be_fixed_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "state"
+    folder.mkdir()
+    folder.chmod(0o777)
+
+    def refuse(path, mode):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(files.os, "chmod", refuse)
+    with pytest.raises(StateFolderUnsafe, match="world-writable") as caught:
+        StateStore(folder / "state.json").load()
+    assert caught.value.exit_code == 2
+    assert "\n" not in str(caught.value)
