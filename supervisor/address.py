@@ -71,6 +71,28 @@ def parse_address(text: str) -> Address:
     return Address(host=str(ip), port=int(port_text))
 
 
+def check_public(
+    setting: str,
+    listen: str,
+    *,
+    is_loopback: bool,
+    allow_public: bool,
+    allow_setting: str,
+    error: type[UsageError] = UsageError,
+) -> str | None:
+    """The one rule for every listener we start or configure: loopback (or a unix socket) only,
+    unless the operator set ``allow_setting``. Raises ``error`` when refused; returns the
+    warning to log when a public address is allowed, None for a loopback one."""
+    if is_loopback:
+        return None
+    if not allow_public:
+        raise error(
+            f"{setting} {listen!r} is not a loopback address; nothing listens beyond loopback "
+            f"(or a unix socket) unless {allow_setting} is set"
+        )
+    return f"{setting} {listen!r} is reachable from the network ({allow_setting} is set)"
+
+
 def free_loopback_port() -> int:
     """A TCP port free on 127.0.0.1 right now (for demos and tests; racy by nature)."""
     import socket

@@ -23,6 +23,7 @@ import structlog
 
 from supervisor import daemon_config, files, pid1
 from supervisor.address import Address, parse_address
+from supervisor.childenv import child_environ
 from supervisor.childlog import OutputPump, RotatingLineFile
 from supervisor.daemon_config import DaemonConfigValues
 from supervisor.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
@@ -278,7 +279,7 @@ class DaemonProcess:
         self._pump = OutputPump("cuzk", self._log_file, settings.log_events_per_second)
         for listener in self._line_listeners:
             self._pump.add_listener(listener)
-        env = {**os.environ, **settings.env, "NO_COLOR": "1"}
+        env = child_environ({**settings.env, "NO_COLOR": "1"})
         self._oom_before = self._oom_count()
         command = self._command(binary)
         try:

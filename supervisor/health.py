@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from supervisor.address import check_public
 from supervisor.errors import UsageError
 from supervisor.metrics import CONTENT_TYPE, SupervisorMetrics
 
@@ -188,12 +189,15 @@ def check_listen(listen: str, *, allow_public: bool = False) -> tuple[str, int]:
     """``parse_listen`` plus the loopback rule; binds nothing, so a command can refuse a bad
     setting before it starts anything."""
     host, port = parse_listen(listen)
-    if not allow_public and not ipaddress.ip_address(host).is_loopback:
-        # The metrics name the machine's GPUs and its state; nothing here is for the world.
-        raise HealthServerError(
-            f"health_listen {listen!r} is not a loopback address; the health server listens "
-            "on loopback only unless allow_public is set"
-        )
+    # The metrics name the machine's GPUs and its state; nothing here is for the world.
+    check_public(
+        "health_listen",
+        listen,
+        is_loopback=ipaddress.ip_address(host).is_loopback,
+        allow_public=allow_public,
+        allow_setting="health_allow_public",
+        error=HealthServerError,
+    )
     return host, port
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import structlog
 
 from supervisor import files, leftovers
+from supervisor.childenv import child_environ
 from supervisor.childlog import OutputPump
 
 log = structlog.get_logger()
@@ -205,7 +206,7 @@ async def ensure_params(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=str(folder),
-        env={**os.environ, **leftovers.env_marks(role)},
+        env=child_environ(leftovers.env_marks(role)),
         start_new_session=True,
     )  # fmt: skip
     if pidfile is not None:

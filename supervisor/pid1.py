@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 import structlog
 
+from supervisor.childenv import child_environ
 from supervisor.exitcodes import SIGNAL_BASE
 
 log = structlog.get_logger("supervisor.pid1")
@@ -199,7 +200,9 @@ class Reaper:
                 self._loop.call_soon_threadsafe(self.reap)
 
     async def spawn(self, program: str, *args: str, **kwargs: Any) -> asyncio.subprocess.Process:
-        """``asyncio.create_subprocess_exec`` with the child claimed for its ``wait()``."""
+        """``asyncio.create_subprocess_exec`` with the child claimed for its ``wait()``; the
+        child's environment (given or inherited) has the supervisor's secrets removed."""
+        kwargs["env"] = child_environ(base=kwargs.get("env"))
         with self.holding():
             proc = await asyncio.create_subprocess_exec(program, *args, **kwargs)
             self.own(proc.pid)

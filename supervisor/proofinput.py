@@ -4,7 +4,8 @@ A C1 file is the JSON envelope the daemon takes as a PoRep ``vanilla_proof``:
 ``{"SectorNum": int, "Phase1Out": "<base64 of the C1 output JSON>", "SectorSize": 34359738368}``
 (about 51 MB for a 32 GiB sector). The file's bytes are sent as they are, as ``cuzk-bench``
 does; it is parsed only to check it, so a bad file is a one-line UsageError before anything
-connects.
+connects. Its size is checked (``stat``, before reading) against the daemon's 128 MiB message
+limit, so a huge or sparse file is refused at once.
 """
 
 from __future__ import annotations
@@ -17,9 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from supervisor.errors import UsageError
+from supervisor.inputfile import read_bytes
 from supervisor.proto import proving_pb2 as pb
 
 SECTOR_SIZE_32GIB = 32 * 1024**3
+# Filecoin's PoRep sector sizes: 2 KiB, 8 MiB, 512 MiB (test networks), 32 GiB and 64 GiB.
+SECTOR_SIZES = (2 << 10, 8 << 20, 512 << 20, SECTOR_SIZE_32GIB, 64 << 30)
+# The daemon's gRPC server takes messages of at most 128 MiB (cuzk.md); the C1 bytes travel as
+# the request's vanilla_proof, so the file must leave room for the request's other fields.
+DAEMON_MESSAGE_LIMIT_BYTES = 128 << 20
+C1_MAX_BYTES = DAEMON_MESSAGE_LIMIT_BYTES - (64 << 10)
+_UINT64_MAX = (1 << 64) - 1
 # cuzk-bench's default miner id; the benchmark C1 files were produced for it.
 DEFAULT_MINER_ID = 1000
 
@@ -79,23 +88,23 @@ class C1Input:
 
 def _uint_field(envelope: Mapping[str, object], key: str, default: int, path: Path) -> int:
     value = envelope.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UsageError(f"C1 file {path}: {key} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _UINT64_MAX:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+        raise UsageError(f"C1 file {path}: {key} must be a non-negative integer, got {shown}")
     return value
 
 
 def load_c1(path: Path | str) -> C1Input:
     """Read and check a C1 file; every problem is a one-line UsageError naming the file."""
     path = Path(path)
+    data = read_bytes(path, what="C1 file", max_bytes=C1_MAX_BYTES)
+    if not data.strip():
+        raise UsageError(f"C1 file {path} is empty")
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read C1 file {path}: {exc.strerror or exc}") from None
-    try:
-        envelope = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        envelope = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"C1 file {path} is not JSON: {reason}") from None
+        raise UsageError(f"C1 file {path} is not JSON: {reason[:200]}") from None
     if not isinstance(envelope, dict):
         raise UsageError(
             f"C1 file {path} is not a JSON object (got {type(envelope).__name__}); expected "
@@ -107,13 +116,27 @@ def load_c1(path: Path | str) -> C1Input:
             f"C1 file {path} has no Phase1Out (a non-empty base64 string of the C1 output)"
         )
     try:
-        base64.b64decode(phase1, validate=True)
+        inner = base64.b64decode(phase1, validate=True)
     except (binascii.Error, ValueError):
         raise UsageError(f"C1 file {path}: Phase1Out is not valid base64") from None
+    try:  # the daemon parses it as the C1 output, a JSON object
+        output = json.loads(inner.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        output = None
+    if not isinstance(output, dict):
+        raise UsageError(
+            f"C1 file {path}: Phase1Out is not base64 of a JSON object (the C1 output)"
+        )
+    sector_size = _uint_field(envelope, "SectorSize", SECTOR_SIZE_32GIB, path)
+    if sector_size not in SECTOR_SIZES:
+        raise UsageError(
+            f"C1 file {path}: SectorSize {sector_size} is not a PoRep sector size "
+            f"({', '.join(str(size) for size in SECTOR_SIZES)})"
+        )
     return C1Input(
         path=path,
         sector_number=_uint_field(envelope, "SectorNum", 1, path),
-        sector_size=_uint_field(envelope, "SectorSize", SECTOR_SIZE_32GIB, path),
+        sector_size=sector_size,
         data=data,
     )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import structlog
 
 from supervisor import leftovers, pid1
+from supervisor.childenv import child_environ
 from supervisor.childlog import OutputPump
 from supervisor.daemon import DaemonStartFailed, Spawner
 from supervisor.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
@@ -68,7 +69,7 @@ class CommandProcess:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **leftovers.env_marks(self.role)},
+                env=child_environ(leftovers.env_marks(self.role)),
                 start_new_session=True,
             )  # fmt: skip
         except OSError as exc:

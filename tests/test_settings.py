@@ -16,7 +16,9 @@ SPECIAL = {
     # Values that must also satisfy a rule across settings or a format.
     "manager_url": ("http://127.0.0.1:7001", "http://127.0.0.1:7001"),
     "restart_backoff_initial_s": ("2.5", 2.5),
+    "restart_backoff_max_s": ("90", 90.0),
     "params_expected": ("a.params:10 'b c.vk:20'", ("a.params:10", "b c.vk:20")),
+    "daemon_log_level": ("cuzk=debug,info", "cuzk=debug,info"),
 }
 
 

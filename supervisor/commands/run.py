@@ -15,10 +15,9 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from supervisor import assemble, exitcodes, settings
+from supervisor import assemble, exitcodes, prestart, settings
 from supervisor.core.labels import label_warning
-from supervisor.errors import UsageError
-from supervisor.health import HealthServer, LifecycleSource, StartupLatch, check_listen
+from supervisor.health import HealthServer, LifecycleSource, StartupLatch
 from supervisor.lifecycle import Lifecycle, resolve_label, resolve_min_rate
 from supervisor.logship import LogShipper, ShipperSettings, shipping_processor
 from supervisor.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
@@ -44,14 +43,10 @@ def main(args: argparse.Namespace) -> int:
     return run_lifecycle(loaded.settings, os.environ)
 
 
-def check_inputs(s: Settings) -> None:
-    """Everything that can be refused before anything starts (exit 2, nothing half-done)."""
-    if not s.c1_file.is_file():
-        raise UsageError(f"C1 input {s.c1_file} does not exist (setting c1_file)")
-    if not os.access(s.c1_file, os.R_OK):
-        raise UsageError(f"C1 input {s.c1_file} is not readable (setting c1_file)")
-    if s.health_enabled:
-        check_listen(s.health_listen, allow_public=s.health_allow_public)
+def check_inputs(s: Settings, environ: Mapping[str, str]) -> list[str]:
+    """Everything that can be refused before anything starts (exit 2, nothing registered,
+    started or written): see ``supervisor.prestart``. Returns the warnings to log."""
+    return prestart.check_before_start(s, environ)
 
 
 def run_lifecycle(
@@ -60,9 +55,9 @@ def run_lifecycle(
     *,
     on_phase: Callable[[str], None] | None = None,
 ) -> int:
+    warnings = check_inputs(s, environ)
     label = resolve_label(s, environ)
     min_rate = resolve_min_rate(s, environ)
-    check_inputs(s)
     manager = ManagerClient(
         s.manager_url or None,
         timeouts=ManagerTimeouts(
@@ -77,6 +72,8 @@ def run_lifecycle(
     )
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
     configure_logging(s.log_level, json=json_logs, extra_processors=[shipping_processor(shipper)])
+    for warning in warnings:
+        structlog.get_logger().warning("settings.public_listen", detail=warning)
     unmatchable = label_warning(label, s.manager_url)  # once, at start (run and sim)
     if unmatchable is not None:
         structlog.get_logger().warning("label.unmatchable", label=label, detail=unmatchable)
