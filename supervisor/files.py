@@ -206,11 +206,17 @@ def open_append(path: Path | str, mode: int = FILE_MODE) -> BinaryIO:
     a symlink at ``path``. A file we find with a wider mode (an older run, another umask) is
     narrowed to ``mode``."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    with contextlib.suppress(FileNotFoundError):
+        found = os.lstat(path).st_mode
+        if not stat.S_ISREG(found):
+            raise NotARegularFile(path, _kind(found))
     try:
         fd = os.open(path, flags, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise NotARegularFile(path, "symbolic link") from None
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader, made since the lstat
+            raise NotARegularFile(path, "FIFO") from None
         raise
     try:
         info = os.fstat(fd)

@@ -1,7 +1,15 @@
 """Child output: ANSI stripped, every line kept whole, rotation between lines, bounded events."""
 
 import asyncio
+import os
+import stat
+import threading
 
+import pytest
+from fshelpers import full_tmpfs, make_room
+from structlog.testing import capture_logs
+
+from supervisor import files
 from supervisor.childlog import OutputPump, RotatingLineFile, strip_ansi
 
 
@@ -46,3 +54,77 @@ async def test_pump_keeps_every_line_and_limits_events(tmp_path):
     assert written[-1] == b"no newline at end"
     assert pump.lines_total == total + 1
     assert pump.tail[-1] == "no newline at end"
+
+
+# --- files the supervisor owns (issue 13, items 2 and 6) -----------------------------------------
+
+
+def _mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_log_files_and_folder_get_our_modes_under_umask_0(tmp_path):
+    old = os.umask(0)
+    try:
+        path = tmp_path / "log" / "cuzk.log"
+        out = RotatingLineFile(path, max_bytes=1024, backups=2)
+        out.write_lines([f"line {i:04d} {'x' * 60}\n".encode() for i in range(100)])
+        out.close()
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "log") == 0o750
+    written = sorted((tmp_path / "log").iterdir())
+    assert [p.name for p in written] == ["cuzk.log", "cuzk.log.1", "cuzk.log.2"]
+    assert {_mode(p) for p in written} == {0o640}
+
+
+def test_a_fifo_or_a_link_at_the_log_path_is_a_write_error_not_a_hang(tmp_path):
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    outcome: list[object] = []
+
+    def open_it():
+        try:
+            RotatingLineFile(fifo, max_bytes=4096, backups=1)
+        except files.WriteError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=open_it, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "opening the log blocked on a FIFO"
+    assert "not a regular file (a FIFO)" in str(outcome[0])
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"precious")
+    (tmp_path / "link.log").symlink_to(outside)
+    with pytest.raises(files.WriteError, match="symbolic link"):
+        RotatingLineFile(tmp_path / "link.log", max_bytes=4096, backups=1)
+    assert outside.read_bytes() == b"precious"
+
+
+def test_a_full_disk_sets_the_file_aside_and_it_resumes_with_a_note(tmp_path):
+    now = [0.0]
+    with full_tmpfs(tmp_path / "log") as folder:
+        out = RotatingLineFile(folder / "cuzk.log", max_bytes=1 << 20, backups=1,
+                               clock=lambda: now[0])  # fmt: skip
+        with capture_logs() as logs:
+            out.write_lines([b"first\n"])  # no exception: the pump must keep reading
+            out.write_lines([b"second\n", b"third\n"])
+        assert not out.writable
+        warnings = [e for e in logs if e["event"] == "childlog.unwritable"]
+        assert len(warnings) == 1, logs
+        assert "No space left on device" in warnings[0]["reason"]
+        assert out.lines_dropped == 3
+        make_room(folder)
+        now[0] += RotatingLineFile.RETRY_S - 1
+        out.write_lines([b"too early\n"])
+        assert not out.writable
+        now[0] += 2
+        with capture_logs() as logs:
+            out.write_lines([b"back\n"])
+        assert out.writable
+        assert [e["event"] for e in logs] == ["childlog.resumed"]
+        out.close()
+        text = (folder / "cuzk.log").read_text()
+        assert "4 lines not written here: [Errno 28] No space left on device" in text
+        assert text.endswith("back\n")

@@ -1,9 +1,13 @@
 """Rendering the daemon's config: plan values, operator merge, read-back check."""
 
+import os
+import stat
 import tomllib
 
 import pytest
+from fshelpers import full_tmpfs
 
+from supervisor import files
 from supervisor.daemon_config import DaemonConfigValues, check, load_base, merge, write_verified
 from supervisor.errors import UsageError
 
@@ -75,3 +79,39 @@ def test_public_listen_address_is_parsed_not_rejected_here():
     # Loopback-by-default is a settings rule; rendering only refuses what the daemon cannot parse.
     with pytest.raises(UsageError, match="host names"):
         values(listen="localhost:9820")
+
+
+# --- files the supervisor owns (issue 13, items 2 and 6) -----------------------------------------
+
+
+def test_a_link_planted_at_the_old_temp_path_is_not_followed(tmp_path):
+    """Before issue 13 the temp file was always run_dir/.cuzk.toml.tmp: a symlink there made
+    the supervisor overwrite whatever it pointed to."""
+    outside = tmp_path / "outside"
+    outside.write_text("precious")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / ".cuzk.toml.tmp").symlink_to(outside)
+    write_verified(run_dir / "cuzk.toml", values(), base=None)
+    assert outside.read_text() == "precious"
+    assert tomllib.loads((run_dir / "cuzk.toml").read_text())["synthesis"]["partition_workers"]
+
+
+def test_config_is_0640_in_a_0750_folder_under_umask_0(tmp_path):
+    old = os.umask(0)
+    try:
+        write_verified(tmp_path / "run" / "cuzk.toml", values(), base=None)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "run" / "cuzk.toml").stat().st_mode) == 0o640
+
+
+def test_a_full_run_folder_is_a_one_line_write_error_and_no_temp_file(tmp_path):
+    with full_tmpfs(tmp_path / "run") as folder:
+        with pytest.raises(files.WriteError) as caught:
+            write_verified(folder / "cuzk.toml", values(), base=None)
+        assert str(caught.value) == (
+            f"cannot write daemon config {folder / 'cuzk.toml'}: [Errno 28] No space left on device"
+        )
+        assert sorted(p.name for p in folder.iterdir()) == ["filler"]
