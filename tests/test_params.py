@@ -1,17 +1,31 @@
 """Params phase: skip when present, fetch with progress from bytes on disk, verify, fail clearly."""
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from leftoverhelpers import (
+    careful_fetch_command,
+    files_whole,
+    journal_lines,
+    kill_marked,
+    marked,
+)
+from simhelpers import poll_until
+from structlog.testing import capture_logs
 
+from supervisor import leftovers
 from supervisor.params import (
     ExpectedFile,
     ParamsFailed,
     ensure_params,
+    fetch_role,
     missing,
     parse_expected,
     progress,
 )
+from supervisor.workers import CommandProcess
 
 
 def test_progress_percent_rate_eta():
@@ -92,3 +106,121 @@ async def test_missing_params_without_a_fetch_command_fail(tmp_path):
         await ensure_params(
             tmp_path / "p", [ExpectedFile("a", 1)], "", timeout_s=30, progress_interval_s=0.1
         )
+
+
+# --- no two fetches (issue 13, item 5) ----------------------------------------------------------
+
+_SUPERVISOR = """
+import asyncio, sys
+from pathlib import Path
+from supervisor.params import ExpectedFile, ensure_params
+folder, pidfile, command = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+expected = [ExpectedFile(n, int(s)) for n, _, s in (a.rpartition(":") for a in sys.argv[4:])]
+asyncio.run(ensure_params(folder, expected, command, timeout_s=120, progress_interval_s=0.1,
+                          pidfile=pidfile))
+"""
+
+
+def _start_supervisor(tmp_path, folder, pidfile, command, sizes):
+    """ensure_params in a process of its own: the supervisor to SIGKILL."""
+    script = tmp_path / "supervisor_params.py"
+    script.write_text(_SUPERVISOR)
+    specs = [f"{n}:{s}" for n, s in sizes.items()]
+    return _popen(sys.executable, str(script), str(folder), str(pidfile), command, *specs)
+
+
+def _popen(*argv: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1])
+
+
+async def test_a_fetch_left_by_a_killed_supervisor_is_stopped_before_a_new_one(tmp_path):
+    folder = tmp_path / "params"
+    pidfile = tmp_path / "state" / "fetch.pid"
+    sizes = {"a.params": 400_000, "b.vk": 100_000}
+    expected = [ExpectedFile(n, s) for n, s in sizes.items()]
+    role = fetch_role(folder)
+    slow = careful_fetch_command(tmp_path, sizes, pause=0.5, escape=True)
+    first = _start_supervisor(tmp_path, folder, pidfile, slow, sizes)
+    try:
+        # Mid-fetch: its pid recorded, bytes on disk, the escaped grandchild up.
+        poll_until(lambda: pidfile.exists() and (folder / "a.params").exists(), 30,
+                   what="fetch running")  # fmt: skip
+        poll_until(lambda: len(marked(role)) >= 3, 30, what="sh, fetch and grandchild")
+        first.kill()
+        first.wait(10)
+        left = marked(role)
+        assert len(left) >= 3, "the SIGKILL took the fetch with it: the test tests nothing"
+        # The restart: a new supervisor (this test process), the same folder and state folder.
+        with capture_logs() as logs:
+            outcome = await ensure_params(
+                folder, expected, careful_fetch_command(tmp_path, sizes, pause=0.01),
+                timeout_s=60, progress_interval_s=0.1, pidfile=pidfile,
+            )  # fmt: skip
+        assert outcome.fetched
+        lines = journal_lines(tmp_path)
+        assert not [line for line in lines if line.startswith("overlap")], lines
+        assert [line.split()[0] for line in lines] == ["start", "start", "end"]
+        assert files_whole(folder, sizes)
+        stopped = [e for e in logs if e["event"] == "child.leftover_stopped"]
+        assert len(stopped) == 1
+        assert {p.pid for p in left} <= set(stopped[0]["pids"])
+        assert not any(p.is_running() and p.status() != "zombie" for p in left)
+        assert not pidfile.exists()
+        assert marked(role) == []
+    finally:
+        first.kill()
+        kill_marked(role)
+
+
+async def test_a_live_supervisors_fetch_is_never_stopped(tmp_path):
+    """Only a dead supervisor's children are leftovers: another running supervisor fetching
+    into the same folder keeps its fetch."""
+    folder = tmp_path / "params"
+    sizes = {"a.params": 200_000}
+    role = fetch_role(folder)
+    other = _start_supervisor(tmp_path, folder, tmp_path / "other.pid",
+                              careful_fetch_command(tmp_path, sizes, pause=0.5), sizes)  # fmt: skip
+    try:
+        poll_until(lambda: len(marked(role)) >= 2, 30, what="the other fetch running")
+        before = {p.pid for p in marked(role)}
+        assert leftovers.find(role, None) == []
+        assert before <= {p.pid for p in marked(role)}
+    finally:
+        other.kill()
+        other.wait(10)
+        kill_marked(role)
+
+
+async def test_a_worker_left_by_a_killed_supervisor_is_stopped_before_a_new_one(tmp_path):
+    command = f"{sys.executable} -c 'import time; time.sleep(300)'"
+    script = tmp_path / "supervisor_worker.py"
+    script.write_text(
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from supervisor.workers import CommandProcess\n"
+        "async def main():\n"
+        "    proc = CommandProcess(sys.argv[1], source='curio', stop_grace_s=1,\n"
+        "                          pid_dir=Path(sys.argv[2]))\n"
+        "    await proc.start()\n"
+        "    await proc.wait()\n"
+        "asyncio.run(main())\n"
+    )
+    state = tmp_path / "state"
+    first = _popen(sys.executable, str(script), command, str(state))
+    worker = CommandProcess(command, source="curio", stop_grace_s=1, pid_dir=state)
+    try:
+        poll_until(lambda: (state / "worker-curio.pid").exists(), 30, what="worker pidfile")
+        poll_until(lambda: len(marked(worker.role)) >= 2, 30, what="sh and its child")
+        first.kill()
+        first.wait(10)
+        left = marked(worker.role)
+        assert len(left) >= 2
+        await worker.start()
+        assert not any(p.is_running() and p.status() != "zombie" for p in left)
+        assert {p.pid for p in marked(worker.role)} >= {worker.pid}
+        await worker.stop()
+        assert not (state / "worker-curio.pid").exists()
+        assert marked(worker.role) == []
+    finally:
+        first.kill()
+        kill_marked(worker.role)
