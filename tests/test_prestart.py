@@ -1,0 +1,302 @@
+"""Issue 13, item 3 and 4: every setting bounded, every input file checked, before anything starts.
+
+The table runs the real command line (``cuzk-supervisor config``, in-process for speed: the same
+``cli.main`` the entry point calls) for every setting × {empty, negative, huge, NaN, non-UTF-8,
+100 KB}: exit 2 with a one-line error naming the setting, or an acceptance documented in
+``ACCEPTED`` below. ``test_prestart_e2e.py`` runs ``run`` end to end for a smaller set and shows
+nothing is registered.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from supervisor import cli, exitcodes, prestart, settings
+from supervisor.errors import UsageError
+from supervisor.inputfile import read_bytes, read_text
+from supervisor.proofinput import C1_MAX_BYTES, load_c1
+
+DECLS = settings.declarations()
+
+CASES = {
+    "empty": "",
+    "negative": "-1",
+    "huge": "1000000000000000000",
+    "huge_float": "1e18",
+    "nan": "nan",
+    "non_utf8": "\udcff",  # how Python shows the byte 0xff of an environment variable
+    "100kb": "x" * 100_000,
+}
+
+_TEXT_AS_NAME = "valid text for this setting (a label, a relative path, a name or an argument)"
+# Each accepted (setting, case), and why: what is left is refused with exit 2.
+ACCEPTED: dict[tuple[str, str], str] = {}
+
+
+def _accept(names: tuple[str, ...], cases: tuple[str, ...], why: str) -> None:
+    for name in names:
+        for case in cases:
+            ACCEPTED[(name, case)] = why
+
+
+_BOOLS = tuple(d.name for d in DECLS if d.kind == "bool")
+_PATHS = tuple(d.name for d in DECLS if d.kind in ("path", "optional_path"))
+_accept(_BOOLS, ("empty",), "an empty switch is false (as for an unset flag)")
+_accept(
+    ("label", "manager_url", "manager_token", "daemon_listen", "params_fetch_command"),
+    ("empty",),
+    "empty is the documented 'not set' (VAST_CONTAINERLABEL, local run, no token, the unix "
+    "socket, no fetch)",
+)
+_accept(("daemon_base_config", "cgroup_root"), ("empty",), "empty is 'none' / 'discover'")
+_accept(("daemon_args", "params_expected", "worker_commands"), ("empty",), "an empty list")
+_accept(_PATHS, ("huge", "huge_float", "nan"), _TEXT_AS_NAME)
+_accept(("label",), ("huge", "huge_float", "nan"), _TEXT_AS_NAME)
+_accept(("daemon_binary",), ("huge", "huge_float", "nan"), _TEXT_AS_NAME)
+_accept(("daemon_log_level",), ("nan",), "a word is a log filter")
+_accept(("params_fetch_command",), ("huge", "huge_float", "nan"), "a shell command word")
+_accept(("worker_commands",), ("huge", "huge_float", "nan"), "a shell command word")
+_accept(("daemon_args",), ("negative", "huge", "huge_float", "nan"), "a daemon argument")
+_accept(("manager_token",), ("negative", "huge", "huge_float", "nan"), "a token is opaque text")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.startswith(settings.ENV_PREFIX) or name in ("VAST_CONTAINERLABEL", "MIN_RATE"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def _config(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli.main(["config", *argv])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("decl", DECLS, ids=[d.name for d in DECLS])
+def test_every_setting_refuses_a_bad_value_naming_it(
+    decl: settings.Declared,
+    case: str,
+    clean_env: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    clean_env.setenv(decl.env, CASES[case])
+    code, err = _config(capsys)
+    if (decl.name, case) in ACCEPTED:
+        assert code == exitcodes.OK, err
+        return
+    assert code == exitcodes.USAGE, f"{decl.name}={case} accepted"
+    assert err.count("\n") == 1, err  # one line
+    assert f"setting {decl.name}" in err
+    assert len(err) < 400  # the value is cut short (or left out), never echoed whole
+    if decl.secret or case in ("non_utf8", "100kb"):
+        assert CASES[case][:20] not in err or CASES[case] == ""
+
+
+def test_accepted_cases_are_all_real() -> None:
+    """Each documented acceptance names a setting and a case that exist (no stale entries)."""
+    names = {d.name for d in DECLS}
+    assert {name for name, _ in ACCEPTED} <= names
+    assert {case for _, case in ACCEPTED} <= set(CASES)
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragment"),
+    [
+        ("label = 1979-05-27T07:32:00Z", "setting label"),
+        ("label = 5", "setting label"),
+        ('label = "C.1\\n; rm -rf /"', "setting label"),
+        ("label = 'C.1; rm -rf /'", "setting label"),
+        ("label = '" + "a" * 129 + "'", "setting label"),
+        ("bench_count = 1e18", "setting bench_count"),
+        ("bench_count = 1_000_000_000_000_000_000", "setting bench_count"),
+        ("status_interval_s = 86401", "setting status_interval_s"),
+        ("warmup_budget_s = inf", "setting warmup_budget_s"),
+        ("manager_url = 'http://host:99999/'", "setting manager_url"),
+        ("manager_url = 'http:///nohost'", "setting manager_url"),
+        ('manager_token = "a\\r\\nX-Evil: 1"', "setting manager_token"),
+        ("daemon_listen = 'localhost:9000'", "setting daemon_listen"),
+        ("daemon_status_listen = ''", "setting daemon_status_listen"),
+        ("health_listen = '127.0.0.1:http'", "setting health_listen"),
+        ("daemon_args = [1, 2]", "setting daemon_args"),
+        ('daemon_args = ["a\\u0000b"]', "setting daemon_args"),
+        ('state_dir = "a\\u0000b"', "setting state_dir"),
+        ("state_dir = '" + "n" * 300 + "'", "setting state_dir"),
+        ("params_expected = ['../x.params:10']", "setting params_expected"),
+        ("params_expected = ['x.params:99999999999999']", "setting params_expected"),
+        ("params_fetch_command = '-c true'", "setting params_fetch_command"),
+        ('worker_commands = ["sleep 1\\nrm -rf /"]', "setting worker_commands"),
+        ('daemon_log_level = "info\\nX"', "setting daemon_log_level"),
+        ("daemon_listen = '0.0.0.0:9000'", "daemon_listen '0.0.0.0:9000' is not a loopback"),
+        ("daemon_status_listen = '[::]:9000'", "daemon_status_listen '[::]:9000' is not a"),
+    ],
+)
+def test_bad_file_values_exit_2_in_one_line(
+    toml: str,
+    fragment: str,
+    tmp_path: Path,
+    clean_env: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    file = tmp_path / "s.toml"
+    file.write_text(toml + "\n")
+    code, err = _config(capsys, "--config-file", str(file))
+    assert code == exitcodes.USAGE, err
+    assert err.count("\n") == 1
+    assert fragment in err
+
+
+def test_a_settings_file_that_is_not_utf8_or_too_big_is_one_line(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "s.toml"
+    file.write_bytes(b"label = '\xff\xfe'\n")
+    code, err = _config(capsys, "--config-file", str(file))
+    assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
+    assert "settings file" in err
+    assert "not UTF-8" in err
+    with open(file, "wb") as handle:
+        handle.truncate(2 << 30)  # sparse: refused by its size, not read
+    started = time.monotonic()
+    code, err = _config(capsys, "--config-file", str(file))
+    assert time.monotonic() - started < 1.0
+    assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
+    assert "over the limit" in err
+    clean_env.setenv(settings.CONFIG_FILE_ENV, "\udcff")
+    code, err = _config(capsys)
+    assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
+    assert "not valid UTF-8" in err
+
+
+def test_public_daemon_listen_is_allowed_only_when_asked(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _config(capsys, "--daemon-listen", "0.0.0.0:9000")
+    assert code == exitcodes.USAGE
+    assert "allow_public_listen" in err
+    code, err = _config(capsys, "--daemon-listen", "0.0.0.0:9000", "--allow-public-listen")
+    assert code == exitcodes.OK, err
+    for listen in ("127.0.0.1:9000", "[::1]:9000", "unix:///run/x.sock"):
+        assert _config(capsys, "--daemon-listen", listen)[0] == exitcodes.OK
+    loaded = settings.load({"daemon_listen": "0.0.0.0:9000", "allow_public_listen": "1"}, {})
+    warning = settings.public_listen_warning(loaded.settings, "daemon_listen")
+    assert warning is not None
+    assert "reachable from the network" in warning
+    local = settings.load({"daemon_listen": "127.0.0.1:9000"}, {})
+    assert settings.public_listen_warning(local.settings, "daemon_listen") is None
+
+
+# --- files -------------------------------------------------------------------------------
+
+
+PHASE1 = base64.b64encode(b'{"registered_proof": "StackedDrg32GiBV1_1"}').decode()
+
+
+def _good_c1(path: Path) -> Path:
+    path.write_text(json.dumps({"SectorNum": 1, "Phase1Out": PHASE1, "SectorSize": 32 << 30}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"", "is empty"),
+        (b"  \n", "is empty"),
+        (b"not json", "is not JSON"),
+        (b"\xff\xfe{}", "is not JSON"),
+        (b"[" * 100_000, "is not JSON"),
+        (b'{"SectorNum": 1, "SectorSize": 34359738368}', "has no Phase1Out"),
+        (json.dumps({"Phase1Out": base64.b64encode(b"[1]").decode()}).encode(), "JSON object"),
+        (json.dumps({"Phase1Out": base64.b64encode(b"\xff").decode()}).encode(), "JSON object"),
+        (json.dumps({"Phase1Out": PHASE1, "SectorSize": 1000}).encode(), "sector size"),
+        (json.dumps({"Phase1Out": PHASE1, "SectorNum": 1 << 64}).encode(), "SectorNum"),
+    ],
+)
+def test_bad_c1_is_refused_before_start(content: bytes, fragment: str, tmp_path: Path) -> None:
+    path = tmp_path / "c1.json"
+    path.write_bytes(content)
+    with pytest.raises(UsageError) as caught:
+        load_c1(path)
+    assert fragment in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_oversized_sparse_c1_is_refused_by_stat_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "c1.json"
+    with open(path, "wb") as handle:
+        handle.truncate(2 << 30)  # 2 GiB, no blocks
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"is 2\.0 GiB, over the limit"):
+        load_c1(path)
+    assert time.monotonic() - started < 0.5
+    with open(path, "wb") as handle:
+        handle.truncate(C1_MAX_BYTES + 1)  # just over: still refused
+    with pytest.raises(UsageError, match="over the limit"):
+        load_c1(path)
+
+
+def test_a_fifo_or_folder_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        with pytest.raises(UsageError, match="not a regular file"):
+            read_bytes(path, what="C1 file", max_bytes=10)
+    with pytest.raises(UsageError, match="No such file"):
+        read_text(tmp_path / "missing", what="settings file", max_bytes=10)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"[daemon\nlisten = 1", "is not valid TOML"),
+        (b"[srs]\nparam_cache = '\xff'\n", "not UTF-8"),
+        (b"daemon = 5\n", "daemon must be a table"),
+        (b"memory = 'lots'\n", "memory must be a table"),
+    ],
+)
+def test_bad_daemon_base_config_is_one_line(content: bytes, fragment: str, tmp_path: Path) -> None:
+    path = tmp_path / "base.toml"
+    path.write_bytes(content)
+    with pytest.raises(UsageError) as caught:
+        prestart.check_base_config(path)
+    assert fragment in str(caught.value)
+    assert str(path) in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_good_daemon_base_config_passes(tmp_path: Path) -> None:
+    path = tmp_path / "base.toml"
+    path.write_text("[gpu]\ndevices = [0, 1]\nwhen = 1979-05-27T07:32:00Z\n[daemon]\nx = 1\n")
+    assert prestart.check_base_config(path)["gpu"]["devices"] == [0, 1]
+    assert prestart.check_base_config(None) == {}
+
+
+def _settings(tmp_path: Path, **values: str) -> settings.Settings:
+    base = {"c1_file": str(_good_c1(tmp_path / "c1.json")), "health_enabled": "false"}
+    return settings.load({**base, **values}, {}).settings
+
+
+def test_prestart_holds_the_platform_environment_to_the_same_rules(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    assert prestart.check_before_start(s, {"VAST_CONTAINERLABEL": " C.42 "}) == []
+    for environ, fragment in (
+        ({"VAST_CONTAINERLABEL": "C.1\n$(reboot)"}, "env VAST_CONTAINERLABEL"),
+        ({"VAST_CONTAINERLABEL": "x" * 200}, "env VAST_CONTAINERLABEL"),
+        ({"MIN_RATE": "nan"}, "env MIN_RATE"),
+        ({"MIN_RATE": "1e18"}, "env MIN_RATE"),
+    ):
+        with pytest.raises(UsageError, match=fragment):
+            prestart.check_before_start(s, environ)
+
+
+def test_prestart_returns_the_public_listen_warning(tmp_path: Path) -> None:
+    s = _settings(tmp_path, daemon_status_listen="0.0.0.0:9821", allow_public_listen="true")
+    (warning,) = prestart.check_before_start(s, {})
+    assert "daemon_status_listen" in warning
