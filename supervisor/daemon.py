@@ -289,6 +289,7 @@ class DaemonProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
+                umask=files.CHILD_UMASK,  # its socket and files: never world-writable
                 start_new_session=True,  # own session and process group: we signal the group
             )
         except OSError as exc:

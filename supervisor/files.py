@@ -37,6 +37,9 @@ FILE_MODE = 0o640
 PRIVATE_MODE = 0o600
 """The state file: the manager's uuid and the reports waiting for it are nobody else's."""
 
+CHILD_UMASK = 0o027
+"""The umask of the children whose files are ours (the daemon's socket, the fetched params)."""
+
 _TEMP_ATTEMPTS = 16
 
 

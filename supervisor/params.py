@@ -207,6 +207,7 @@ async def ensure_params(
         stderr=asyncio.subprocess.STDOUT,
         cwd=str(folder),
         env=child_environ(leftovers.env_marks(role)),
+        umask=files.CHILD_UMASK,  # the params it writes: never world-writable
         start_new_session=True,
     )  # fmt: skip
     if pidfile is not None:
