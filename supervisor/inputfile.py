@@ -22,8 +22,10 @@ def _size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-def read_bytes(path: Path, *, what: str, max_bytes: int) -> bytes:
-    """The whole file, at most ``max_bytes``; UsageError ``cannot read WHAT PATH: …`` otherwise."""
+def read_bytes(path: Path, *, what: str, max_bytes: int, limit_why: str = "") -> bytes:
+    """The whole file, at most ``max_bytes``; UsageError ``cannot read WHAT PATH: …`` otherwise.
+    ``limit_why`` says where the limit comes from, in the error."""
+    why = f" ({limit_why})" if limit_why else ""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -38,14 +40,14 @@ def read_bytes(path: Path, *, what: str, max_bytes: int) -> bytes:
         if info.st_size > max_bytes:
             raise UsageError(
                 f"{what} {path} is {_size_text(info.st_size)}, over the limit of "
-                f"{_size_text(max_bytes)}"
+                f"{_size_text(max_bytes)}{why}"
             )
         try:
             data = handle.read(max_bytes + 1)
         except OSError as exc:
             raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:  # grew between the stat and the read
-        raise UsageError(f"{what} {path} is over the limit of {_size_text(max_bytes)}")
+        raise UsageError(f"{what} {path} is over the limit of {_size_text(max_bytes)}{why}")
     return data
 
 

