@@ -1,0 +1,52 @@
+"""Children get the environment minus the supervisor's secrets (issue 13, item 7)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from supervisor import pid1, settings
+from supervisor.childenv import child_environ, is_secret_name, secret_names
+
+
+def test_every_secret_setting_and_token_is_removed_the_rest_kept() -> None:
+    secret_settings = {d.env for d in settings.declarations() if d.secret}
+    assert "CUZK_SUPERVISOR_MANAGER_TOKEN" in secret_settings
+    assert secret_names() == secret_settings
+    base = {
+        **dict.fromkeys(secret_settings, "s3cret"),
+        "GITHUB_TOKEN": "x",
+        "hf_token": "y",
+        "PATH": "/usr/bin",
+        "TOKENIZER": "kept",
+        "CUZK_SUPERVISOR_LABEL": "C.1",
+    }
+    env = child_environ({"NO_COLOR": "1", "EXTRA_TOKEN": "z"}, base=base)
+    assert env == {
+        "PATH": "/usr/bin",
+        "TOKENIZER": "kept",
+        "CUZK_SUPERVISOR_LABEL": "C.1",
+        "NO_COLOR": "1",
+    }
+    assert is_secret_name("my_token")
+    assert not is_secret_name("TOKENS")
+
+
+def test_the_reapers_spawn_filters_whatever_it_is_given(monkeypatch) -> None:
+    monkeypatch.setenv("CUZK_SUPERVISOR_MANAGER_TOKEN", "s3cret")
+    monkeypatch.setenv("CUZK_TEST_KEPT", "kept")
+
+    async def spawn_env(**kwargs: object) -> str:
+        reaper = pid1.Reaper()
+        proc = await reaper.spawn(
+            "/usr/bin/env",
+            stdout=asyncio.subprocess.PIPE,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        out, _ = await proc.communicate()
+        return out.decode()
+
+    inherited = asyncio.run(spawn_env())
+    given = asyncio.run(spawn_env(env={"A_TOKEN": "t", "CUZK_TEST_KEPT": "given"}))
+    assert "s3cret" not in inherited
+    assert "CUZK_TEST_KEPT=kept" in inherited
+    assert given.split() == ["CUZK_TEST_KEPT=given"]
