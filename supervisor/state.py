@@ -461,9 +461,12 @@ class StateStore:
     def _check_folder(self) -> None:
         folder = self.path.parent
         try:
+            if not files.world_writable(folder):
+                return
+        except OSError:
+            return  # missing (the first save makes it, 0750) or unusable (the save says why)
+        try:
             fixed = files.ensure_private_folder(folder)
-        except FileNotFoundError:
-            return  # created by the first save, with our mode
         except OSError as exc:
             raise StateFolderUnsafe(
                 f"state folder {folder} is world-writable and its mode cannot be fixed "

@@ -433,3 +433,11 @@ def test_a_world_writable_state_folder_that_cannot_be_fixed_is_refused(tmp_path,
         StateStore(folder / "state.json").load()
     assert caught.value.exit_code == 2
     assert "\n" not in str(caught.value)
+
+
+def test_a_file_where_the_state_folder_should_be_is_a_write_error_not_a_refusal(tmp_path):
+    (tmp_path / "blocker").write_text("a file where a folder should be")
+    store = StateStore(tmp_path / "blocker" / "state" / "state.json")
+    assert store.load_detailed().state == SupervisorState()
+    with pytest.raises(StateWriteError, match=r"\[Errno 20\]"):
+        store.save(full_state())
