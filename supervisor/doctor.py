@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from supervisor import assemble, exitcodes
+from supervisor import assemble, exitcodes, files
 from supervisor.address import Address, parse_address
 from supervisor.daemon import _resolve_binary, address_in_use
 from supervisor.errors import UsageError
@@ -414,7 +414,7 @@ def probe_folder(path: Path, create: bool = True) -> tuple[bool, str | None]:
     created = False
     try:
         if create and not path.is_dir():
-            path.mkdir(parents=True, exist_ok=True)
+            files.make_folder(path)  # 0750 whatever the umask, as the supervisor makes it
             created = True
         try_write(path)
     except OSError as exc:

@@ -98,7 +98,7 @@ def make_folder(path: Path | str, mode: int = DIR_MODE) -> Path:
     probe = folder
     while not probe.is_dir():
         if probe.exists() or probe.is_symlink():
-            raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(probe))
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(probe))
         missing.append(probe)
         if probe.parent == probe:
             break
