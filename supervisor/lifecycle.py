@@ -33,8 +33,10 @@ from supervisor.core.bench import (
     measurement_fits,
     steady_rate_per_s,
 )
+from supervisor.core.memfit import MemoryFit, fit_workers
 from supervisor.daemon import DaemonProcess
 from supervisor.daemon_config import DaemonConfigValues
+from supervisor.daemon_status import active_partitions
 from supervisor.errors import UsageError
 from supervisor.exits import DaemonExit, ExitKind
 from supervisor.gpu import GpuProbe, GpuSample
@@ -783,6 +785,7 @@ class Lifecycle:
             outcome = self._keeper_task.result()
             code = outcome.exit_code
             raise LifecycleFailure(code, f"daemon: {outcome.reason}")
+        self.watch.mark_base()  # ready and idle: the base a memory fit is measured over
 
     async def _stop_daemon(self) -> None:
         if self.keeper is not None and self._keeper_task is not None:
@@ -869,7 +872,11 @@ class Lifecycle:
     async def _step_down(self, cause: str) -> None:
         assert self.plan is not None
         running = self.keeper.values.partition_workers if self.keeper is not None else None
-        result = step_down(self.plan, cause, self._memory_policy, running_workers=running)
+        fit = await self._measured_fit(running)
+        result = step_down(
+            self.plan, cause, self._memory_policy, running_workers=running,
+            fitted=fit.workers if fit else None, fitted_reason=fit.reason if fit else "",
+        )  # fmt: skip
         if isinstance(result, GiveUpOOM):
             raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"out of memory: {result.reason}")
         self.progress.step_downs += 1
@@ -895,7 +902,30 @@ class Lifecycle:
             await self._daemon_ready()
         self._trouble.clear()
         self.watch.acknowledge()
+        # The new plan's plateau, as measured: a ramp toward it is not a march to OOM.
+        self.watch.plateau_bytes = (
+            round(fit.base + result.full_workers * fit.per_partition) if fit else None
+        )
         self._acted.set()
+
+    async def _measured_fit(self, running: int | None) -> MemoryFit | None:
+        """What fits, from the memory the running plan was measured to use (None: one step)."""
+        assessment, base = self.watch.assessment, self.watch.base_bytes
+        if assessment is None or base is None or running is None:
+            return None
+        active = await asyncio.to_thread(active_partitions, self.s.daemon_status_listen)
+        if not active:
+            return None
+        fit = fit_workers(
+            limit=assessment.limit_bytes, base=base, used=assessment.used_bytes,
+            active_partitions=active, running_workers=running,
+            # Where the watch reads ok again: a plan that fits keeps the level there.
+            target_headroom=self.watch.policy.warn_exit_headroom,
+        )  # fmt: skip
+        if fit is not None:
+            log.info("memory.fit", workers=fit.workers, reason=fit.reason,
+                     plateau_bytes=fit.plateau)  # fmt: skip
+        return fit
 
     # --- manager --------------------------------------------------------------------------
 

@@ -51,6 +51,10 @@ class MemoryWatch:
         self.assessment: RiskAssessment | None = None
         self.critical = asyncio.Event()
         self.samples_taken = 0
+        self.base_bytes: int | None = None
+        """Usage with the daemon idle (ready, no proof yet): the base a fit is measured over."""
+        self.plateau_bytes: int | None = None
+        """Where the running plan's usage is measured to level off (a fitted step-down)."""
         self._listeners: list[Callable[[RiskAssessment], None]] = []
 
     def add_listener(self, listener: Callable[[RiskAssessment], None]) -> None:
@@ -60,6 +64,10 @@ class MemoryWatch:
     def at_limit(self) -> bool:
         """For exit classification: was memory critical in the last samples?"""
         return self.level is RiskLevel.CRITICAL
+
+    def mark_base(self) -> None:
+        """The daemon is ready and idle: its usage now is the base of the next measurement."""
+        self.base_bytes = self.sample_once().used_bytes
 
     def acknowledge(self) -> None:
         """The lifecycle acted on the critical level: forget the old samples and start over."""
@@ -74,7 +82,9 @@ class MemoryWatch:
         limit = snapshot.effective_limit
         used = max(0, limit - snapshot.headroom)
         self._samples.append(MemorySample(self._clock(), used, snapshot.psi_some_avg10))
-        assessment = assess_risk(list(self._samples), limit, self.level, self.policy)
+        assessment = assess_risk(
+            list(self._samples), limit, self.level, self.policy, self.plateau_bytes
+        )
         self.assessment = assessment
         if assessment.changed:
             event = (

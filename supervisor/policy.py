@@ -827,10 +827,18 @@ def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanR
 
 
 def step_down(
-    plan: WorkerPlan, cause: str, policy: MemoryPolicy, running_workers: int | None = None
+    plan: WorkerPlan,
+    cause: str,
+    policy: MemoryPolicy,
+    running_workers: int | None = None,
+    fitted: int | None = None,
+    fitted_reason: str = "",
 ) -> WorkerPlan | GiveUpOOM:
     """The plan after an OOM kill or a critical memory event: ``step_down_by`` fewer workers
     (at least 1), derived values recomputed, the cause recorded. At 1 worker: ``GiveUpOOM``.
+
+    ``fitted`` is what a measurement says fits (``core.memfit.fit_workers``): then the step goes
+    there at once, not one worker at a time (never above ``current - step_down_by``).
 
     ``running_workers`` is what the daemon ran when memory ran out (the warmup runs fewer than
     the plan): stepping down from the plan's full count would only repeat the same OOM, so the
@@ -847,6 +855,9 @@ def step_down(
         )
     workers = max(1, current - policy.step_down_by)
     reason = f"stepped down from {current} to {workers} after: {cause}"
+    if fitted is not None and fitted < workers:
+        workers = max(1, fitted)
+        reason = f"stepped down from {current} to {workers} after: {cause}; {fitted_reason}"
     return _build_plan(
         plan.inputs, plan.limit, plan.rule, workers, reason, policy, plan.notes, history
     )
@@ -1097,6 +1108,7 @@ def assess_risk(
     limit_bytes: int,
     previous: RiskLevel,
     policy: RiskPolicy,
+    plateau_bytes: int | None = None,
 ) -> RiskAssessment:
     """The OOM-risk level from the recent samples (oldest first) against the hard limit.
 
@@ -1106,6 +1118,10 @@ def assess_risk(
     start): with it the thresholds form a hysteresis loop. Critical is checked first, then warn;
     a level is entered when any signal crosses its enter threshold, and held (only when the
     previous level was at least as severe) while any signal is short of its exit threshold.
+
+    ``plateau_bytes`` is where the running plan's memory is measured to level off
+    (``core.memfit``); when that fits below the critical headroom, a trend toward the limit is a
+    ramp to that plateau, not a march to OOM, and does not count.
     """
     if not samples:
         raise ValueError("assess_risk needs at least one sample")
@@ -1127,7 +1143,10 @@ def assess_risk(
     # A trend far from the limit is a ramp (partitions start in bursts): do not act on it. Nor
     # on one that has stopped: after a step up to a plateau the window's slope stays positive
     # for a while, but memory is no longer growing toward the limit.
-    trusted = fraction < policy.trend_max_headroom
+    plateau_fits = plateau_bytes is not None and plateau_bytes <= limit_bytes * (
+        1 - policy.critical_enter_headroom
+    )
+    trusted = fraction < policy.trend_max_headroom and not plateau_fits
     rising = len(samples) >= 2 and samples[-1].used_bytes > samples[-2].used_bytes
     trend = ttl if trusted and rising else None
     psi = last.psi_some_avg10

@@ -75,16 +75,20 @@ def manager(tmp_path: Path) -> Iterator[ManagerProcess]:
     mgr.kill()
 
 
-@pytest.fixture
-def memory_cgroup() -> Iterator[MemoryCgroup]:
+def _cgroup(limit_mib: int) -> Iterator[MemoryCgroup]:
     writable, why = cgroups_writable()
     if not writable:
         pytest.skip(f"needs a writable memory cgroup: {why}")
-    cgroup = MemoryCgroup.create("oom-e2e", limit_bytes=LIMIT_MIB * MIB)
+    cgroup = MemoryCgroup.create("oom-e2e", limit_bytes=limit_mib * MIB)
     try:
         yield cgroup
     finally:
         cgroup.remove()
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[MemoryCgroup]:
+    yield from _cgroup(LIMIT_MIB)
 
 
 class UsageRecorder:
@@ -171,7 +175,7 @@ def _after(events: list[dict[str, Any]], first: dict[str, Any]) -> list[dict[str
 
 
 @pytest.mark.cgroup
-def test_proactive_step_down_before_the_kernel_kills_and_the_benchmark_completes(
+def test_where_8_of_12_fit_it_steps_down_to_what_fits_before_the_kernel_kills(
     tmp_path, manager, memory_cgroup
 ):
     env = _settings(tmp_path, manager.url, proactive_oom="true")
@@ -191,13 +195,18 @@ def test_proactive_step_down_before_the_kernel_kills_and_the_benchmark_completes
     criticals = run.named("memory.risk_critical")
     assert criticals, memory
     assert {e["cgroup_limit"] for e in criticals} == {LIMIT_MIB * MIB}
-    # 12 workers is two too many: it stepped down, one worker at a time, each time because
-    # memory was critical, never because the kernel had killed.
+    # 12 workers is too many: it stepped down because memory was critical, never because the
+    # kernel had killed, and the first step went to what the measurement said fits, not one
+    # worker at a time. 8 of the 12 (810 MiB, 84%) keep the watch at ok, 9 (870 MiB, 91%) hold
+    # at warn, 10 (930 MiB) are critical. The fit aims at ok (20% headroom): 7 or 8 from a
+    # measurement on a plateau; one taken on the ramp (the trend fired first) reads a little
+    # low and gives 9, which still holds below critical.
     steps = run.named("plan.step_down")
-    assert len(steps) >= 2, f"{steps}; {memory}"
+    assert 1 <= len(steps) <= 2, f"{steps}; {memory}"
     assert all(_is_memory_critical(step) for step in steps), steps
     final = steps[-1]["full_workers"]
-    assert [s["full_workers"] for s in steps] == list(range(WORKERS - 1, final - 1, -1))
+    assert steps[0]["full_workers"] <= 10
+    assert run.named("memory.fit"), "no measured step"
     # Every critical level was acted on: none came after the last step down (with proactive_oom
     # on, no proof runs on at a critical level), and the plan it finished with fits: at most 10
     # workers, the most this limit holds in a benchmark.
@@ -205,11 +214,12 @@ def test_proactive_step_down_before_the_kernel_kills_and_the_benchmark_completes
         e for e in _after(run.events, steps[-1]) if e.get("event") == "memory.risk_critical"
     ]
     assert unanswered == [], f"critical memory left unanswered: {unanswered}; {memory}"
-    assert final <= 10
+    assert final in (7, 8, 9), f"{steps}; {memory}"
+    assert plateau_mib(final) < 0.95 * LIMIT_MIB  # what it ended on holds below critical
     (result,) = run.named("bench.result")
     assert result["workers"] == final
-    # Each daemon really ran with the plan of its time: 12, then one fewer per step down.
-    assert _slots_per_start(tmp_path) == list(range(WORKERS, final - 1, -1))
+    # Each daemon really ran with the plan of its time: 12, then each step's count.
+    assert _slots_per_start(tmp_path) == [WORKERS, *(s["full_workers"] for s in steps)]
     assert _rendered_workers(tmp_path) == final
     (bench,) = reports(manager, "/bench-done")
     assert bench["json"]["rate"] > 0
