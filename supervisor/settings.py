@@ -597,6 +597,8 @@ def parse_value(decl: Declared, raw: Any, source: str) -> Any:
             raise _bad(decl, raw, source)
     problem = _value_problem(decl, value)
     if problem is not None:
+        if problem.startswith(f"bad {decl.name} "):  # already a whole line naming the setting
+            raise UsageError(problem)
         raise _bad(decl, raw, source, problem)
     return value
 
