@@ -65,6 +65,8 @@ class WriteError(Exception):
 
 def describe(error: OSError) -> str:
     """``[Errno 28] No space left on device``, without the path (the caller names it)."""
+    if isinstance(error, NotARegularFile):
+        return str(error.strerror)  # "not a regular file (a FIFO)": no errno of its own
     if error.errno and error.strerror:
         return f"[Errno {error.errno}] {error.strerror}"
     return str(error)

@@ -182,3 +182,20 @@ def test_sigkill_during_a_slow_fetch_then_a_restart_runs_one_fetch_at_a_time(tmp
         assert marked(role) == []
     finally:
         kill_marked(role)
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "character device"])
+def test_a_fifo_or_device_where_the_daemon_log_should_be_is_a_start_failure(tmp_path, manager,
+                                                                           kind):  # fmt: skip
+    mgr = manager()
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=2)
+    (tmp_path / "log").mkdir()
+    path = tmp_path / "log" / "cuzk.log"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # a /dev/null
+    run = start_run(env)
+    assert _finish(run, 60) == exitcodes.DAEMON_FAILED_TO_START, run.describe()
+    _no_traceback(run)
+    assert f"cannot write log file {path}: not a regular file (a {kind})" in _instance_logs(mgr)
