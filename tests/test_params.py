@@ -1,9 +1,11 @@
 """Params phase: skip when present, fetch with progress from bytes on disk, verify, fail clearly."""
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from leftoverhelpers import (
     careful_fetch_command,
@@ -224,3 +226,28 @@ async def test_a_worker_left_by_a_killed_supervisor_is_stopped_before_a_new_one(
     finally:
         first.kill()
         kill_marked(worker.role)
+
+
+async def test_a_leftover_fetch_without_its_marks_is_found_by_its_pidfile(tmp_path):
+    """A fetch that cleared its environment (``env -i``) is found by the pid recorded in the
+    state folder, and only while that pid is still the same process (its start time)."""
+    folder = tmp_path / "params"
+    pidfile = tmp_path / "state" / "fetch.pid"
+    first = _start_supervisor(tmp_path, folder, pidfile, "exec env -i sleep 300", {"a": 1})
+    pid = 0
+    try:
+        poll_until(lambda: pidfile.exists(), 30, what="pidfile")
+        pid = int(pidfile.read_text().split()[0])
+        poll_until(lambda: psutil.Process(pid).name() == "sleep", 30, what="env -i sleep")
+        assert leftovers.ROLE_VAR not in psutil.Process(pid).environ()
+        first.kill()
+        first.wait(10)
+        assert psutil.Process(pid).is_running()
+        assert leftovers.reclaim(fetch_role(folder), pidfile, 1.0) == [pid]
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert not pidfile.exists()
+    finally:
+        first.kill()
+        if pid:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
