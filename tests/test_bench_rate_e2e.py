@@ -82,6 +82,23 @@ def test_manager_away_through_params_does_not_hold_the_warmup_or_bend_the_rate(t
     assert_within_2_percent(rate, result)
 
 
+def test_a_settle_proof_ten_times_slower_does_not_shrink_the_batch(tmp_path, manager):
+    """Incident I3: the first proof after the restart is slow; the batch is sized from its own
+    completions, not from that proof, and keeps its count and concurrency."""
+    mgr = manager()
+    marker = tmp_path / "first-start"
+    sim = ("--first-proof-factor", "10", "--first-proof-factor-after", str(marker))
+    run = start_run(env_for(tmp_path, mgr, sim_args=sim))
+    assert finish(run) == exitcodes.OK
+    (settle,) = run.named("settle.done")
+    (done,) = run.named("bench.stretch_done")
+    assert done["completed"] == 12, done  # the 45-minute budget holds all 12 at 5 workers
+    rate, result = reported(run, mgr)
+    steady_s = 3600 / steady_rate(5) / TIME_SCALE
+    assert settle["wall_s"] > 5 * steady_s  # it really was slow
+    assert_within_2_percent(rate, result)
+
+
 def test_a_daemon_crash_mid_bench_settles_and_measures_anew(tmp_path, manager):
     mgr = manager()
     # After the restart the daemon's 4th proof (settle + 3 bench proofs) ends with a crash, once.

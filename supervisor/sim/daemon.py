@@ -39,6 +39,17 @@ BIND_DELAY_ENV = "CUZK_SIM_BIND_DELAY_MS"
 DEFAULT_BIND_DELAY_MS = 75.0
 
 
+def _first_proof_factor(args: argparse.Namespace) -> float:
+    marker: Path | None = args.first_proof_factor_after
+    if marker is None:
+        return float(args.first_proof_factor)
+    try:
+        marker.open("x").close()  # the first start: remember it, keep the ordinary factor
+    except FileExistsError:
+        return float(args.first_proof_factor)
+    return model.FIRST_PROOF_AFTER_START_FACTOR
+
+
 def _env_default(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
@@ -71,6 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=_env_default("CUZK_SIM_GPUS", "1"))
     p.add_argument("--cgroup-dir", type=Path, default=os.environ.get("CUZK_SIM_CGROUP_DIR") or None)
     p.add_argument("--fault", action="append", default=[], metavar="SPEC")
+    p.add_argument(
+        "--first-proof-factor",
+        type=float,
+        default=_env_default(
+            "CUZK_SIM_FIRST_PROOF_FACTOR", str(model.FIRST_PROOF_AFTER_START_FACTOR)
+        ),
+        help="synthesis of the first proof after each start takes this many times longer "
+        "(incident I3; 10 makes the settle proof ten times slower than a steady one)",
+    )
+    p.add_argument(
+        "--first-proof-factor-after",
+        type=Path,
+        default=os.environ.get("CUZK_SIM_FIRST_PROOF_FACTOR_AFTER") or None,
+        metavar="MARKER",
+        help="apply --first-proof-factor only to starts after the first: the first start creates "
+        "MARKER (an absolute path) and keeps the default factor",
+    )
     p.add_argument(
         "--strict-keepalive",
         action="store_true",
@@ -144,6 +172,7 @@ class SimDaemon:
             log=log,
             time_scale=args.time_scale,
             faults=self.faults,
+            first_proof_factor=_first_proof_factor(args),
         )
 
     def _on_memory_grow(self, key: object, total_gib: float) -> None:
@@ -272,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fatal(log, "invalid arguments", exc)
     if args.time_scale <= 0 or args.memory_scale < 0 or args.gpus < 1:
         fatal(log, "invalid arguments", "need time scale > 0, memory scale >= 0, gpus >= 1")
+    if not 1 <= args.first_proof_factor <= 1000:
+        fatal(log, "invalid arguments", "need 1 <= first proof factor <= 1000")
     asyncio.run(SimDaemon(args, cfg, listen, faults, log).run())
     return 0
 

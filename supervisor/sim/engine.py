@@ -86,8 +86,10 @@ class Engine:
         log: DaemonLog,
         time_scale: float,
         faults: FaultController | None = None,
+        first_proof_factor: float = model.FIRST_PROOF_AFTER_START_FACTOR,
     ) -> None:
         self.release = release
+        self.first_proof_factor = first_proof_factor
         self.time_scale = time_scale
         self.slots = slots
         self.gpus = gpus
@@ -251,7 +253,7 @@ class Engine:
                 return
             self._admit.popleft()
             if not self._porep_admitted:
-                job.factor = model.FIRST_PROOF_AFTER_START_FACTOR
+                job.factor = self.first_proof_factor
                 self._porep_admitted = True
             # Start from the job's arrival if the pipeline had nothing newer to do since.
             at = max(job.submitted_at, self.pipeline.clock, self._porep_ready_at)
