@@ -790,6 +790,8 @@ def _file_values(path: Path) -> dict[str, Any]:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"settings file {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"settings file {path} is not valid TOML: nested too deep") from None
     flat: dict[str, Any] = {}
     for key, value in document.items():
         if isinstance(value, dict):  # [daemon] binary = ... is daemon_binary

@@ -169,6 +169,10 @@ def test_a_settings_file_that_is_not_utf8_or_too_big_is_one_line(
     assert time.monotonic() - started < 1.0
     assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
     assert "over the limit" in err
+    file.write_text("a = " + "[" * 100_000)
+    code, err = _config(capsys, "--config-file", str(file))
+    assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
+    assert "nested too deep" in err
     clean_env.setenv(settings.CONFIG_FILE_ENV, "\udcff")
     code, err = _config(capsys)
     assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
@@ -256,6 +260,7 @@ def test_a_fifo_or_folder_is_refused_without_blocking(tmp_path: Path) -> None:
     ("content", "fragment"),
     [
         (b"[daemon\nlisten = 1", "is not valid TOML"),
+        (b"a = " + b"[" * 100_000, "nested too deep"),
         (b"[srs]\nparam_cache = '\xff'\n", "not UTF-8"),
         (b"daemon = 5\n", "daemon must be a table"),
         (b"memory = 'lots'\n", "memory must be a table"),
