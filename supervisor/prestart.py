@@ -39,6 +39,8 @@ def check_base_config(path: Path | None) -> dict[str, Any]:
         raise UsageError(f"daemon base config {path} is not valid TOML: {exc}") from None
     except RecursionError:
         raise UsageError(f"daemon base config {path} is not valid TOML: nested too deep") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise UsageError(f"daemon base config {path} is not valid TOML: {exc}") from None
     probe = DaemonConfigValues(
         partition_workers=1, total_budget_gib=1, max_parallel_synthesis=1, listen="127.0.0.1:1"
     )

@@ -108,7 +108,7 @@ def load_c1(path: Path | str) -> C1Input:
         raise UsageError(f"C1 file {path} is empty")
     try:
         envelope = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, a 5000-digit number
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"C1 file {path} is not JSON: {reason[:200]}") from None
     if not isinstance(envelope, dict):
@@ -127,7 +127,7 @@ def load_c1(path: Path | str) -> C1Input:
         raise UsageError(f"C1 file {path}: Phase1Out is not valid base64") from None
     try:  # the daemon parses it as the C1 output, a JSON object
         output = json.loads(inner.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         output = None
     if not isinstance(output, dict):
         raise UsageError(

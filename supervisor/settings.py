@@ -792,6 +792,8 @@ def _file_values(path: Path) -> dict[str, Any]:
         raise UsageError(f"settings file {path} is not valid TOML: {exc}") from None
     except RecursionError:
         raise UsageError(f"settings file {path} is not valid TOML: nested too deep") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise UsageError(f"settings file {path} is not valid TOML: {exc}") from None
     flat: dict[str, Any] = {}
     for key, value in document.items():
         if isinstance(value, dict):  # [daemon] binary = ... is daemon_binary

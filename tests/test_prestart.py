@@ -173,6 +173,10 @@ def test_a_settings_file_that_is_not_utf8_or_too_big_is_one_line(
     code, err = _config(capsys, "--config-file", str(file))
     assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
     assert "nested too deep" in err
+    file.write_text("bench_count = " + "9" * 5000)
+    code, err = _config(capsys, "--config-file", str(file))
+    assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
+    assert "is not valid TOML" in err
     clean_env.setenv(settings.CONFIG_FILE_ENV, "\udcff")
     code, err = _config(capsys)
     assert (code, err.count("\n")) == (exitcodes.USAGE, 1)
@@ -221,6 +225,7 @@ def _good_c1(path: Path) -> Path:
         (json.dumps({"Phase1Out": base64.b64encode(b"\xff").decode()}).encode(), "JSON object"),
         (json.dumps({"Phase1Out": PHASE1, "SectorSize": 1000}).encode(), "sector size"),
         (json.dumps({"Phase1Out": PHASE1, "SectorNum": 1 << 64}).encode(), "SectorNum"),
+        (b'{"Phase1Out": "eyJhIjogMX0=", "SectorNum": ' + b"9" * 5000 + b"}", "is not JSON"),
     ],
 )
 def test_bad_c1_is_refused_before_start(content: bytes, fragment: str, tmp_path: Path) -> None:
@@ -261,6 +266,7 @@ def test_a_fifo_or_folder_is_refused_without_blocking(tmp_path: Path) -> None:
     [
         (b"[daemon\nlisten = 1", "is not valid TOML"),
         (b"a = " + b"[" * 100_000, "nested too deep"),
+        (b"a = " + b"9" * 5000, "is not valid TOML"),
         (b"[srs]\nparam_cache = '\xff'\n", "not UTF-8"),
         (b"daemon = 5\n", "daemon must be a table"),
         (b"memory = 'lots'\n", "memory must be a table"),
