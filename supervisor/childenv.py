@@ -1,7 +1,8 @@
 """The environment every child gets (the daemon, the params fetch, the worker commands).
 
 Children get what they need, not the supervisor's secrets: every ``*_TOKEN`` variable and every
-setting marked secret (e.g. ``CUZK_SUPERVISOR_MANAGER_TOKEN``) is removed. This is the one place
+setting marked secret (e.g. ``CUZK_SUPERVISOR_MANAGER_TOKEN``) is removed, and so is a URL
+setting (``CUZK_SUPERVISOR_MANAGER_URL``) that carries a password or a query. This is the one place
 that builds a child's environment; every spawner uses it (and ``pid1.Reaper.spawn`` applies it
 again to whatever it is given, so no child started through the reaper can miss it).
 """
@@ -31,4 +32,18 @@ def child_environ(
     """``base`` (default: this process's environment) plus ``extra``, secrets removed."""
     merged = {**(os.environ if base is None else base), **(extra or {})}
     secret = secret_names()
-    return {name: value for name, value in merged.items() if not is_secret_name(name, secret)}
+    return {
+        name: value
+        for name, value in merged.items()
+        if not is_secret_name(name, secret) and not _url_with_credentials(name, value)
+    }
+
+
+def _url_with_credentials(name: str, value: str) -> bool:
+    """A URL setting's variable whose value carries a password or a query (as a token may)."""
+    if not (name.startswith(settings.ENV_PREFIX) and name.endswith("_URL")):
+        return False
+    try:
+        return settings.redact_url(value) != value
+    except ValueError:
+        return True  # not even a URL: not ours to pass on

@@ -27,6 +27,14 @@ def test_every_secret_setting_and_token_is_removed_the_rest_kept() -> None:
         "CUZK_SUPERVISOR_LABEL": "C.1",
         "NO_COLOR": "1",
     }
+    urls = child_environ(
+        base={
+            "CUZK_SUPERVISOR_MANAGER_URL": "https://u:pw@manager.example/",
+            "CUZK_SUPERVISOR_OTHER_URL": "https://manager.example/?key=k",
+            "CUZK_SUPERVISOR_PLAIN_URL": "https://manager.example/",
+        }
+    )
+    assert urls == {"CUZK_SUPERVISOR_PLAIN_URL": "https://manager.example/"}
     assert is_secret_name("my_token")
     assert not is_secret_name("TOKENS")
 
