@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import structlog
 
-from supervisor.core.bench import BenchPolicy, Stretch, next_submission
+from supervisor.core.bench import BenchPolicy, Stretch, late_hearing_s, next_submission
 from supervisor.proto import proving_pb2 as pb
 from supervisor.proving import ProofResult, Prover
 
@@ -35,8 +35,10 @@ class StretchRun:
         deadline: Callable[[], float],
         *,
         clock: Callable[[], float] = time.monotonic,
+        daemon_seconds_per_second: float = 1.0,
     ) -> None:
         self.policy = policy
+        self.daemon_seconds_per_second = daemon_seconds_per_second
         self.deadline = deadline
         """The end of the budget on ``clock`` (asked again at every decision: it can move when
         the manager's acknowledgement of /param-done arrives during the bench)."""
@@ -44,6 +46,20 @@ class StretchRun:
         concurrency = min(policy.concurrency, policy.max_proofs)
         self.stretch = Stretch(workers=workers, concurrency=concurrency, started_at=clock())
         self.stop_reason = ""
+
+    def completed_at(self, result: ProofResult) -> float:
+        """When the daemon finished the proof, on our clock.
+
+        The daemon's ``total_ms`` (its wall time for the job, from when it accepted it) added to
+        when its SubmitProof answered: a result seen late (a dropped or frozen connection, an
+        await backing off) still counts when it was done, not when we heard of it. Without
+        that (a submit whose answer was lost, no timings) the time we saw it.
+        """
+        total_ms = result.timings.total_ms
+        if total_ms <= 0 or result.landed_at is None:
+            return result.finished_at
+        done = result.landed_at + total_ms / 1000 / self.daemon_seconds_per_second
+        return min(result.finished_at, done)
 
     async def run(
         self,
@@ -85,7 +101,9 @@ class StretchRun:
                     index = running.pop(task)
                     result = task.result()
                     if result.ok:
-                        self.stretch = self.stretch.completed(result.finished_at)
+                        done_at = self.completed_at(result)
+                        late = result.finished_at - done_at > late_hearing_s(self.stretch)
+                        self.stretch = self.stretch.completed(done_at, heard_late=late)
                     else:
                         self.stretch = self.stretch.failed_one()
                     if on_result is not None:

@@ -31,6 +31,7 @@ from supervisor.core.bench import (
     choose_measurement,
     interval_estimate_s,
     measurement_fits,
+    split_at_stalls,
     steady_rate_per_s,
 )
 from supervisor.core.memfit import MemoryFit, fit_workers
@@ -459,6 +460,7 @@ class Lifecycle:
                     progress_interval_s=self.s.params_progress_interval_s,
                     spawn=self.rt.reaper.spawn,
                     pump=pump,
+                    pidfile=self.s.state_dir / "fetch.pid",
                     on_progress=lambda p: print(p.line(), flush=True) if _tty() else None,
                 )
             except params.ParamsFailed as exc:
@@ -556,7 +558,8 @@ class Lifecycle:
             if not self._room_to_measure(stretches, settle_s):
                 log.warning("bench.no_time_to_measure_again", stretches=len(stretches))
                 break
-        return choose_measurement(stretches, self.bench_policy)
+        pieces = [piece for stretch in stretches for piece in split_at_stalls(stretch)]
+        return choose_measurement(pieces, self.bench_policy)
 
     def _room_to_measure(self, stretches: list[Stretch], settle_s: float) -> bool:
         intervals = [interval_estimate_s(s) for s in reversed(stretches)]
@@ -568,7 +571,8 @@ class Lifecycle:
 
     async def _stretch(self) -> Stretch:
         """One stretch; a daemon restart under it ends it as interrupted (its completions kept)."""
-        run = StretchRun(self.bench_policy, self._workers(), self._bench_deadline)
+        run = StretchRun(self.bench_policy, self._workers(), self._bench_deadline,
+                         daemon_seconds_per_second=self.s.rate_time_scale)  # fmt: skip
         self.stretch = run.stretch
         self.bench_planned = self.bench_policy.max_proofs
         benchout = self.shipper.listener("benchout")
@@ -713,6 +717,7 @@ class Lifecycle:
                 stop_grace_s=self.s.daemon_stop_grace_s,
                 spawn=self.rt.reaper.spawn,
                 line_listener=self.shipper.listener(source),
+                pid_dir=self.s.state_dir,
             )
 
         assert self.keeper is not None
@@ -808,7 +813,9 @@ class Lifecycle:
         keeper_task = self._keeper_task
         self._daemon_exited.clear()
         address = parse_address(assemble.daemon_listen(self.s))
-        async with ProvingClient(address, assemble.proving_timeouts(self.s)) as client:
+        timeouts = assemble.proving_timeouts(self.s)
+        reconnected = self.metrics.grpc_reconnect
+        async with ProvingClient(address, timeouts, on_reconnect=reconnected) as client:
             job = asyncio.ensure_future(work(client))
             trouble = asyncio.ensure_future(self._trouble.wait())
             exited = asyncio.ensure_future(self._daemon_exited.wait())

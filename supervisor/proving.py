@@ -529,6 +529,9 @@ class ProofResult:
     await_attempts: int = 0
     """AwaitProof calls made."""
     uploads_cut: int = 0
+    landed_at: float | None = None
+    """``time.monotonic()`` when the daemon accepted the job this result is of (its SubmitProof
+    answered); None when that was never seen (a submit whose fate was unknown)."""
     """SubmitProof calls cut before they landed (cut, then the job was NOT_FOUND)."""
 
     @property
@@ -826,6 +829,7 @@ class _ProofRun:
         self.submissions = 0
         self.uploads_cut = 0
         self.submit_cut = False  # the last submit whose fate is unknown was cut (not dropped)
+        self.landed_at: float | None = None
         self.await_attempts = 0
         self.attempt = _Attempt()
         self.last_call = "SubmitProof"
@@ -929,6 +933,7 @@ class _ProofRun:
                 action="await the job first; NOT_FOUND means it did not land",
             )
             return False
+        self.landed_at = time.monotonic()
         if response.job_id and response.job_id != self.job_id:
             # The daemon names the job after the request id; follow it if it ever differs.
             self.job_id = response.job_id
@@ -1011,6 +1016,7 @@ class _ProofRun:
             submissions=self.submissions,
             await_attempts=self.await_attempts,
             uploads_cut=self.uploads_cut,
+            landed_at=self.landed_at,
         )
         fields = {
             "job_id": result.job_id,

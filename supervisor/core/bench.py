@@ -14,6 +14,7 @@ picks the stretch the rate comes from.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -68,13 +69,21 @@ class Stretch:
     """Proofs that ended FAILED: no longer in flight, not throughput."""
     interrupted: str = ""
     """Why it ended before its last proof ('' when it ran to its end)."""
+    stalls: tuple[float, ...] = ()
+    """Completions we heard of late (a stalled connection): the pipeline went underfed after
+    each, so the stretch is measured in the pieces between them (:func:`split_at_stalls`)."""
 
     def __post_init__(self) -> None:
         ascending = all(b >= a for a, b in itertools.pairwise(self.completions))
         _require(ascending, "completions must be ascending")
 
-    def completed(self, at: float) -> Stretch:
-        return _replace(self, completions=(*self.completions, at))
+    def completed(self, at: float, *, heard_late: bool = False) -> Stretch:
+        """One more completion at ``at``; kept in time order (two results seen in one wake-up
+        may arrive in either order). ``heard_late``: its successor was submitted late."""
+        done = list(self.completions)
+        bisect.insort(done, at)
+        stalls = (*self.stalls, at) if heard_late else self.stalls
+        return _replace(self, completions=tuple(done), stalls=stalls)
 
     def submitted_one(self) -> Stretch:
         return _replace(self, submitted=self.submitted + 1)
@@ -223,6 +232,36 @@ def _rate_of(stretch: Stretch) -> tuple[float, float]:
         return rate * HOUR_S, done[-1] - done[0]
     latency = max(done[0] - stretch.started_at, 1e-9)
     return HOUR_S / latency, latency
+
+
+def late_hearing_s(stretch: Stretch) -> float:
+    """How late a completion may be heard before the pipeline counts as underfed: a quarter of
+    the interval (infinite until an interval is known)."""
+    rate = steady_rate_per_s(stretch.completions)
+    return 0.25 / rate if rate is not None and rate > 0 else math.inf
+
+
+def split_at_stalls(stretch: Stretch) -> list[Stretch]:
+    """The stretch cut after each completion heard late: the pieces in between measured a full
+    pipeline; the time the client could not feed it is not the machine's throughput."""
+    if not stretch.stalls:
+        return [stretch]
+    pieces: list[Stretch] = []
+    start, rest = stretch.started_at, list(stretch.completions)
+    for stall in sorted(stretch.stalls):
+        head = [t for t in rest if t <= stall]
+        rest = [t for t in rest if t > stall]
+        if head:
+            pieces.append(dataclasses.replace(
+                stretch, started_at=start, completions=tuple(head), submitted=len(head),
+                failed=0, interrupted="connection stalled", stalls=(),
+            ))  # fmt: skip
+            start = head[-1]
+    pieces.append(dataclasses.replace(
+        stretch, started_at=start, completions=tuple(rest), submitted=len(rest), failed=0,
+        stalls=(),
+    ))  # fmt: skip
+    return pieces
 
 
 def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> RateMeasurement:

@@ -23,6 +23,8 @@ from managerhelpers import ManagerProcess
 from simhelpers import free_tcp_port, poll_until
 
 from supervisor import exitcodes
+from supervisor.core.bench import steady_rate_per_s
+from supervisor.sim.pipeline import simulate_closed_loop
 from supervisor.state import StateStore
 
 pytestmark = pytest.mark.slow
@@ -138,6 +140,29 @@ def kill_instance_in_run(ctx: Ctx) -> int:
     return finish(ctx)
 
 
+def dashboard_kill_at(phase: str) -> Action:
+    """The operator kills the instance from the dashboard (POST /api/kill) in ``phase``."""
+
+    def act(ctx: Ctx) -> int:
+        run = ctx.start()
+        ctx.wait_phase(phase)
+        uuid = run.named("manager.registered")[0]["uuid"]
+        answer = ctx.manager.api_kill(uuid=uuid)
+        assert answer.status_code == 200, answer.text
+        return finish(ctx)
+
+    return act
+
+
+def manager_down_through_params(ctx: Ctx) -> int:
+    run = ctx.start()
+    ctx.wait_phase("params")
+    ctx.manager.faults(refuse_for=3.0)
+    code = finish(ctx)
+    assert run.named("manager.retry"), "the manager was never away"
+    return code
+
+
 def plain_run(ctx: Ctx) -> int:
     ctx.start()
     return finish(ctx, timeout=150)
@@ -242,13 +267,17 @@ class Row:
     events: tuple[str, ...] = ()  # events the run must have logged
     state_file: bool = True  # a valid state file must exist afterwards
     rate_zero: bool = False  # it stopped before a real rate: bench-done says 0
+    # Checked against the model (_check_rate) unless the fault itself starves the pipeline:
+    # with every connection cut at every partition, or frozen mid-bench, the client cannot
+    # submit or hear in time, and the daemon really proves less (its own timings show it).
+    rate_check: bool = True
 
 
 FAST = {"daemon_liveness_interval_s": 0.5, "daemon_liveness_timeout_s": 0.5}
 
 ROWS = [
     Row("drop-once-mid-await", 0, sim_faults=("drop,times=1",)),
-    Row("drop-every-partition", 0, sim_faults=("drop,times=0",)),
+    Row("drop-every-partition", 0, sim_faults=("drop,times=0",), rate_check=False),
     Row("first-proof-slower-than-any-deadline", 0,
         settings={"await_deadline_s": 0.1, "submit_deadline_s": 2},
         events=("proof.await_retry",)),
@@ -291,7 +320,7 @@ ROWS = [
     Row("manager-5xx-storm", 0, manager_args=("--fail-rate", "0.5", "--seed", "3")),
     Row("manager-slow-5s", 0, manager_args=("--latency", "5"),
         settings={"manager_read_timeout_s": 15}),
-    Row("manager-passed-false", exitcodes.BENCH_FAILED, settings={"min_rate": 1e6},
+    Row("manager-passed-false", exitcodes.BENCH_FAILED, settings={"min_rate": 1e5},
         reason="below min_rate"),
     Row("manager-404-killed", exitcodes.INSTANCE_GONE, action=kill_instance_in_run,
         settings={"exit_after_run": False, "status_interval_s": 0.5}),
@@ -335,9 +364,23 @@ ROWS = [
     *(
         Row(f"frozen-connection-in-{phase}", 0, sim_faults=(f"freeze:60,{when},once={{tmp}}/m",),
             action=run_seeing(daemon_line="froze client connections"),
-            events=("proving.reconnect",))
+            events=("proving.reconnect",), rate_check=phase != "bench")
         for phase, when in (("warmup", "at_partition=5"), ("bench", "after_proofs=2"))
     ),
+    # Issue 12: the manager down through params (the warmup does not wait), a dashboard kill in
+    # each phase (never revived). Issue 13: a proxy with HTML 502s and wrong 200 bodies.
+    Row("manager-down-through-params", 0, action=manager_down_through_params),
+    *(
+        Row(f"dashboard-kill-in-{phase}", exitcodes.INSTANCE_GONE, action=dashboard_kill_at(phase),
+            settings={"exit_after_run": phase != "run", "status_interval_s": 0.5,
+                      "bench_count": 12},
+            reason="manually killed via UI")
+        for phase in ("params", "warmup", "settle", "bench", "run")
+    ),
+    Row("manager-behind-a-flaky-proxy", 0,
+        manager_args=("--html-rate", "0.5", "--html-status", "502", "--bad-body-rate", "0.1",
+                      "--seed", "7"),
+        settings={"manager_retry_s": 300}),
 ]  # fmt: skip
 
 
@@ -411,6 +454,11 @@ def test_fault_row(row: Row, ctx) -> None:
     if row.exit == 0:
         assert len(reports(mgr, "/bench-done")) == 1
         assert mgr.instances()[0]["state"] == "running"
+        if row.rate_check:
+            _check_rate(context)
+    if row.exit == exitcodes.INSTANCE_GONE:
+        # Killed, and nothing sent after that revived it.
+        assert all(i["state"] == "killed" for i in mgr.instances())
     if row.reason:
         (instance,) = mgr.status()
         logs = mgr.get(f"/api/instance-logs/{instance['uuid']}").json()
@@ -419,10 +467,34 @@ def test_fault_row(row: Row, ctx) -> None:
         (bench,) = reports(mgr, "/bench-done")
         assert bench["json"]["rate"] == 0
     if "resume" in row.name:
-        # Killed before the params were done, it fetches again; after, never.
-        assert fetch_runs(context.tmp) == (2 if "-in-params-" in row.name else 1)
+        # Killed before the params were done, it fetches again, unless the fetch it left behind
+        # finished first and the files are whole (then they are verified, not fetched); after,
+        # never. (Never two at once: tests/test_params.py.)
+        assert fetch_runs(context.tmp) in ((1, 2) if "-in-params-" in row.name else (1,))
         uuids = {run.named("manager.registered")[0]["uuid"] for run in context.runs}
         assert len(uuids) == 1
+
+
+RATE_TOLERANCE = 0.03
+
+
+def _check_rate(context: Ctx) -> None:
+    """The reported rate against what an exact measurement of the same batch on the plan it
+    ended on gives in the simulator's model (the model's own finite-batch shape, e.g. partition
+    rounds at 12 workers, is not the supervisor's error)."""
+    results = [e for run in context.runs for e in run.named("bench.result")]
+    if not results:
+        return  # resumed after the report: the rate was measured by an earlier process
+    result = results[-1]
+    how = result["measurement"]
+    (bench,) = reports(context.manager, "/bench-done")
+    assert bench["json"]["rate"] == pytest.approx(result["rate"], rel=1e-3)
+    workers, concurrency, proofs = result["workers"], how["concurrency"], how["proofs"]
+    done = simulate_closed_loop(workers, 2, concurrency, max(proofs, concurrency))[:proofs]
+    rate = steady_rate_per_s(done)
+    ideal = rate * 3600 if rate is not None else proofs / done[-1] * 3600
+    error = result["rate"] / ideal - 1
+    assert abs(error) <= RATE_TOLERANCE, f"rate {result['rate']} vs {ideal:.2f} ({error:+.1%})"
 
 
 def _story(context: Ctx) -> str:
