@@ -16,6 +16,7 @@ from supervisor.core.bench import (
     choose_measurement,
     measurement_fits,
     next_submission,
+    split_at_stalls,
     steady_rate_per_s,
 )
 from supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
@@ -266,3 +267,27 @@ def test_policy_values_are_checked():
         BenchPolicy(safety=0.5)
     with pytest.raises(ValueError, match="ascending"):
         Stretch(1, 1, 0.0, completions=(2.0, 1.0))
+
+
+def test_completions_heard_out_of_order_are_kept_in_time_order():
+    stretch = Stretch(workers=10, concurrency=2, started_at=0.0).completed(5.0).completed(4.0)
+    assert stretch.completions == (4.0, 5.0)
+
+
+def test_a_stretch_is_measured_between_completions_heard_late():
+    times = [50.0, 90.0, 130.0, 170.0, 400.0, 440.0, 480.0, 520.0]
+    stretch = Stretch(workers=10, concurrency=2, started_at=0.0)
+    for t in times:
+        stretch = stretch.completed(t, heard_late=(t == 170.0)).submitted_one()
+    first, second = split_at_stalls(stretch)
+    assert first.completions == (50.0, 90.0, 130.0, 170.0)
+    assert first.interrupted == "connection stalled"
+    assert second.completions == (400.0, 440.0, 480.0, 520.0)
+    assert not second.interrupted
+    m = choose_measurement([first, second], BenchPolicy())
+    assert m.rate_per_hour == pytest.approx(90.0)
+
+
+def test_a_stretch_without_stalls_is_one_piece():
+    stretch = Stretch(workers=10, concurrency=2, started_at=0.0).completed(1.0)
+    assert split_at_stalls(stretch) == [stretch]
