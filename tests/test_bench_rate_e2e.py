@@ -145,8 +145,12 @@ def test_a_proactive_step_down_in_the_bench_reports_the_new_plans_rate(tmp_path,
     folder = tmp_path / "cgroup"
     folder.mkdir()
     (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-    (folder / "memory.max").write_text(f"{140 * 2**20}\n")
-    env = env_for(tmp_path, mgr, cgroup_root=folder, sim_args=("--cgroup-dir", str(folder)))
+    # The sim's memory.current: SRS + PCE 70 MiB, 15 MiB per active partition. A settle proof
+    # at 12 workers has its 10 partitions active (220 MiB, 92%); the bench at concurrency 2 has
+    # 12 (250 MiB): over the limit, so the step-down comes in the bench.
+    (folder / "memory.max").write_text(f"{240 * 2**20}\n")
+    env = env_for(tmp_path, mgr, workers=12, cgroup_root=folder,
+                  sim_args=("--cgroup-dir", str(folder)))  # fmt: skip
     run = start_run(env)
     assert finish(run) == exitcodes.OK
     steps = run.named("plan.step_down")

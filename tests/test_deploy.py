@@ -750,7 +750,9 @@ def test_the_instance_label_is_unique_to_the_pod(container):
     assert fields["POD_NAME"] == "metadata.name"
     assert fields["POD_UID"] == "metadata.uid"
     label = env["CUZK_SUPERVISOR_LABEL"]["value"]
-    assert label == "k8s:$(POD_NAMESPACE)/$(POD_NAME)/$(POD_UID)"
+    assert label == "k8s.$(POD_NAMESPACE).$(POD_NAME).$(POD_UID)"
+    # As the kubelet expands it, the label passes the label setting's rule.
+    settings.load({}, environ={"CUZK_SUPERVISOR_LABEL": kubelet_expanded(label)})
     # $(VAR) expands only variables defined earlier in the list.
     names = [e["name"] for e in container["env"]]
     for var in ("POD_NAMESPACE", "POD_NAME", "POD_UID"):
@@ -766,9 +768,25 @@ def test_service_name_names_a_headless_service_for_the_pods(manifest):
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
+# What the kubelet puts for $(VAR) from the downward API, for a typical pod.
+POD_FIELDS = {
+    "POD_NAMESPACE": "proving",
+    "POD_NAME": "cuzk-supervisor-0",
+    "POD_UID": "5f1c1e3a-9b2d-4c7e-8a61-0d2f4b6c8e90",
+}
+
+
+def kubelet_expanded(value: str) -> str:
+    return re.sub(r"\$\((\w+)\)", lambda m: POD_FIELDS.get(m.group(1), m.group(0)), value)
+
+
 def test_grace_period_covers_the_daemons_stop_and_ours(pod, container):
     env = pod_env(container)
-    raw = {k: e["value"] for k, e in env.items() if "value" in e and k in DECLARED_ENV}
+    raw = {
+        k: kubelet_expanded(e["value"])
+        for k, e in env.items()
+        if "value" in e and k in DECLARED_ENV
+    }
     daemon_grace = settings.load({}, environ=raw).settings.daemon_stop_grace_s
     assert pod["terminationGracePeriodSeconds"] > daemon_grace + 10
 
@@ -790,7 +808,7 @@ def test_manager_settings_come_from_a_configmap_and_the_token_from_a_secret(mani
 
 def test_literal_settings_in_the_pod_are_declared_and_valid(container):
     raw = {
-        e["name"]: e["value"]
+        e["name"]: kubelet_expanded(e["value"])
         for e in container["env"]
         if e["name"].startswith(settings.ENV_PREFIX) and "value" in e
     }

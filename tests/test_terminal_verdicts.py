@@ -38,7 +38,7 @@ def restart_like_always(env: dict[str, str], mgr) -> None:
 
 def test_a_failed_bench_is_not_rerun_by_a_restart_policy(tmp_path, manager):
     mgr = manager()
-    env = lifecycle_env(tmp_path, mgr.url, min_rate=1e6, bench_count=3)
+    env = lifecycle_env(tmp_path, mgr.url, min_rate=1e5, bench_count=3)
     first = start_run(env)
     try:
         assert first.wait(90) == exitcodes.BENCH_FAILED
