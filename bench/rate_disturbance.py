@@ -74,7 +74,11 @@ def disturbances(root: Path) -> list[Disturbance]:
         Disturbance(
             "one daemon crash mid-bench", faults=(f"exit:3,after_proofs=4,once={root}/crash",)
         ),
-        Disturbance("proactive step-down in the bench", settings={"workers": 12}, cgroup=True),
+        Disturbance(
+            "proactive step-down in the bench",
+            settings={"workers": 20, "max_workers": 20, "bench_count": 16},
+            cgroup=True,
+        ),
         Disturbance(
             "budget for 4 of 12 proofs", settings={"workers": 5, "bench_budget_s_sim": 1300}
         ),
@@ -102,7 +106,7 @@ def one_run(procs: Processes, root: Path, d: Disturbance, time_scale: float) -> 
             folder = root / "cgroup"
             folder.mkdir()
             (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-            (folder / "memory.max").write_text(f"{240 * 2**20}\n")
+            (folder / "memory.max").write_text(f"{295 * 2**20}\n")
             args += f" --cgroup-dir {folder}"
             env["CUZK_SUPERVISOR_CGROUP_ROOT"] = str(folder)
         env["CUZK_SUPERVISOR_DAEMON_ARGS"] = args

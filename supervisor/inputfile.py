@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import stat
+import tomllib
 from pathlib import Path
+from typing import Any
 
 from supervisor.errors import UsageError
 
@@ -60,3 +62,16 @@ def read_text(path: Path, *, what: str, max_bytes: int) -> str:
         raise UsageError(
             f"{what} {path} is not UTF-8 text (bad byte at offset {exc.start})"
         ) from None
+
+
+def read_toml(path: Path, *, what: str, max_bytes: int) -> dict[str, Any]:
+    """``path`` read as UTF-8 TOML; every way it can be wrong is one line naming ``what``."""
+    text = read_text(path, what=what, max_bytes=max_bytes)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{what} {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{what} {path} is not valid TOML: nested too deep") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise UsageError(f"{what} {path} is not valid TOML: {exc}") from None

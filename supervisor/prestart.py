@@ -8,7 +8,6 @@ environment (``VAST_CONTAINERLABEL``, ``MIN_RATE``). Pure apart from reading tho
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from supervisor import settings
 from supervisor.daemon_config import DaemonConfigValues, render
 from supervisor.errors import UsageError
 from supervisor.health import check_listen
-from supervisor.inputfile import read_text
+from supervisor.inputfile import read_toml
 from supervisor.proofinput import load_c1
 from supervisor.settings import Settings
 
@@ -32,15 +31,7 @@ def check_base_config(path: Path | None) -> dict[str, Any]:
     tables, and which renders to a file the daemon can read (one-line UsageError otherwise)."""
     if path is None:
         return {}
-    text = read_text(path, what="daemon base config", max_bytes=MAX_BASE_CONFIG_BYTES)
-    try:
-        base = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"daemon base config {path} is not valid TOML: {exc}") from None
-    except RecursionError:
-        raise UsageError(f"daemon base config {path} is not valid TOML: nested too deep") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise UsageError(f"daemon base config {path} is not valid TOML: {exc}") from None
+    base = read_toml(path, what="daemon base config", max_bytes=MAX_BASE_CONFIG_BYTES)
     probe = DaemonConfigValues(
         partition_workers=1, total_budget_gib=1, max_parallel_synthesis=1, listen="127.0.0.1:1"
     )

@@ -14,7 +14,6 @@ import math
 import os
 import re
 import shlex
-import tomllib
 import types
 import typing
 import unicodedata
@@ -26,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from supervisor.address import check_public, parse_address
 from supervisor.errors import UsageError
-from supervisor.inputfile import read_text
+from supervisor.inputfile import read_toml
 
 ENV_PREFIX = "CUZK_SUPERVISOR_"
 CONFIG_FILE_ENV = f"{ENV_PREFIX}CONFIG_FILE"
@@ -785,15 +784,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _file_values(path: Path) -> dict[str, Any]:
-    text = read_text(path, what="settings file", max_bytes=MAX_SETTINGS_FILE_BYTES)
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"settings file {path} is not valid TOML: {exc}") from None
-    except RecursionError:
-        raise UsageError(f"settings file {path} is not valid TOML: nested too deep") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise UsageError(f"settings file {path} is not valid TOML: {exc}") from None
+    document = read_toml(path, what="settings file", max_bytes=MAX_SETTINGS_FILE_BYTES)
     flat: dict[str, Any] = {}
     for key, value in document.items():
         if isinstance(value, dict):  # [daemon] binary = ... is daemon_binary

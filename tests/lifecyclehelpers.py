@@ -27,6 +27,16 @@ def fetch_command(tmp_path: Path, rate_mb: float = 4.0) -> str:
     )
 
 
+def fake_cgroup(folder: Path, limit_bytes: int | None = None) -> Path:
+    """A cgroup-like folder for the simulated daemon's ``--cgroup-dir`` (its memory.current
+    follows the sim's real allocations) and the supervisor's ``cgroup_root``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    if limit_bytes is not None:
+        (folder / "memory.max").write_text(f"{limit_bytes}\n")
+    return folder
+
+
 def fetch_runs(tmp_path: Path) -> int:
     counter = tmp_path / "fetch-runs"
     return len(counter.read_text().splitlines()) if counter.exists() else 0

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from daemonhelpers import Supervisor
-from lifecyclehelpers import lifecycle_env, reports, start_run
+from lifecyclehelpers import fake_cgroup, lifecycle_env, reports, start_run
 from simhelpers import poll_until
 
 from supervisor import exitcodes
@@ -142,14 +142,12 @@ def test_a_slow_machine_fits_its_batch_into_the_managers_budget(tmp_path, manage
 
 def test_a_proactive_step_down_in_the_bench_reports_the_new_plans_rate(tmp_path, manager):
     mgr = manager()
-    folder = tmp_path / "cgroup"
-    folder.mkdir()
-    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
     # The sim's memory.current: SRS + PCE 70 MiB, 15 MiB per active partition. A settle proof
-    # at 12 workers has its 10 partitions active (220 MiB, 92%); the bench at concurrency 2 has
-    # 12 (250 MiB): over the limit, so the step-down comes in the bench.
-    (folder / "memory.max").write_text(f"{240 * 2**20}\n")
-    env = env_for(tmp_path, mgr, workers=12, cgroup_root=folder,
+    # at 20 workers has its 10 partitions active (220 MiB: 25% headroom, where a trend is not
+    # yet trusted); the bench at concurrency 2 has 20 (370 MiB): over the limit, so the step
+    # comes in the bench, to what fits.
+    folder = fake_cgroup(tmp_path / "cgroup", 295 * 2**20)
+    env = env_for(tmp_path, mgr, workers=20, max_workers=20, bench_count=16, cgroup_root=folder,
                   sim_args=("--cgroup-dir", str(folder)))  # fmt: skip
     run = start_run(env)
     assert finish(run) == exitcodes.OK

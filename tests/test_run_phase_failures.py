@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from lifecyclehelpers import lifecycle_env, start_run
+from lifecyclehelpers import fake_cgroup, lifecycle_env, start_run
 from simhelpers import poll_until
 
 from supervisor import exitcodes
@@ -27,10 +27,7 @@ def setup_logs(mgr, uuid: str) -> str:
 
 def test_memory_trouble_at_one_worker_in_the_run_phase_is_out_of_memory(tmp_path, manager):
     mgr = manager()
-    cgroup = tmp_path / "cgroup"
-    cgroup.mkdir()
-    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-    (cgroup / "memory.max").write_text(f"{10 * 2**30}\n")
+    cgroup = fake_cgroup(tmp_path / "cgroup", 10 * 2**30)
     env = lifecycle_env(tmp_path, mgr.url, workers=1, bench_count=3, cgroup_root=cgroup,
                         sim_args=("--cgroup-dir", str(cgroup)))  # fmt: skip
     run = start_run(env)

@@ -277,73 +277,33 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
     excluded = tuple(s.interrupted for s in stretches if s.interrupted)
     if not stretches:
         return RateMeasurement(0.0, 0, 0.0, policy.concurrency, 0, False, "no proof ran")
+
+    def measured(stretch: Stretch, steady: bool, label: str, tail: str = "") -> RateMeasurement:
+        rate, span = _rate_of(stretch) if stretch.completions else (0.0, 0.0)
+        n = len(stretch.completions)
+        noun = "proofs" if steady else "proof(s)"
+        reason = f"{label}: {n} {noun} over {span:.1f} s{tail}" if n else label
+        return RateMeasurement(
+            rate, n, span, stretch.concurrency, stretch.workers, steady, reason,
+            stretches=len(stretches), excluded=excluded,
+        )  # fmt: skip
+
     current = stretches[-1].workers
     at_plan = [s for s in stretches if s.workers == current]
     enough = [s for s in at_plan if len(s.completions) >= policy.min_proofs]
     last = stretches[-1]
-    n = len(stretches)
     if not last.interrupted and len(last.completions) >= policy.min_proofs:
-        rate, span = _rate_of(last)
-        reason = f"steady: {len(last.completions)} proofs over {span:.1f} s"
-        if excluded:
-            reason += f", measured after {len(excluded)} interruption(s)"
-        return RateMeasurement(
-            rate,
-            len(last.completions),
-            span,
-            last.concurrency,
-            last.workers,
-            True,
-            reason,
-            stretches=n,
-            excluded=excluded,
-        )
+        after = f", measured after {len(excluded)} interruption(s)" if excluded else ""
+        return measured(last, True, "steady", after)
     if enough:
         best = max(enough, key=lambda s: (len(s.completions), stretches.index(s)))
-        rate, span = _rate_of(best)
-        reason = (
-            f"longest uninterrupted stretch: {len(best.completions)} proofs over {span:.1f} s "
-            f"(no time for a new measurement after: {'; '.join(excluded) or 'none'})"
-        )
-        return RateMeasurement(
-            rate,
-            len(best.completions),
-            span,
-            best.concurrency,
-            best.workers,
-            True,
-            reason,
-            stretches=n,
-            excluded=excluded,
-        )
+        since = "; ".join(excluded) or "none"
+        return measured(best, True, "longest uninterrupted stretch",
+                        f" (no time for a new measurement after: {since})")  # fmt: skip
     pool = at_plan if any(s.completions for s in at_plan) else list(stretches)
     best = max(pool, key=lambda s: (len(s.completions), pool.index(s)))
     if not best.completions:
-        return RateMeasurement(
-            0.0,
-            0,
-            0.0,
-            best.concurrency,
-            best.workers,
-            False,
-            "no proof completed",
-            stretches=n,
-            excluded=excluded,
-        )
-    rate, span = _rate_of(best)
+        return measured(best, False, "no proof completed")
     why = "; ".join(excluded) if excluded else "the budget held no more"
-    reason = (
-        f"short: {len(best.completions)} proof(s) over {span:.1f} s, fewer than bench_min_proofs "
-        f"{policy.min_proofs} ({why})"
-    )
-    return RateMeasurement(
-        rate,
-        len(best.completions),
-        span,
-        best.concurrency,
-        best.workers,
-        False,
-        reason,
-        stretches=n,
-        excluded=excluded,
-    )
+    return measured(best, False, "short",
+                    f", fewer than bench_min_proofs {policy.min_proofs} ({why})")  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 from daemonhelpers import Supervisor, processes_mentioning
+from lifecyclehelpers import fake_cgroup as fake_cgroup_folder
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
 from managerhelpers import ManagerProcess
 from simhelpers import free_tcp_port, poll_until
@@ -190,9 +191,7 @@ def fake_cgroup_limited(ctx: Ctx) -> None:
 def fake_cgroup(ctx: Ctx) -> None:
     """A cgroup-like folder: the sim's OOM switch bumps its oom_kill counter, which the
     supervisor reads as the kernel's (the real-kernel version is tests/test_oom_cgroup.py)."""
-    folder = ctx.tmp / "cgroup"
-    folder.mkdir()
-    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    folder = fake_cgroup_folder(ctx.tmp / "cgroup")
     args = ctx.env["CUZK_SUPERVISOR_DAEMON_ARGS"]
     ctx.env["CUZK_SUPERVISOR_DAEMON_ARGS"] = f"{args} --cgroup-dir {folder}"
     ctx.env["CUZK_SUPERVISOR_CGROUP_ROOT"] = str(folder)
