@@ -993,13 +993,18 @@ class Lifecycle:
                     result = None
                 if result is not None:
                     await self._after_drain(result.sent)
-                    if result.error is None:
+                    if result.error is None and result.sent:
                         pause = 1.0
                         continue
+                # The manager is away (back off), or the head is still being written by its
+                # sender, who sends it itself: wait, never spin (an uncontended lock and an
+                # empty drain do not yield to the event loop).
+                away = result is None or result.error is not None
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._outbox_kick.wait(), pause)
+                    await asyncio.wait_for(self._outbox_kick.wait(), pause if away else 1.0)
                 self._outbox_kick.clear()
-                pause = min(pause * 2, 30.0)
+                if away:
+                    pause = min(pause * 2, 30.0)
 
     async def _after_drain(self, sent: tuple[Report, ...]) -> None:
         for report in sent:
