@@ -286,5 +286,40 @@ awk -v s="$stop_s" -v g="$STOP_GRACE_S" 'BEGIN { exit !(s < g) }' ||
     fail "docker stop took $stop_s s, not within the stop grace ($STOP_GRACE_S s)"
 say "ok: docker stop: exit 143 in $stop_s s (stop grace $STOP_GRACE_S s)"
 
+# run mode: the entrypoint's own command against the simulated daemon where cuzk stands, in
+# local mode (no manager URL: reports are logged), healthy through the same HEALTHCHECK.
+run_env=(
+    -e CUZK_SUPERVISOR_LABEL=C.1 -e CUZK_SUPERVISOR_DAEMON_BINARY=cuzk-sim-daemon
+    -e "CUZK_SUPERVISOR_DAEMON_ARGS=--time-scale 200" -e CUZK_SUPERVISOR_RATE_TIME_SCALE=200
+    -e CUZK_SUPERVISOR_PLAN_MEMORY_SCALE=1024 -e CUZK_SUPERVISOR_GPU_PROBE=none
+    -e CUZK_SUPERVISOR_BENCH_BUDGET_S=13.5 -e CUZK_SUPERVISOR_C1_FILE=/tmp/c1.json
+)
+cid_run="$(docker run -d --network none "${run_env[@]}" --entrypoint sh "$IMAGE" -c \
+    'python -m supervisor.sim.c1 --out /tmp/c1.json --size-mb 0.2 && exec cuzk-supervisor run')"
+containers+=("$cid_run")
+t0=$SECONDS
+deadline=$((SECONDS + 180))
+while :; do
+    health="$(docker inspect -f '{{.State.Health.Status}}' "$cid_run")"
+    [[ "$health" == healthy ]] && break
+    [[ "$(docker inspect -f '{{.State.Running}}' "$cid_run")" == true ]] ||
+        fail "the run container stopped: $(docker logs --tail 20 "$cid_run" 2>&1)"
+    ((SECONDS < deadline)) || fail "run mode not healthy after 180 s (status $health)"
+    sleep 1
+done
+say "ok: run mode with the simulated daemon healthy after $((SECONDS - t0)) s"
+deadline=$((SECONDS + 120))
+until docker logs "$cid_run" 2>&1 | grep -q '"phase": "run", "event": "phase.entered"\|phase.entered.*phase=run'; do
+    [[ "$(docker inspect -f '{{.State.Running}}' "$cid_run")" == true ]] ||
+        fail "the run container stopped: $(docker logs --tail 20 "$cid_run" 2>&1)"
+    ((SECONDS < deadline)) || fail "run mode never reached the run phase: $(docker logs --tail 20 "$cid_run" 2>&1)"
+    sleep 1
+done
+say "ok: run mode reached the run phase (register, params, plan, warmup, settle, bench, report)"
+docker stop -t 60 "$cid_run" > /dev/null
+code="$(docker inspect -f '{{.State.ExitCode}}' "$cid_run")"
+[[ "$code" == 143 ]] || fail "run mode: docker stop gave exit code $code, not 143"
+say "ok: run mode: docker stop gave 143"
+
 # --- 5. the figures ------------------------------------------------------------------------
 say "PASS: image $IMAGE $size_mb MB (base $base_mb MB), build $build_s s, docker stop $stop_s s (exit 143), total $((SECONDS - started_at)) s"
