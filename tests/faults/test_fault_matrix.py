@@ -474,7 +474,10 @@ def test_fault_row(row: Row, ctx) -> None:
         assert len(uuids) == 1
 
 
-RATE_TOLERANCE = 0.03
+# A row's bench is 4 proofs in about 0.6 s of wall time at time scale 200: a few ms of
+# scheduling jitter on a loaded 2-core machine is a percent or two. The bends this check is for
+# are 25 % and more (a settle proof taken as every proof's time, a restart inside the batch).
+RATE_TOLERANCE = 0.05
 
 
 def _check_rate(context: Ctx) -> None:
