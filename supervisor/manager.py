@@ -384,6 +384,10 @@ def _json_object(response: httpx.Response, require: Mapping[str, type]) -> None:
     data = _json_body(response)
     if not isinstance(data, dict):
         raise _BadAnswer(response.status_code, "not a JSON object", response.content)
+    if "ok" in require and data.get("ok") is not True:
+        # param-done, running and bench-done answer {"ok": true, ...}; anything else (a proxy's
+        # own JSON, {"ok": false}) is not the manager applying the report.
+        raise _BadAnswer(response.status_code, "no ok: true", response.content)
     for name, kind in require.items():
         value = data.get(name)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -558,8 +562,9 @@ class ManagerClient:
         if self._http is None:
             log.info("manager.report_skipped", call=call, payload=payload, answer="ok")
             return {"ok": True}
+        expected = {"ok": bool, **(require or {})}
         try:
-            return await self._post_json(call, path, payload, stop_s, require=require)
+            return await self._post_json(call, path, payload, stop_s, require=expected)
         except ManagerRejected as exc:
             if exc.status == 404:
                 raise InstanceGone(call, str(payload.get("uuid")), exc.message) from None

@@ -700,3 +700,11 @@ async def test_without_a_manager_the_outbox_completes_locally(tmp_path):
             done = await outbox.send_now(Report(kind=BENCH_DONE, uuid="local-C.1", rate=1.0))
     assert done.passed is True
     assert any(e["event"] == "manager.report_skipped" for e in logs)
+
+
+async def test_a_json_answer_that_is_not_ok_true_is_not_an_applied_report(manager):
+    # A proxy's own JSON (or {"ok": false}) is not the manager applying /running.
+    manager.fail("/running", (200, {"status": "maintenance"}), (200, {"ok": False}))
+    async with manager.client() as client:
+        await client.running("u-1")
+    assert manager.paths() == ["/running"] * 3
