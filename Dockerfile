@@ -47,7 +47,7 @@ RUN "${PYTHON}" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "
 WORKDIR /src
 # Only what the wheel is built from (.dockerignore keeps everything else out of the context).
 COPY constraints.txt pyproject.toml README.md ./
-COPY supervisor ./supervisor
+COPY cuzk_supervisor ./cuzk_supervisor
 # pip is the build venv's (ensurepip), a build tool in a stage that is thrown away; it installs
 # into the runtime venv from outside (--python), so that venv never holds pip or setuptools.
 # PIP_CONSTRAINT reaches the isolated build of the project's wheel too (setuptools, wheel).
@@ -124,7 +124,7 @@ STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=10s --start-period=30m --retries=3 \
     CMD ["cuzk-supervisor", "healthcheck"]
 
-# No tini: the supervisor is a correct PID 1 itself (supervisor/pid1.py): it reaps orphans,
+# No tini: the supervisor is a correct PID 1 itself (cuzk_supervisor/pid1.py): it reaps orphans,
 # forwards stop signals to its children, becomes a child subreaper when it is not PID 1, and
 # exits 128+N after signal N.
 ENTRYPOINT ["cuzk-supervisor"]

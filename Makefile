@@ -30,10 +30,10 @@ lint-deploy: $(STAMP)
 	bash .ci/lint-deploy
 
 readme: $(STAMP)
-	$(BIN)/python -m supervisor.readme
+	$(BIN)/python -m cuzk_supervisor.cli.readme
 
 protos: $(STAMP)
-	$(BIN)/python -m supervisor.proto.generate
+	$(BIN)/python -m cuzk_supervisor.proto.generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

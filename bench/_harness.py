@@ -277,14 +277,14 @@ class Waiter:
 
 
 class SupervisorProc:
-    """``python -m supervisor COMMAND`` with JSON events read from stderr as they come."""
+    """``python -m cuzk_supervisor COMMAND`` with JSON events read from stderr as they come."""
 
     def __init__(
         self, procs: Processes, command: str, env: Mapping[str, str], args: Sequence[str] = ()
     ) -> None:
         self.started_wall = time.time()
         self.started_mono = time.monotonic()
-        self.proc = procs.spawn([PY, "-m", "supervisor", command, *args], child_env(env))
+        self.proc = procs.spawn([PY, "-m", "cuzk_supervisor", command, *args], child_env(env))
         self.events: list[dict[str, Any]] = []
         self.plain: list[str] = []
         self._cond = threading.Condition()
@@ -368,7 +368,7 @@ class Manager:
     """The simulated manager on a free loopback port."""
 
     def __init__(self, procs: Processes, db: Path) -> None:
-        argv = [PY, "-m", "supervisor.sim.manager", "--db", str(db), "--listen", "127.0.0.1:0"]
+        argv = [PY, "-m", "cuzk_supervisor.sim.manager", "--db", str(db), "--listen", "127.0.0.1:0"]
         env = {k: v for k, v in child_env({}).items() if not k.startswith("CUZK_SIM_MANAGER_")}
         self.proc = procs.spawn(argv, env)
         self._lines: list[str] = []

@@ -30,7 +30,7 @@ from _harness import (
     read_daemon_log,
 )
 
-from supervisor.sim import model, pipeline
+from cuzk_supervisor.sim import model, pipeline
 
 MB = 1_000_000
 STARTING = "cuzk-daemon starting"

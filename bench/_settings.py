@@ -8,7 +8,7 @@ from typing import Any
 
 from _harness import PY, free_tcp_port
 
-from supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.c1 import write_c1
 
 # The plan of the measured lifecycle: 2 partition workers (warmup at 1, so the restart phase
 # runs), 12 bench proofs at concurrency 2 on one simulated GPU (2 GPU workers). The model's own
@@ -22,7 +22,7 @@ C1_BYTES = 200_000
 
 
 def sim_args(time_scale: float, faults: tuple[str, ...] = ()) -> str:
-    argv = ["-m", "supervisor.sim.daemon", "--time-scale", f"{time_scale:g}"]
+    argv = ["-m", "cuzk_supervisor.sim.daemon", "--time-scale", f"{time_scale:g}"]
     for fault in faults:
         argv += ["--fault", fault]
     return shlex.join(argv)

@@ -3,10 +3,11 @@
     .venv/bin/python bench/frozen_recovery.py [--runs 5] [--await-deadline 1] [--time-scale 100]
                                               [--json FILE]
 
-Per run: a fresh simulated daemon (``python -m supervisor.sim.daemon``) with the fault
+Per run: a fresh simulated daemon (``python -m cuzk_supervisor.sim.daemon``) with the fault
 ``freeze:60,at_partition=9``: when the last partition of the proof starts, every open client
 connection goes silent for good (no FIN, no RST: a frozen path) and new connections freeze too
-for 60 simulated seconds. The proving client (``supervisor.proving``, default settings but the
+for 60 simulated seconds. The proving client (``cuzk_supervisor.adapters.proving``, default
+settings but the
 await deadline) proves one PoRep proof; the proof ends a partition time after the freeze, on
 the daemon, while the client's connection is dead.
 
@@ -47,10 +48,10 @@ from _harness import (
     print_table,
 )
 
-from supervisor.address import parse_address
-from supervisor.proofinput import build_submit_request, load_c1
-from supervisor.proving import ProvingClient, ProvingTimeouts
-from supervisor.sim.c1 import write_c1
+from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
+from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
+from cuzk_supervisor.address import parse_address
+from cuzk_supervisor.sim.c1 import write_c1
 
 FAULT = "freeze:60,at_partition=9"
 COMPLETED_RE = re.compile(r"^(\S+Z)\s+INFO .*proof completed job_id=(\S+)")
@@ -94,7 +95,7 @@ def one_run(root: Path, index: int, timeouts: ProvingTimeouts, time_scale: float
     write_c1(c1, size_bytes=200_000)
     log = folder / "cuzk.log"
     listen = f"127.0.0.1:{free_tcp_port()}"
-    argv = [PY, "-m", "supervisor.sim.daemon", "--listen", listen, "--config", str(config),
+    argv = [PY, "-m", "cuzk_supervisor.sim.daemon", "--listen", listen, "--config", str(config),
             "--time-scale", f"{time_scale:g}", "--fault", FAULT]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=child_env({}))

@@ -48,9 +48,9 @@ from daemonhelpers import Supervisor
 from lifecyclehelpers import lifecycle_env
 from managerhelpers import ManagerProcess
 
-from supervisor.policy import RiskPolicy
-from supervisor.sim import model
-from supervisor.sim.residency import pce_cache_path
+from cuzk_supervisor.core.policy import RiskPolicy
+from cuzk_supervisor.sim import model
+from cuzk_supervisor.sim.residency import pce_cache_path
 
 BASELINE_MIB = 50  # anonymous memory of the supervisor + the daemon's interpreter (measured)
 PARTITION_START = re.compile(r"^(\S+Z)\s+DEBUG\s+\S+: partition synthesis started")

@@ -28,7 +28,7 @@ import _settings as cfg
 import httpx
 from _harness import BenchError, Manager, Processes, Row, SupervisorProc, median, print_table
 
-from supervisor.sim.pipeline import simulate_closed_loop
+from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
 TARGET = 0.02
 SIM_GPU_WORKERS = 2

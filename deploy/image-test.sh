@@ -295,7 +295,7 @@ run_env=(
     -e CUZK_SUPERVISOR_BENCH_BUDGET_S=13.5 -e CUZK_SUPERVISOR_C1_FILE=/tmp/c1.json
 )
 cid_run="$(docker run -d --network none "${run_env[@]}" --entrypoint sh "$IMAGE" -c \
-    'python -m supervisor.sim.c1 --out /tmp/c1.json --size-mb 0.2 && exec cuzk-supervisor run')"
+    'python -m cuzk_supervisor.sim.c1 --out /tmp/c1.json --size-mb 0.2 && exec cuzk-supervisor run')"
 containers+=("$cid_run")
 t0=$SECONDS
 deadline=$((SECONDS + 180))

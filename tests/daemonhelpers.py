@@ -1,6 +1,7 @@
 """Helpers for tests that run the supervisor around the simulated daemon.
 
-``sim_settings`` points ``DaemonSettings`` at ``python -m supervisor.sim.daemon``; ``Supervisor``
+``sim_settings`` points ``DaemonSettings`` at ``python -m cuzk_supervisor.sim.daemon``;
+``Supervisor``
 runs ``cuzk-supervisor daemon`` as a real subprocess (signals matter there) and collects its JSON
 log events from stderr.
 """
@@ -20,10 +21,10 @@ from typing import Any
 import psutil
 from simhelpers import free_tcp_port, poll_until
 
-from supervisor.daemon import DaemonSettings
-from supervisor.daemon_config import DaemonConfigValues
+from cuzk_supervisor.daemon.config import DaemonConfigValues
+from cuzk_supervisor.daemon.process import DaemonSettings
 
-SIM_MODULE = ("-m", "supervisor.sim.daemon")
+SIM_MODULE = ("-m", "cuzk_supervisor.sim.daemon")
 
 
 def sim_args(
@@ -90,7 +91,7 @@ class Supervisor:
         command: str = "daemon",
         env: dict[str, str] | None = None,
     ) -> None:
-        argv = [*prefix, sys.executable, "-m", "supervisor", command, *args]
+        argv = [*prefix, sys.executable, "-m", "cuzk_supervisor", command, *args]
         base = {
             k: v
             for k, v in os.environ.items()

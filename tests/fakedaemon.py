@@ -25,9 +25,9 @@ from pathlib import Path
 
 import grpc
 
-from supervisor.address import Address
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proto import proving_pb2_grpc as pb_grpc
+from cuzk_supervisor.address import Address
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
 
 PROOF = bytes(range(192)) * 10  # 1920 bytes, like a PoRep proof
 SERVER_MESSAGE_LIMIT = 128 * 1024 * 1024  # the real daemon's

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from supervisor import leftovers
+from cuzk_supervisor.daemon import leftovers
 
 _FETCH = """
 import os, sys, time

@@ -13,7 +13,7 @@ from typing import Any
 from daemonhelpers import Supervisor
 from simhelpers import free_tcp_port
 
-from supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.c1 import write_c1
 
 SIM_PARAMS = ("p.params:3000000", "p.vk:1000")
 
@@ -22,7 +22,7 @@ def fetch_command(tmp_path: Path, rate_mb: float = 4.0) -> str:
     """The simulated download, counting its runs in ``fetch-runs`` beside the params."""
     counter = tmp_path / "fetch-runs"
     return (
-        f"echo run >> {counter} && {sys.executable} -m supervisor.sim.fetch "
+        f"echo run >> {counter} && {sys.executable} -m cuzk_supervisor.sim.fetch "
         f"--rate-mb {rate_mb:g} " + " ".join(SIM_PARAMS)
     )
 
@@ -54,7 +54,7 @@ def lifecycle_env(
     c1 = tmp_path / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=200_000)
-    daemon_args = ["-m", "supervisor.sim.daemon", "--time-scale", f"{time_scale:g}", *sim_args]
+    daemon_args = ["-m", "cuzk_supervisor.sim.daemon", "--time-scale", f"{time_scale:g}", *sim_args]
     for fault in sim_faults:
         daemon_args += ["--fault", fault]
     values: dict[str, Any] = {

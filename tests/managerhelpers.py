@@ -1,4 +1,4 @@
-"""Helpers for tests that run the simulated manager (``supervisor.sim.manager``) as a real
+"""Helpers for tests that run the simulated manager (``cuzk_supervisor.sim.manager``) as a real
 subprocess on loopback. Import them from any test (``tests/`` is on sys.path)::
 
     from managerhelpers import ManagerProcess, ManagerFactory, poll_until
@@ -37,7 +37,7 @@ ENV_PREFIX = "CUZK_SIM_MANAGER_"
 
 
 class ManagerProcess:
-    """One running ``python -m supervisor.sim.manager``; stdout and stderr collected by
+    """One running ``python -m cuzk_supervisor.sim.manager``; stdout and stderr collected by
     reader threads. ``url`` is known once the first line is out (``start`` waits for it)."""
 
     def __init__(self, proc: subprocess.Popen[bytes], db: Path, args: list[str]) -> None:
@@ -68,7 +68,7 @@ class ManagerProcess:
     ) -> ManagerProcess:
         """Start it on ``listen``; wait for its first line (the URL). With ``ready`` also wait
         until it listens and answers ``GET /sim/faults``. Killed if any of that fails."""
-        cmd = [sys.executable, "-m", "supervisor.sim.manager", "--db", str(db)]
+        cmd = [sys.executable, "-m", "cuzk_supervisor.sim.manager", "--db", str(db)]
         cmd += ["--listen", listen, *args]
         child_env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
         child_env.update(env or {})
@@ -328,5 +328,5 @@ def run_manager(
     """Run the sim manager to completion (for start-up failures): its exit code and output."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     child_env.update(env or {})
-    cmd = [sys.executable, "-m", "supervisor.sim.manager", *args]
+    cmd = [sys.executable, "-m", "cuzk_supervisor.sim.manager", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout)

@@ -1,4 +1,4 @@
-"""Helpers for tests that run the simulated cuzk daemon (``supervisor.sim.daemon``) as a real
+"""Helpers for tests that run the simulated cuzk daemon (``cuzk_supervisor.sim.daemon``) as a real
 subprocess on loopback. Plain functions and one class; import them from any test::
 
     from simhelpers import SimProcess, free_tcp_port, poll_until, write_config
@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proto import proving_pb2_grpc as pb_grpc
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -166,7 +166,7 @@ def strip_ansi(text: str) -> str:
 
 
 class SimProcess:
-    """One running ``python -m supervisor.sim.daemon``, its stdout collected line by line
+    """One running ``python -m cuzk_supervisor.sim.daemon``, its stdout collected line by line
     (ANSI stripped) by a reader thread, or written to ``stdout_path`` if one is given."""
 
     def __init__(
@@ -202,7 +202,7 @@ class SimProcess:
         ready_timeout: float = 20.0,
     ) -> SimProcess:
         """Start the sim; with ``ready`` wait until GetStatus answers (killing it on failure)."""
-        cmd = [sys.executable, "-m", "supervisor.sim.daemon", "--listen", listen]
+        cmd = [sys.executable, "-m", "cuzk_supervisor.sim.daemon", "--listen", listen]
         if config is not None:
             cmd += ["--config", str(config)]
         if time_scale is not None:
@@ -342,7 +342,7 @@ def submit_request(
 ) -> pb.SubmitProofRequest:
     """A SubmitProofRequest; PoRep gets a small valid C1 envelope unless ``payload`` is given."""
     if payload is None:
-        from supervisor.sim.c1 import make_c1
+        from cuzk_supervisor.sim.c1 import make_c1
 
         payload = make_c1(2_000) if kind == pb.POREP_SEAL_COMMIT else b""
     return pb.SubmitProofRequest(request_id=request_id, proof_kind=kind, vanilla_proof=payload)

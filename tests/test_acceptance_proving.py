@@ -12,10 +12,10 @@ import time
 import pytest
 from simhelpers import SimProcess, free_tcp_port, write_config
 
-from supervisor.address import parse_address
-from supervisor.proofinput import build_submit_request, load_c1
-from supervisor.proving import DaemonNotReady, ProvingClient, ProvingTimeouts
-from supervisor.sim.c1 import write_c1
+from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
+from cuzk_supervisor.adapters.proving import DaemonNotReady, ProvingClient, ProvingTimeouts
+from cuzk_supervisor.address import parse_address
+from cuzk_supervisor.sim.c1 import write_c1
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +147,7 @@ async def test_failed_proof_returns_the_daemons_message_after_one_attempt(starte
 
 def test_prove_batch_rate_within_two_percent_of_the_sims_steady_state(started, c1):
     sim = started()
-    base = [sys.executable, "-m", "supervisor", "prove", "--addr", sim.listen, "--c1", str(c1)]
+    base = [sys.executable, "-m", "cuzk_supervisor", "prove", "--addr", sim.listen, "--c1", str(c1)]
     # The first proofs after a start are slow (no PCE, cold start): warm up outside the batch.
     subprocess.run([*base, "--count", "2"], check=True, capture_output=True, timeout=60)
     out = subprocess.run(
@@ -173,7 +173,7 @@ def test_bad_input_is_a_one_line_error_with_exit_2(tmp_path):
     ]
     for args in cases:
         out = subprocess.run(
-            [sys.executable, "-m", "supervisor", "prove", *args],
+            [sys.executable, "-m", "cuzk_supervisor", "prove", *args],
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
         assert out.returncode == 2, (args, out.stderr)

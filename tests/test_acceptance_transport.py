@@ -16,12 +16,17 @@ import pytest
 import structlog
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 
-from supervisor.address import parse_address
-from supervisor.daemon import _grpc_alive_probe
-from supervisor.proofinput import build_submit_request, load_c1
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proving import DaemonCallError, ProvingClient, ProvingTimeouts, run_batch
-from supervisor.sim.c1 import write_c1
+from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
+from cuzk_supervisor.adapters.proving import (
+    DaemonCallError,
+    ProvingClient,
+    ProvingTimeouts,
+    run_batch,
+)
+from cuzk_supervisor.address import parse_address
+from cuzk_supervisor.daemon.process import _grpc_alive_probe
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.sim.c1 import write_c1
 
 pytestmark = pytest.mark.slow
 

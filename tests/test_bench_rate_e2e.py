@@ -17,8 +17,8 @@ from daemonhelpers import Supervisor
 from lifecyclehelpers import fake_cgroup, lifecycle_env, reports, start_run
 from simhelpers import poll_until
 
-from supervisor import exitcodes
-from supervisor.sim.pipeline import simulate_closed_loop
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from supervisor import pid1, settings
-from supervisor.childenv import child_environ, is_secret_name, secret_names
+from cuzk_supervisor import pid1, settings
+from cuzk_supervisor.daemon.childenv import child_environ, is_secret_name, secret_names
 
 
 def test_every_secret_setting_and_token_is_removed_the_rest_kept() -> None:

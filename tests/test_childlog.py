@@ -9,8 +9,8 @@ import pytest
 from fshelpers import full_tmpfs, make_room
 from structlog.testing import capture_logs
 
-from supervisor import files
-from supervisor.childlog import OutputPump, RotatingLineFile, strip_ansi
+from cuzk_supervisor.adapters import files
+from cuzk_supervisor.daemon.output import OutputPump, RotatingLineFile, strip_ansi
 
 
 def test_strip_ansi_removes_colours_and_keeps_text():

@@ -8,7 +8,7 @@ import sys
 def plan(*args, env_extra=None):
     env = {"PATH": "/usr/bin:/bin", **(env_extra or {})}
     return subprocess.run(
-        [sys.executable, "-m", "supervisor", "plan", *args],
+        [sys.executable, "-m", "cuzk_supervisor", "plan", *args],
         capture_output=True, text=True, timeout=60, env=env, check=False,
     )  # fmt: skip
 

@@ -14,7 +14,7 @@ import pytest
 import structlog
 from fakedaemon import Behaviour, FakeDaemon, free_port
 
-from supervisor import cli
+from cuzk_supervisor.cli import main as cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,7 +74,7 @@ def test_bad_c1_through_the_real_entry_point_is_one_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "supervisor",
+            "cuzk_supervisor",
             "prove",
             "--addr",
             "127.0.0.1:9",

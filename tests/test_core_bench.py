@@ -1,4 +1,5 @@
-"""The benchmark's arithmetic (supervisor.core.bench), against the simulator's own pipeline model.
+"""The benchmark's arithmetic (cuzk_supervisor.core.bench), against the simulator's own pipeline
+model.
 
 The model (``sim.pipeline``) is the same discrete-event core the simulated daemon runs: here it
 is driven in simulated seconds, with no process, so every case is exact and fast.
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.core.bench import (
+from cuzk_supervisor.core.bench import (
     BenchPolicy,
     Stretch,
     choose_measurement,
@@ -19,7 +20,7 @@ from supervisor.core.bench import (
     split_at_stalls,
     steady_rate_per_s,
 )
-from supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
+from cuzk_supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
 
 
 def gpu_workers(workers: int) -> int:

@@ -1,4 +1,5 @@
-"""Stepping down to what fits (supervisor.core.memfit) and the plateau that quiets the trend."""
+"""Stepping down to what fits (cuzk_supervisor.core.memfit) and the plateau that quiets the
+trend."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.core.memfit import fit_workers
-from supervisor.policy import MemorySample, RiskLevel, RiskPolicy, assess_risk
+from cuzk_supervisor.core.memfit import fit_workers
+from cuzk_supervisor.core.policy import MemorySample, RiskLevel, RiskPolicy, assess_risk
 
 MIB = 2**20
 

@@ -7,9 +7,15 @@ import tomllib
 import pytest
 from fshelpers import full_tmpfs
 
-from supervisor import files
-from supervisor.daemon_config import DaemonConfigValues, check, load_base, merge, write_verified
-from supervisor.errors import UsageError
+from cuzk_supervisor.adapters import files
+from cuzk_supervisor.daemon.config import (
+    DaemonConfigValues,
+    check,
+    load_base,
+    merge,
+    write_verified,
+)
+from cuzk_supervisor.errors import UsageError
 
 
 def values(**overrides):

@@ -29,14 +29,14 @@ from daemonhelpers import (
 )
 from simhelpers import apoll_until, free_tcp_port, poll_until
 
-from supervisor import exitcodes
-from supervisor.address import parse_address
-from supervisor.exits import ExitKind
-from supervisor.policy import RestartPolicy
-from supervisor.proofinput import build_submit_request, load_c1
-from supervisor.proving import ProvingClient, ProvingTimeouts
-from supervisor.sim.c1 import write_c1
-from supervisor.supervision import DaemonKeeper
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
+from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
+from cuzk_supervisor.address import parse_address
+from cuzk_supervisor.core.exits import ExitKind
+from cuzk_supervisor.core.policy import RestartPolicy
+from cuzk_supervisor.daemon.keeper import DaemonKeeper
+from cuzk_supervisor.sim.c1 import write_c1
 
 pytestmark = pytest.mark.slow
 

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from supervisor import settings
+from cuzk_supervisor import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -228,7 +228,7 @@ def run_healthcheck(command: list[str], listen: str | None) -> subprocess.Comple
     if listen is not None:
         env["CUZK_SUPERVISOR_HEALTH_LISTEN"] = listen
     return subprocess.run(
-        [sys.executable, "-m", "supervisor", *command[1:]],
+        [sys.executable, "-m", "cuzk_supervisor", *command[1:]],
         env=env, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
 
@@ -333,14 +333,14 @@ def build_context(root: Path) -> list[str]:
 def test_dockerignore_matcher_follows_docker_rules():
     rules = ignore_rules(DOCKERIGNORE.read_text())
     assert not ignored(rules, "pyproject.toml")
-    assert not ignored(rules, "supervisor/commands/run.py")
+    assert not ignored(rules, "cuzk_supervisor/cli/commands/run.py")
     for path in (
         ".git/HEAD",
         ".venv/bin/python",
         "run/sim/c1.json",
         "tests/test_deploy.py",
         "supervisor/__pycache__/cli.cpython-311.pyc",
-        "supervisor/sim/__pycache__/x.pyc",
+        "cuzk_supervisor/sim/__pycache__/x.pyc",
         "cuzk_supervisor.egg-info/PKG-INFO",
         "Dockerfile",
         ".env",
@@ -351,7 +351,7 @@ def test_dockerignore_matcher_follows_docker_rules():
 def test_build_context_is_what_the_dockerfile_copies(docker):
     context = build_context(ROOT)
     tops = {path.split("/")[0] for path in context}
-    assert tops == {"pyproject.toml", "README.md", "constraints.txt", "supervisor"}, tops
+    assert tops == {"pyproject.toml", "README.md", "constraints.txt", "cuzk_supervisor"}, tops
     assert not [p for p in context if "__pycache__" in p or p.endswith(".pyc")]
     for name, args in docker:
         if name == "COPY" and "--from=" not in args:
@@ -377,11 +377,11 @@ def test_wheel_builds_from_the_docker_context_alone(tmp_path):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         entry_points = next(zf.read(n) for n in names if n.endswith("entry_points.txt")).decode()
-    assert "supervisor/cli.py" in names
-    assert "supervisor/proto/proving_pb2.py" in names
-    assert "supervisor/sim/daemon.py" in names
+    assert "cuzk_supervisor/cli/main.py" in names
+    assert "cuzk_supervisor/proto/proving_pb2.py" in names
+    assert "cuzk_supervisor/sim/daemon.py" in names
     assert not [n for n in names if n.startswith("tests/")]
-    assert "cuzk-supervisor = supervisor.cli:main" in entry_points
+    assert "cuzk-supervisor = cuzk_supervisor.cli.main:main" in entry_points
 
 
 # --- on-start hook ---------------------------------------------------------------------------
@@ -694,8 +694,8 @@ def test_probes_ask_the_health_server_what_they_mean(container):
 
 
 async def test_probe_paths_exist_on_the_real_health_server(container):
-    from supervisor.health import HealthServer, StartupLatch
-    from supervisor.metrics import SupervisorMetrics
+    from cuzk_supervisor.serve.health import HealthServer, StartupLatch
+    from cuzk_supervisor.serve.metrics import SupervisorMetrics
 
     source = SimpleNamespace(phase="warmup", daemon_ready=False, last_failure="")
     latch = StartupLatch()

@@ -18,11 +18,13 @@ from typing import Any, NamedTuple
 import httpx
 import pytest
 
-from supervisor import doctor, settings
-from supervisor.address import Address, free_loopback_port
-from supervisor.cli import build_parser
-from supervisor.commands import doctor as doctor_command
-from supervisor.doctor import (
+from cuzk_supervisor import settings
+from cuzk_supervisor.adapters.gpu import GpuDevice, GpuFault, NvmlProbe, StaticProbe
+from cuzk_supervisor.adapters.resources import CgroupLocation, HostMemory, MemorySampler
+from cuzk_supervisor.address import Address, free_loopback_port
+from cuzk_supervisor.cli import doctor
+from cuzk_supervisor.cli.commands import doctor as doctor_command
+from cuzk_supervisor.cli.doctor import (
     PARAMS_BYTES,
     PCE_FILES_BYTES,
     REQUIRED_FREE_BYTES,
@@ -31,9 +33,8 @@ from supervisor.doctor import (
     Probes,
     Verdict,
 )
-from supervisor.gpu import GpuDevice, GpuFault, NvmlProbe, StaticProbe
-from supervisor.resources import CgroupLocation, HostMemory, MemorySampler
-from supervisor.settings import Settings
+from cuzk_supervisor.cli.main import build_parser
+from cuzk_supervisor.settings import Settings
 
 GIB = 1 << 30
 REPO = Path(__file__).resolve().parents[1]
@@ -523,7 +524,7 @@ def test_a_unix_socket_path_too_long_for_the_kernel_fails(tmp_path: Path) -> Non
 
 def cli(machine: Machine, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor", "doctor", *argv],
+        [sys.executable, "-m", "cuzk_supervisor", "doctor", *argv],
         capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
         env={"PATH": "/usr/bin:/bin", **env},
     )  # fmt: skip

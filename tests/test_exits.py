@@ -4,7 +4,7 @@ import signal
 
 import pytest
 
-from supervisor.exits import ExitFacts, ExitKind, classify_exit
+from cuzk_supervisor.core.exits import ExitFacts, ExitKind, classify_exit
 
 SIGKILL = -int(signal.SIGKILL)
 

@@ -1,4 +1,5 @@
-"""supervisor.files: the modes we choose whatever the umask, no planted link followed, no open
+"""cuzk_supervisor.adapters.files: the modes we choose whatever the umask, no planted link
+followed, no open
 that blocks on a FIFO, a world-writable folder fixed or refused."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import files
+from cuzk_supervisor.adapters import files
 
 
 @pytest.fixture

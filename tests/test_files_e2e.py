@@ -20,8 +20,8 @@ from leftoverhelpers import careful_fetch_command, files_whole, journal_lines, k
 from lifecyclehelpers import lifecycle_env, start_run
 from simhelpers import poll_until
 
-from supervisor import exitcodes
-from supervisor.params import fetch_role
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.adapters.params import fetch_role
 
 pytestmark = pytest.mark.slow
 

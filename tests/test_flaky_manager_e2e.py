@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from lifecyclehelpers import lifecycle_env, start_run
 
-from supervisor import exitcodes
+from cuzk_supervisor import exitcodes
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 from simhelpers import SimProcess, free_tcp_port, write_config
 from structlog.testing import capture_logs
 
-from supervisor.gpu import (
+from cuzk_supervisor.adapters.gpu import (
     GIB,
     GpuDevice,
     GpuFault,

@@ -25,10 +25,11 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor.errors import UsageError
-from supervisor.exits import ExitKind
-from supervisor.gpu import GpuDevice
-from supervisor.health import (
+from cuzk_supervisor.adapters.gpu import GpuDevice
+from cuzk_supervisor.core.exits import ExitKind
+from cuzk_supervisor.core.policy import RiskLevel
+from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.serve.health import (
     HealthServer,
     HealthServerError,
     Heartbeat,
@@ -37,8 +38,7 @@ from supervisor.health import (
     check_listen,
     parse_listen,
 )
-from supervisor.metrics import CONTENT_TYPE, SupervisorMetrics
-from supervisor.policy import RiskLevel
+from cuzk_supervisor.serve.metrics import CONTENT_TYPE, SupervisorMetrics
 
 GIB = 1 << 30
 

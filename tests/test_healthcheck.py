@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import pytest
 from simhelpers import free_tcp_port, poll_until
 
-from supervisor.commands.healthcheck import probe_url
-from supervisor.health import HealthServer, StartupLatch
-from supervisor.metrics import SupervisorMetrics
+from cuzk_supervisor.cli.commands.healthcheck import probe_url
+from cuzk_supervisor.serve.health import HealthServer, StartupLatch
+from cuzk_supervisor.serve.metrics import SupervisorMetrics
 
 
 @dataclass
@@ -40,7 +40,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 async def healthcheck(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """(exit code, everything it printed) of the command as its own process."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "supervisor", "healthcheck", *args,
+        sys.executable, "-m", "cuzk_supervisor", "healthcheck", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         env=env if env is not None else clean_env(),
     )  # fmt: skip
@@ -145,7 +145,7 @@ def test_sim_listens_where_the_setting_says_and_startupz_follows_the_phases(tmp_
     output = tmp_path / "sim.out"
     with output.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
+            [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
              "--health-listen", f"127.0.0.1:{port}", "--log-format", "json"],
             stdout=sink, stderr=subprocess.STDOUT, env=clean_env(),
         )  # fmt: skip
@@ -164,7 +164,7 @@ def test_sim_listens_where_the_setting_says_and_startupz_follows_the_phases(tmp_
         )
         assert body["started"] is True
         code = subprocess.run(
-            [sys.executable, "-m", "supervisor", "healthcheck", "--health-listen",
+            [sys.executable, "-m", "cuzk_supervisor", "healthcheck", "--health-listen",
              f"127.0.0.1:{port}", "--path", "/startupz"],
             capture_output=True, text=True, env=clean_env(), timeout=60, check=False,
         )  # fmt: skip

@@ -18,10 +18,10 @@ import pytest
 import structlog
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 
-from supervisor.address import parse_address
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proto import proving_pb2_grpc as pb_grpc
-from supervisor.proving import ProofStatus, ProvingClient, ProvingTimeouts
+from cuzk_supervisor.adapters.proving import ProofStatus, ProvingClient, ProvingTimeouts
+from cuzk_supervisor.address import parse_address
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 

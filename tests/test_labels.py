@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.core.labels import is_platform_label, label_warning
+from cuzk_supervisor.core.labels import is_platform_label, label_warning
 
 URL = "http://manager:8080"
 

@@ -11,8 +11,8 @@ from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
 from simhelpers import free_tcp_port, poll_until
 
-from supervisor import exitcodes
-from supervisor.sim import model
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.sim import model
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +186,7 @@ def test_status_pings_in_each_phase_and_kill_stops_within_one_interval(tmp_path,
 
 def test_sim_command_completes_the_lifecycle(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
+        [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
          "--exit-after-run", "--log-format", "json",
          "--health-listen", f"127.0.0.1:{free_tcp_port()}"],
         capture_output=True, text=True, timeout=120, check=False,

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from supervisor.logship import (
+from cuzk_supervisor.adapters.logship import (
     LogBuffer,
     LogShipper,
     ShipperSettings,
@@ -28,7 +28,7 @@ from supervisor.logship import (
     event_to_line,
     shipping_processor,
 )
-from supervisor.manager import (
+from cuzk_supervisor.adapters.manager import (
     MAX_BODY_BYTES,
     ManagerClient,
     ManagerRetry,

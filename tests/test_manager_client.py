@@ -20,7 +20,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from supervisor.manager import (
+from cuzk_supervisor.adapters.manager import (
     MAX_BODY_BYTES,
     HttpRetryPolicy,
     InstanceGone,
@@ -32,7 +32,7 @@ from supervisor.manager import (
     Outbox,
     is_transient,
 )
-from supervisor.state import (
+from cuzk_supervisor.adapters.state import (
     BENCH_DONE,
     OUTCOME_GONE,
     OUTCOME_OK,

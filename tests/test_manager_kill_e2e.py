@@ -9,7 +9,7 @@ from daemonhelpers import processes_mentioning
 from lifecyclehelpers import lifecycle_env, start_run
 from simhelpers import poll_until
 
-from supervisor import exitcodes
+from cuzk_supervisor import exitcodes
 
 pytestmark = pytest.mark.slow
 

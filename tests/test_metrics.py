@@ -6,10 +6,10 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor.exits import ExitKind
-from supervisor.gpu import GpuDevice
-from supervisor.metrics import CONTENT_TYPE, PHASES, PROOF_BUCKETS, SupervisorMetrics
-from supervisor.policy import RiskLevel
+from cuzk_supervisor.adapters.gpu import GpuDevice
+from cuzk_supervisor.core.exits import ExitKind
+from cuzk_supervisor.core.policy import RiskLevel
+from cuzk_supervisor.serve.metrics import CONTENT_TYPE, PHASES, PROOF_BUCKETS, SupervisorMetrics
 
 GIB = 1 << 30
 

@@ -42,9 +42,9 @@ from lifecyclehelpers import lifecycle_env, reports
 from managerhelpers import ManagerProcess
 from simhelpers import poll_until
 
-from supervisor import exitcodes
-from supervisor.sim import model
-from supervisor.sim.residency import pce_cache_path
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.sim import model
+from cuzk_supervisor.sim.residency import pce_cache_path
 
 pytestmark = pytest.mark.slow
 

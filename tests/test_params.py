@@ -17,8 +17,7 @@ from leftoverhelpers import (
 from simhelpers import poll_until
 from structlog.testing import capture_logs
 
-from supervisor import leftovers
-from supervisor.params import (
+from cuzk_supervisor.adapters.params import (
     ExpectedFile,
     ParamsFailed,
     ensure_params,
@@ -27,7 +26,8 @@ from supervisor.params import (
     parse_expected,
     progress,
 )
-from supervisor.workers import CommandProcess
+from cuzk_supervisor.daemon import leftovers
+from cuzk_supervisor.daemon.workers import CommandProcess
 
 
 def test_progress_percent_rate_eta():
@@ -115,7 +115,7 @@ async def test_missing_params_without_a_fetch_command_fail(tmp_path):
 _SUPERVISOR = """
 import asyncio, sys
 from pathlib import Path
-from supervisor.params import ExpectedFile, ensure_params
+from cuzk_supervisor.adapters.params import ExpectedFile, ensure_params
 folder, pidfile, command = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 expected = [ExpectedFile(n, int(s)) for n, _, s in (a.rpartition(":") for a in sys.argv[4:])]
 asyncio.run(ensure_params(folder, expected, command, timeout_s=120, progress_interval_s=0.1,
@@ -199,7 +199,7 @@ async def test_a_worker_left_by_a_killed_supervisor_is_stopped_before_a_new_one(
     script.write_text(
         "import asyncio, sys\n"
         "from pathlib import Path\n"
-        "from supervisor.workers import CommandProcess\n"
+        "from cuzk_supervisor.daemon.workers import CommandProcess\n"
         "async def main():\n"
         "    proc = CommandProcess(sys.argv[1], source='curio', stop_grace_s=1,\n"
         "                          pid_dir=Path(sys.argv[2]))\n"

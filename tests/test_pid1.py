@@ -23,8 +23,8 @@ import psutil
 import pytest
 from structlog.testing import capture_logs
 
-from supervisor import pid1
-from supervisor.pid1 import exit_code_for, kill_tree
+from cuzk_supervisor import pid1
+from cuzk_supervisor.pid1 import exit_code_for, kill_tree
 
 REPO = Path(__file__).resolve().parents[1]
 DEADLINE_S = 10.0
@@ -50,7 +50,7 @@ def _gone(pid: int) -> bool:
 # Shared by the scripts below: poll with a deadline, read /proc.
 PRELUDE = r"""
 import asyncio, json, os, signal, subprocess, sys, time
-from supervisor import pid1
+from cuzk_supervisor import pid1
 
 async def until(condition, timeout=10.0):
     deadline = time.monotonic() + timeout
@@ -156,7 +156,7 @@ def test_exit_code_for_rejects_nonsense(child: int | None, received: int | None)
 def test_is_pid1_and_is_subreaper_read_the_truth() -> None:
     assert pid1.is_pid1() is (os.getpid() == 1)
     assert isinstance(pid1.is_subreaper(), bool)  # readable on Linux; True is tested below
-    probe = "from supervisor import pid1; print(pid1.is_pid1(), pid1.is_subreaper())"
+    probe = "from cuzk_supervisor import pid1; print(pid1.is_pid1(), pid1.is_subreaper())"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
@@ -559,7 +559,7 @@ def test_kill_tree_spares_itself_its_ancestors_and_its_group(tmp_path: Path) -> 
         tmp_path,
         r"""
 code = (
-    "import os; from supervisor.pid1 import kill_tree; "
+    "import os; from cuzk_supervisor.pid1 import kill_tree; "
     "print(kill_tree([os.getpid(), os.getppid(), os.getpgrp()], grace_s=0.1) == "
     "kill_tree([], grace_s=0.1))"
 )

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.policy import (
+from cuzk_supervisor.core.policy import (
     GIB,
     GiveUpOOM,
     MemoryPolicy,
@@ -425,7 +425,7 @@ def test_a_budget_note_does_not_outlive_the_step_down_that_fixes_it():
 
 
 def test_a_step_up_to_a_plateau_is_not_a_trend_toward_the_limit():
-    from supervisor.policy import MemorySample, RiskLevel, RiskPolicy, assess_risk
+    from cuzk_supervisor.core.policy import MemorySample, RiskLevel, RiskPolicy, assess_risk
 
     limit = 100 * 2**30
     # A burst from 60 to 88 GiB, then flat: 12% headroom (warn), not "limit in a second".

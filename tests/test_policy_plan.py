@@ -10,8 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from supervisor.daemon_config import DaemonConfigValues, check, render
-from supervisor.policy import (
+from cuzk_supervisor.core.policy import (
     GIB,
     MIB,
     EffectiveLimit,
@@ -23,6 +22,7 @@ from supervisor.policy import (
     plan_workers,
     sim_memory_scale,
 )
+from cuzk_supervisor.daemon.config import DaemonConfigValues, check, render
 
 DEFAULT = MemoryPolicy()
 TB2 = 2048 * GIB
@@ -489,7 +489,13 @@ def test_summary_is_one_line_for_the_log():
 
 
 def test_step_down_starts_from_the_workers_that_ran_out_of_memory():
-    from supervisor.policy import GiveUpOOM, MemoryPolicy, PlanInputs, plan_workers, step_down
+    from cuzk_supervisor.core.policy import (
+        GiveUpOOM,
+        MemoryPolicy,
+        PlanInputs,
+        plan_workers,
+        step_down,
+    )
 
     policy = MemoryPolicy()
     plan = plan_workers(PlanInputs(host_total_bytes=512 * 2**30), policy)

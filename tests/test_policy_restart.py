@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from supervisor.policy import (
+from cuzk_supervisor.core.policy import (
     Failure,
     GiveUp,
     Restart,

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import cli, exitcodes, prestart, settings
-from supervisor.errors import UsageError
-from supervisor.inputfile import read_bytes, read_text
-from supervisor.proofinput import C1_MAX_BYTES, load_c1
+from cuzk_supervisor import exitcodes, settings
+from cuzk_supervisor.adapters.inputfile import read_bytes, read_text
+from cuzk_supervisor.adapters.proofinput import C1_MAX_BYTES, load_c1
+from cuzk_supervisor.cli import main as cli
+from cuzk_supervisor.cli import prestart
+from cuzk_supervisor.errors import UsageError
 
 DECLS = settings.declarations()
 

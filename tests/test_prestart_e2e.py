@@ -26,7 +26,7 @@ from lifecyclehelpers import fetch_command, lifecycle_env, start_run
 from managerhelpers import ManagerProcess
 from simhelpers import free_tcp_port, poll_until
 
-from supervisor import exitcodes, settings
+from cuzk_supervisor import exitcodes, settings
 
 PHASE1 = "eyJhIjogMX0="  # base64 of {"a": 1}
 
@@ -55,7 +55,7 @@ def _base_env() -> dict[bytes, bytes]:
 
 def _run(env: Mapping[bytes, bytes]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor", "run"],
+        [sys.executable, "-m", "cuzk_supervisor", "run"],
         env=env, capture_output=True, text=True, errors="replace", timeout=60, check=False,
     )  # fmt: skip
 

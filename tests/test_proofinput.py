@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from supervisor.errors import UsageError
-from supervisor.proofinput import (
+from cuzk_supervisor.adapters.proofinput import (
     DEFAULT_MINER_ID,
     PROOF_KINDS,
     SECTOR_SIZE_32GIB,
@@ -17,7 +16,8 @@ from supervisor.proofinput import (
     load_c1,
     parse_proof_kind,
 )
-from supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.proto import proving_pb2 as pb
 
 PHASE1 = base64.b64encode(json.dumps({"registered_proof": "StackedDrg32GiBV1_1"}).encode()).decode()
 

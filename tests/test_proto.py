@@ -17,8 +17,8 @@ import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor
 
-from supervisor.proto import proving_pb2, proving_pb2_grpc
-from supervisor.proto.generate import GENERATED, PACKAGE_DIR, generate
+from cuzk_supervisor.proto import proving_pb2, proving_pb2_grpc
+from cuzk_supervisor.proto.generate import GENERATED, PACKAGE_DIR, generate
 
 PACKAGE = "cuzk.v1"
 SERVICE = "ProvingEngine"
@@ -367,8 +367,8 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_committed_stubs_are_up_to_date(regenerated: Path) -> None:
     problems = stub_differences(PACKAGE_DIR, regenerated)
     assert not problems, (
-        "the committed stubs in supervisor/proto are stale: run `make protos` and commit them\n"
-        + "\n".join(problems)
+        "the committed stubs in cuzk_supervisor/proto are stale: "
+        "run `make protos` and commit them\n" + "\n".join(problems)
     )
 
 

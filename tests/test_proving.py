@@ -22,10 +22,7 @@ from fakedaemon import PROOF, Behaviour, FakeDaemon, free_port
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.address import Address
-from supervisor.metrics import SupervisorMetrics
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proving import (
+from cuzk_supervisor.adapters.proving import (
     CUT_CODES,
     MAX_MESSAGE_BYTES,
     RECONNECT_AFTER_CUTS,
@@ -45,6 +42,9 @@ from supervisor.proving import (
     submit_policy,
     summarize_batch,
 )
+from cuzk_supervisor.address import Address
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.serve.metrics import SupervisorMetrics
 
 FAST = ProvingTimeouts(
     submit_deadline_s=2.0,

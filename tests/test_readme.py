@@ -1,6 +1,7 @@
 """The README's generated parts are current, and it documents every exit code."""
 
-from supervisor import exitcodes, readme
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.cli import readme
 
 
 def test_configuration_table_is_current():

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.reconcile import find_record, recorded_outcome
-from supervisor.state import (
+from cuzk_supervisor.adapters.state import (
     BENCH_DONE,
     OUTCOME_GONE,
     OUTCOME_OK,
@@ -15,6 +14,7 @@ from supervisor.state import (
     RUNNING,
     Report,
 )
+from cuzk_supervisor.core.reconcile import find_record, recorded_outcome
 
 
 def record(state: str, **fields: Any) -> dict[str, Any]:

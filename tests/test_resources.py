@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.resources import (
+from cuzk_supervisor.adapters.resources import (
     UNLIMITED_THRESHOLD,
     CgroupLine,
     CgroupLocation,

@@ -10,7 +10,7 @@ import pytest
 from lifecyclehelpers import fake_cgroup, lifecycle_env, start_run
 from simhelpers import poll_until
 
-from supervisor import exitcodes
+from cuzk_supervisor import exitcodes
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from supervisor import settings
-from supervisor.errors import UsageError
+from cuzk_supervisor import settings
+from cuzk_supervisor.errors import UsageError
 
 DECLS = settings.declarations()
 
@@ -143,7 +143,7 @@ def test_unknown_file_key_is_an_error(tmp_path):
 def test_config_command_redacts_a_secret_set_by_env_and_exits_2_on_bad_value():
     env = {"CUZK_SUPERVISOR_MANAGER_TOKEN": "hunter2", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
-        [sys.executable, "-m", "supervisor", "config", "--manager-url", "http://u:pw@h:1/"],
+        [sys.executable, "-m", "cuzk_supervisor", "config", "--manager-url", "http://u:pw@h:1/"],
         capture_output=True, text=True, env=env, check=True,
     )  # fmt: skip
     assert "hunter2" not in out.stdout
@@ -152,7 +152,7 @@ def test_config_command_redacts_a_secret_set_by_env_and_exits_2_on_bad_value():
     assert "***" in token_line
     assert "env CUZK_SUPERVISOR_MANAGER_TOKEN" in token_line
     bad = subprocess.run(
-        [sys.executable, "-m", "supervisor", "config", "--bench-count", "-1"],
+        [sys.executable, "-m", "cuzk_supervisor", "config", "--bench-count", "-1"],
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert bad.returncode == 2

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from supervisor import files
-from supervisor.state import (
+from cuzk_supervisor.adapters import files
+from cuzk_supervisor.adapters.state import (
     BENCH_DONE,
     MAX_FAILURES,
     OUTCOME_OK,

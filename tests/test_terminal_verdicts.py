@@ -11,7 +11,7 @@ import pytest
 from lifecyclehelpers import lifecycle_env, reports, start_run
 from simhelpers import poll_until
 
-from supervisor import exitcodes
+from cuzk_supervisor import exitcodes
 
 pytestmark = pytest.mark.slow
 

@@ -23,10 +23,10 @@ from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
 from managerhelpers import ManagerProcess
 from simhelpers import free_tcp_port, poll_until
 
-from supervisor import exitcodes
-from supervisor.core.bench import steady_rate_per_s
-from supervisor.sim.pipeline import simulate_closed_loop
-from supervisor.state import StateStore
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.adapters.state import StateStore
+from cuzk_supervisor.core.bench import steady_rate_per_s
+from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from managerhelpers import ManagerFactory, ManagerProcess
 
-from supervisor import settings
-from supervisor.commands.sim import DEMO_LABEL, SIM_OWNED
-from supervisor.core.labels import is_platform_label
+from cuzk_supervisor import settings
+from cuzk_supervisor.cli.commands.sim import DEMO_LABEL, SIM_OWNED
+from cuzk_supervisor.core.labels import is_platform_label
 
 REPORTS = ["/register", "/param-done", "/bench-done", "/running"]
 
@@ -31,7 +31,7 @@ def run_sim(
 ) -> subprocess.CompletedProcess[str]:
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}
     child_env.update(env or {})
-    cmd = [sys.executable, "-m", "supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
+    cmd = [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
            "--exit-after-run", "--log-format", "json",
            "--health-listen", "127.0.0.1:0", *args]  # fmt: skip
     return subprocess.run(
@@ -85,7 +85,7 @@ def test_manager_fault_needs_the_simulated_manager(tmp_path: Path) -> None:
 
 def test_help_says_which_settings_sim_takes_from_flags_only() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "supervisor", "sim", "--help"],
+        [sys.executable, "-m", "cuzk_supervisor", "sim", "--help"],
         capture_output=True, text=True, timeout=60, check=True,
         env={**os.environ, "COLUMNS": "1000"},
     )  # fmt: skip

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.sim.config import (
+from cuzk_supervisor.sim.config import (
     DEFAULT_LISTEN,
     GIB,
     MIB,

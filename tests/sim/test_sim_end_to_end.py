@@ -15,10 +15,10 @@ import psutil
 import pytest
 from simhelpers import CHANNEL_OPTIONS, SimProcess, poll_until, submit_request, write_config
 
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proto import proving_pb2_grpc as pb_grpc
-from supervisor.sim.pipeline import batch_proofs_per_hour
-from supervisor.sim.residency import pce_cache_path
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
+from cuzk_supervisor.sim.pipeline import batch_proofs_per_hour
+from cuzk_supervisor.sim.residency import pce_cache_path
 
 MIB = 1 << 20
 GIB = 1 << 30

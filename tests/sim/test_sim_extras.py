@@ -8,7 +8,7 @@ import urllib.request
 
 from simhelpers import SimProcess, free_tcp_port, poll_until, write_config
 
-from supervisor.sim.faults import FaultSpecError, parse_fault
+from cuzk_supervisor.sim.faults import FaultSpecError, parse_fault
 
 
 def test_once_and_gpu_fault_parse():

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
 
-from supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.proto import proving_pb2 as pb
 
 FAST = 2000.0
 Status = pb.AwaitProofResponse.Status

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.sim.faults import (
+from cuzk_supervisor.sim.faults import (
     DEFAULT_FAIL_MESSAGE,
     Checkpoint,
     FaultSpec,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.sim import model
-from supervisor.sim.model import GIB
-from supervisor.sim.pipeline import batch_proofs_per_hour, simulate_closed_loop
+from cuzk_supervisor.sim import model
+from cuzk_supervisor.sim.model import GIB
+from cuzk_supervisor.sim.pipeline import batch_proofs_per_hour, simulate_closed_loop
 
 # cuzk.md §3: partition_workers -> steady-state seconds per proof.
 TABLE = {1: 290.0, 2: 152.0, 5: 68.4, 7: 53.3, 10: 42.5, 12: 42.5}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.sim import model
-from supervisor.sim.pipeline import (
+from cuzk_supervisor.sim import model
+from cuzk_supervisor.sim.pipeline import (
     GpuStarted,
     JobProved,
     JobSynthesized,

@@ -12,8 +12,8 @@ import grpc
 import pytest
 from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
 
-from supervisor.proto import proving_pb2 as pb
-from supervisor.sim.residency import pce_cache_path
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.sim.residency import pce_cache_path
 
 FAST = 2000.0
 READY = r"cuzk-daemon ready, serving on "

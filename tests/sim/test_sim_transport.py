@@ -15,8 +15,8 @@ import grpc
 import pytest
 from simhelpers import SimProcess, poll_until, submit_request, write_config
 
-from supervisor.proto import proving_pb2 as pb
-from supervisor.proto import proving_pb2_grpc as pb_grpc
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
 
 Start = Callable[..., SimProcess]
 

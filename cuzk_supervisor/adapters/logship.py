@@ -1,0 +1,461 @@
+"""Ship log lines to the manager's ``/api/log-push`` without ever holding up the supervisor.
+
+- ``add_line`` is synchronous and cheap (no await, no I/O): it normalises the line and appends it
+  to a bounded buffer. One background task (:meth:`LogShipper.run`) sends.
+- Lines are batched per source (one body carries one ``X-Log-Source``), sent every
+  ``flush_interval_s`` or as soon as a source has ``batch_bytes``/``batch_lines`` waiting.
+- No body exceeds 256 KiB (the manager silently drops the rest); a longer line is cut with a
+  marker (:func:`cuzk_supervisor.adapters.manager.normalize_line`).
+- Memory is bounded: past ``max_buffer_lines`` or ``max_buffer_bytes`` the OLDEST lines are
+  dropped and counted. The next successful send first delivers one line saying how many were
+  dropped (and logs a warning event).
+- A send uses the manager client's retry rules with the short log-push stop; when it still
+  fails, the batch goes back to the buffer and the task pauses ``retry_pause_s``: one task, so a
+  dead manager never piles up work.
+- No manager configured: the shipper is a no-op sink.
+
+The pieces that decide (:class:`LogBuffer`, :func:`event_to_line`, :func:`dropped_warning`) are
+pure and tested without I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from cuzk_supervisor.adapters.manager import (
+    MAX_BODY_BYTES,
+    ManagerClient,
+    ManagerRejected,
+    ManagerUnavailable,
+    normalize_line,
+)
+
+__all__ = [
+    "LogBuffer",
+    "LogShipper",
+    "ShipperSettings",
+    "ShipperStats",
+    "dropped_warning",
+    "event_to_line",
+    "shipping_processor",
+]
+
+log = structlog.get_logger("supervisor.logship")
+
+SUPERVISOR_SOURCE = "setup"
+"""The dashboard tab for the supervisor's own lines (the old scripts sent theirs as `setup`)."""
+MIB = 1024 * 1024
+
+Entry = tuple[int, str, int]
+"""(sequence number, text, size in a body including its newline)."""
+
+
+def dropped_warning(count: int) -> str:
+    return f"dropped {count} lines while the manager was unreachable"
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShipperSettings:
+    flush_interval_s: float = 2.0
+    """Longest time a line waits before a send is attempted."""
+    batch_bytes: int = 64 * 1024
+    """A source with this many bytes waiting is sent at once, not at the next interval."""
+    batch_lines: int = 500
+    """Same, counted in lines."""
+    max_body_bytes: int = MAX_BODY_BYTES
+    """Largest body sent (the manager reads 256 KiB at most)."""
+    max_buffer_lines: int = 50_000
+    """Lines kept while the manager is away; beyond it the oldest are dropped."""
+    max_buffer_bytes: int = 16 * MIB
+    """Bytes kept while the manager is away; beyond it the oldest are dropped."""
+    retry_pause_s: float = 5.0
+    """Pause after a send that failed (after its own retries) before trying again."""
+    final_flush_s: float = 5.0
+    """Time given to the last flush when the shipper stops."""
+
+    def __post_init__(self) -> None:
+        for name in ("flush_interval_s", "retry_pause_s", "final_flush_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 256 <= self.max_body_bytes <= MAX_BODY_BYTES:
+            raise ValueError(f"max_body_bytes must be in [256, {MAX_BODY_BYTES}]")
+        if not 0 < self.batch_bytes <= self.max_body_bytes:
+            raise ValueError("batch_bytes must be in (0, max_body_bytes]")
+        if self.batch_lines < 1 or self.max_buffer_lines < 1:
+            raise ValueError("batch_lines and max_buffer_lines must be >= 1")
+        # One line (up to a whole body) must always fit in the buffer.
+        if self.max_buffer_bytes < self.max_body_bytes:
+            raise ValueError("max_buffer_bytes must be >= max_body_bytes")
+
+
+# --- the buffer (pure) --------------------------------------------------------------------------
+
+
+class LogBuffer:
+    """Lines waiting to be sent, per source, bounded in lines and bytes; drops the oldest.
+
+    Each line has a global sequence number, so "oldest" is across sources. Eviction looks at
+    the head of each source's queue: O(number of sources), a handful.
+    """
+
+    def __init__(self, max_lines: int, max_bytes: int) -> None:
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self._queues: dict[str, deque[Entry]] = {}
+        self._source_bytes: dict[str, int] = {}
+        self._seq = 0
+        self.lines = 0
+        self.bytes = 0
+        self.dropped = 0
+        """Lines dropped and not yet reported to the manager."""
+        self.dropped_total = 0
+
+    def add(self, source: str, text: str, size: int) -> int:
+        """Append one normalised line; return how many old lines were dropped to make room."""
+        self._seq += 1
+        queue = self._queues.get(source)
+        if queue is None:
+            queue = self._queues[source] = deque()
+            self._source_bytes[source] = 0
+        queue.append((self._seq, text, size))
+        self._source_bytes[source] += size
+        self.lines += 1
+        self.bytes += size
+        return self._evict()
+
+    def source_lines(self, source: str) -> int:
+        queue = self._queues.get(source)
+        return len(queue) if queue is not None else 0
+
+    def source_bytes(self, source: str) -> int:
+        return self._source_bytes.get(source, 0)
+
+    def sources_by_age(self) -> list[str]:
+        """Sources with lines waiting, the one holding the oldest line first."""
+        return [s for s, _ in sorted(self._queues.items(), key=lambda item: item[1][0][0])]
+
+    def take(self, source: str, max_body_bytes: int) -> list[Entry]:
+        """Remove and return the oldest lines of ``source`` that fit one body."""
+        queue = self._queues.get(source)
+        taken: list[Entry] = []
+        size = 0
+        while queue and (not taken or size + queue[0][2] <= max_body_bytes):
+            entry = queue.popleft()
+            taken.append(entry)
+            size += entry[2]
+        self._account(source, len(taken), size)
+        return taken
+
+    def restore(self, source: str, entries: list[Entry]) -> int:
+        """Put back a batch that could not be sent, at the front; return lines dropped."""
+        if not entries:
+            return 0
+        queue = self._queues.get(source)
+        if queue is None:
+            queue = self._queues[source] = deque()
+            self._source_bytes[source] = 0
+        queue.extendleft(reversed(entries))
+        size = sum(entry[2] for entry in entries)
+        self._source_bytes[source] += size
+        self.lines += len(entries)
+        self.bytes += size
+        return self._evict()
+
+    def acknowledge_dropped(self, count: int) -> None:
+        self.dropped -= min(count, self.dropped)
+
+    def _evict(self) -> int:
+        evicted = 0
+        while self.lines > self.max_lines or self.bytes > self.max_bytes:
+            source = min(self._queues, key=lambda s: self._queues[s][0][0])
+            _, _, size = self._queues[source].popleft()
+            self._account(source, 1, size)
+            evicted += 1
+        self.dropped += evicted
+        self.dropped_total += evicted
+        return evicted
+
+    def _account(self, source: str, lines: int, size: int) -> None:
+        self.lines -= lines
+        self.bytes -= size
+        self._source_bytes[source] -= size
+        if not self._queues[source]:
+            # Keep the dict small: a source with nothing waiting is forgotten.
+            del self._queues[source]
+            del self._source_bytes[source]
+
+
+# --- structlog adapter (pure) -------------------------------------------------------------------
+
+_HEAD_KEYS = ("timestamp", "level", "event")
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, str):
+        if value and not any(c in value for c in ' "=\n\r\t'):
+            return value
+        return json.dumps(value, ensure_ascii=False)
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def event_to_line(event_dict: Mapping[str, Any]) -> str:
+    """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``."""
+    parts = [str(event_dict[key]) for key in _HEAD_KEYS if event_dict.get(key) is not None]
+    parts.extend(
+        f"{key}={_fmt_value(value)}"
+        for key, value in event_dict.items()
+        if key not in _HEAD_KEYS and not key.startswith("_")
+    )
+    return " ".join(parts)
+
+
+def shipping_processor(
+    shipper: LogShipper, source: str = SUPERVISOR_SOURCE
+) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
+    """A structlog processor feeding every event to ``shipper``; the event passes unchanged.
+
+    Put it after ``add_log_level`` and ``TimeStamper`` and before the renderer.
+    """
+
+    def processor(
+        logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        # Logging must never fail because of shipping.
+        with contextlib.suppress(Exception):
+            shipper.add_line(source, event_to_line(event_dict))
+        return event_dict
+
+    return processor
+
+
+# --- the shipper --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShipperStats:
+    buffered_lines: int
+    buffered_bytes: int
+    sent_lines: int
+    sent_bodies: int
+    dropped_total: int
+    dropped_unreported: int
+    rejected_lines: int
+
+
+class LogShipper:
+    """Buffers lines (``add_line``) and sends them from one task (``run``).
+
+    Lines added before the instance's uuid is known (:meth:`set_uuid`) wait in the buffer.
+    ``add_line`` may be called from any thread; the rest belongs to the event loop.
+    """
+
+    def __init__(
+        self,
+        client: ManagerClient | None,
+        settings: ShipperSettings | None = None,
+        *,
+        uuid: str | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings if settings is not None else ShipperSettings()
+        self.enabled = client is not None and not client.is_local
+        self._uuid = uuid
+        self._buffer = LogBuffer(self.settings.max_buffer_lines, self.settings.max_buffer_bytes)
+        self._max_line = self.settings.max_body_bytes - 1
+        self._lock = threading.Lock()  # add_line may come from a worker thread's log event
+        self._wake = asyncio.Event()
+        self._wake_requested = False
+        self._stopped = asyncio.Event()
+        self._send_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._sent_lines = 0
+        self._sent_bodies = 0
+        self._rejected_lines = 0
+
+    # -- producer side: synchronous, never waits --
+
+    def add_line(self, source: str, line: str) -> None:
+        if not self.enabled:
+            return
+        text, size = normalize_line(line, self._max_line)
+        if not size:
+            return
+        with self._lock:
+            self._buffer.add(source, text, size)
+            wake = not self._wake_requested and (
+                self._buffer.source_bytes(source) >= self.settings.batch_bytes
+                or self._buffer.source_lines(source) >= self.settings.batch_lines
+            )
+            if wake:
+                self._wake_requested = True
+        if wake:
+            self._signal()
+
+    def listener(self, source: str) -> Callable[[str], None]:
+        """A line callback for one source (e.g. ``OutputPump.add_listener``)."""
+        return functools.partial(self.add_line, source)
+
+    def set_uuid(self, uuid: str) -> None:
+        """The instance is registered: buffered lines can go now."""
+        self._uuid = uuid
+        with self._lock:
+            self._wake_requested = True
+        self._signal()
+
+    @property
+    def running(self) -> bool:
+        """True once :meth:`run` has started and until :meth:`stop`."""
+        return self._loop is not None and not self._stopped.is_set()
+
+    def stats(self) -> ShipperStats:
+        with self._lock:
+            return ShipperStats(
+                buffered_lines=self._buffer.lines,
+                buffered_bytes=self._buffer.bytes,
+                sent_lines=self._sent_lines,
+                sent_bodies=self._sent_bodies,
+                dropped_total=self._buffer.dropped_total,
+                dropped_unreported=self._buffer.dropped,
+                rejected_lines=self._rejected_lines,
+            )
+
+    def _signal(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return  # run() has not started; it sends what is waiting when it does
+        if threading.get_ident() == self._loop_thread:
+            self._wake.set()
+        else:
+            loop.call_soon_threadsafe(self._wake.set)
+
+    # -- sender side: the event loop --
+
+    async def run(self) -> None:
+        """The sending task; returns after :meth:`stop` and a last flush (``final_flush_s``)."""
+        if not self.enabled:
+            await self._stopped.wait()
+            return
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        with self._lock:
+            if self._wake_requested:
+                self._wake.set()  # asked for before this task started
+        while not self._stopped.is_set():
+            await _wait(self._wake, self.settings.flush_interval_s)
+            self._wake.clear()
+            with self._lock:
+                self._wake_requested = False
+            if self._stopped.is_set():
+                break
+            if not await self._ship(None):
+                # The manager is away: size wakes are ignored until the pause is over.
+                await _wait(self._stopped, self.settings.retry_pause_s)
+        await self.flush(self.settings.final_flush_s)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    async def flush(self, deadline_s: float | None = None) -> bool:
+        """Send everything waiting now; True when the buffer is empty (or nothing to do)."""
+        if not self.enabled:
+            return True
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        return await self._ship(deadline)
+
+    async def _ship(self, deadline: float | None) -> bool:
+        """Send the dropped-lines warning, then batches oldest source first, until empty.
+
+        Returns False when the manager stayed away (the batch is back in the buffer).
+        """
+        assert self.client is not None
+        client = self.client
+        async with self._send_lock:
+            uuid = self._uuid
+            if uuid is None:
+                return True
+            while True:
+                if deadline is None:
+                    if self._stopped.is_set():
+                        return True  # run() takes over with its bounded final flush
+                    stop_s = None
+                else:
+                    stop_s = deadline - time.monotonic()
+                    if stop_s <= 0:
+                        return False
+                with self._lock:
+                    dropped = self._buffer.dropped
+                if dropped:
+                    if not await self._send_dropped_warning(client, uuid, dropped, stop_s):
+                        return False
+                    continue
+                with self._lock:
+                    sources = self._buffer.sources_by_age()
+                    if not sources:
+                        return True
+                    source = sources[0]
+                    batch = self._buffer.take(source, self.settings.max_body_bytes)
+                try:
+                    await client.push_logs(uuid, source, [e[1] for e in batch], stop_s=stop_s)
+                except ManagerUnavailable:
+                    with self._lock:
+                        self._buffer.restore(source, batch)
+                    return False
+                except ManagerRejected as exc:
+                    # A 4xx will not change on retry: drop this batch, keep shipping the rest.
+                    with self._lock:
+                        self._rejected_lines += len(batch)
+                    log.warning(
+                        "logship.rejected",
+                        source=source,
+                        lines=len(batch),
+                        status=exc.status,
+                        detail=exc.message,
+                    )
+                else:
+                    with self._lock:
+                        self._sent_lines += len(batch)
+                        self._sent_bodies += 1
+
+    async def _send_dropped_warning(
+        self, client: ManagerClient, uuid: str, count: int, stop_s: float | None
+    ) -> bool:
+        try:
+            await client.push_logs(uuid, SUPERVISOR_SOURCE, [dropped_warning(count)], stop_s=stop_s)
+        except ManagerUnavailable:
+            return False
+        except ManagerRejected:
+            pass  # counted as reported: retrying a 4xx would loop
+        else:
+            with self._lock:
+                self._sent_lines += 1
+                self._sent_bodies += 1
+        with self._lock:
+            self._buffer.acknowledge_dropped(count)
+        # Logged after the lock is released: this event comes back through add_line.
+        log.warning("logship.dropped_lines", count=count, detail=dropped_warning(count))
+        return True
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()

@@ -1,0 +1,80 @@
+"""``cuzk-supervisor daemon --workers W``: keep only the daemon up, as a supervised child.
+
+Renders its config, starts it in its own process group, carries its output, restarts it with
+backoff when it dies, and stops with a crash-loop verdict when it keeps dying. SIGTERM, SIGINT,
+SIGHUP and SIGQUIT stop it (SIGTERM, grace, SIGKILL) and exit 128 + signal. Takes the same
+settings as ``run`` (see ``config``); ``--workers`` is required here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+
+from cuzk_supervisor import settings
+from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.cli.observe import configure_logging
+from cuzk_supervisor.core.policy import PlanInputs, PlanRefusal, plan_workers
+from cuzk_supervisor.daemon.config import DaemonConfigValues
+from cuzk_supervisor.daemon.keeper import DaemonKeeper
+from cuzk_supervisor.daemon.process import DaemonProcess
+from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.lifecycle import assemble
+from cuzk_supervisor.runtime import Runtime, run_supervised
+from cuzk_supervisor.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "daemon", help="keep only the daemon up as a supervised child", description=__doc__
+    )
+    settings.add_flags(parser)
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    s = settings.from_namespace(args).settings
+    if s.workers < 1:
+        raise UsageError("--workers is required (partition_workers for the daemon)")
+    json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
+    configure_logging(s.log_level, json=json_logs)
+    sampler = assemble.memory_sampler(s)
+    snapshot = sampler.sample()
+    plan = plan_workers(
+        PlanInputs(
+            host_total_bytes=snapshot.host_total,
+            cgroup_limit_bytes=snapshot.cgroup_limit,
+            workers_override=s.workers,
+            memory_scale=s.plan_memory_scale,
+        ),
+        assemble.memory_policy(s),
+    )
+    if isinstance(plan, PlanRefusal):
+        raise UsageError(f"cannot plan {s.workers} workers: {plan.reason}")
+    values = DaemonConfigValues(
+        **plan.config_values(),
+        listen=assemble.daemon_listen(s),
+        status_listen=s.daemon_status_listen,
+        param_cache=str(s.daemon_param_cache),
+        log_level=s.daemon_log_level,
+    )
+    return run_supervised(
+        functools.partial(_keep, s, sampler, values), cleanup_grace_s=s.daemon_stop_grace_s
+    )
+
+
+async def _keep(
+    s: Settings, sampler: MemorySampler, values: DaemonConfigValues, rt: Runtime
+) -> int:
+    keeper = DaemonKeeper(
+        assemble.daemon_settings(s, sampler.cgroup.dir if sampler.cgroup else None),
+        values,
+        assemble.restart_policy(s),
+        process_factory=functools.partial(DaemonProcess, spawn=rt.reaper.spawn),
+    )
+    outcome = await keeper.run()
+    if outcome.exit_code:
+        # One plain line for whoever reads the container's output, beside the JSON events.
+        print(f"cuzk-supervisor daemon: {outcome.reason}", file=sys.stderr)
+    return outcome.exit_code

@@ -1,0 +1,124 @@
+"""``cuzk-supervisor run``: the container's entrypoint — the whole lifecycle, then keep proving.
+
+Register with the manager, make sure the parameters are on disk, plan the workers from the
+memory limit, warm up, restart at full workers, settle, benchmark, report the rate, and keep the
+daemon up until a signal (or until the manager has killed this instance). Every setting is a
+flag, a ``CUZK_SUPERVISOR_*`` variable or a key of ``--config-file``; see ``config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from cuzk_supervisor import exitcodes, settings
+from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings, shipping_processor
+from cuzk_supervisor.adapters.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
+from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
+from cuzk_supervisor.cli import prestart
+from cuzk_supervisor.cli.observe import configure_logging
+from cuzk_supervisor.core.labels import label_warning
+from cuzk_supervisor.lifecycle import assemble
+from cuzk_supervisor.lifecycle.machine import Lifecycle, resolve_label, resolve_min_rate
+from cuzk_supervisor.runtime import Runtime, run_supervised
+from cuzk_supervisor.serve.health import HealthServer, LifecycleSource, StartupLatch
+from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.settings import Settings
+
+STATE_FILE = "state.json"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "run", help="the entrypoint: the whole lifecycle, then keep proving", description=__doc__
+    )
+    settings.add_flags(parser)
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    loaded = settings.from_namespace(args)
+    return run_lifecycle(loaded.settings, os.environ)
+
+
+def check_inputs(s: Settings, environ: Mapping[str, str]) -> list[str]:
+    """Everything that can be refused before anything starts (exit 2, nothing registered,
+    started or written): see ``cuzk_supervisor.cli.prestart``. Returns the warnings to log."""
+    return prestart.check_before_start(s, environ)
+
+
+def run_lifecycle(
+    s: Settings,
+    environ: Mapping[str, str],
+    *,
+    on_phase: Callable[[str], None] | None = None,
+) -> int:
+    warnings = check_inputs(s, environ)
+    label = resolve_label(s, environ)
+    min_rate = resolve_min_rate(s, environ)
+    manager = ManagerClient(
+        s.manager_url or None,
+        timeouts=ManagerTimeouts(
+            connect_s=s.manager_connect_timeout_s, read_s=s.manager_read_timeout_s
+        ),
+        retry=ManagerRetry(report_stop_s=s.manager_retry_s),
+        headers={"Authorization": f"Bearer {s.manager_token}"} if s.manager_token else None,
+    )
+    shipper = LogShipper(
+        manager if s.log_push else None,
+        ShipperSettings(max_buffer_lines=s.log_buffer_lines),
+    )
+    json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
+    configure_logging(s.log_level, json=json_logs, extra_processors=[shipping_processor(shipper)])
+    for warning in warnings:
+        structlog.get_logger().warning("settings.public_listen", detail=warning)
+    unmatchable = label_warning(label, s.manager_url)  # once, at start (run and sim)
+    if unmatchable is not None:
+        structlog.get_logger().warning("label.unmatchable", label=label, detail=unmatchable)
+
+    async def body(rt: Runtime) -> int:
+        try:
+            keeper = StateKeeper(StateStore(s.state_dir / STATE_FILE))
+        except StateWriteError as exc:
+            print(f"cuzk-supervisor run: {exc}", file=sys.stderr)
+            return exitcodes.STATE_UNWRITABLE
+        async with manager:
+            metrics = SupervisorMetrics()
+            lifecycle = Lifecycle(
+                s,
+                rt,
+                label=label,
+                min_rate=min_rate,
+                manager=manager,
+                state=keeper,
+                outbox=Outbox.for_keeper(manager, keeper),
+                shipper=shipper,
+                sampler=assemble.memory_sampler(s),
+                gpu=assemble.gpu_probe(s),
+                metrics=metrics,
+            )
+            if on_phase is not None:
+                lifecycle.phase_listeners.append(on_phase)
+            if not s.health_enabled:
+                return await lifecycle.run()
+            # /startupz passes once a phase after warmup is entered (the daemon answered).
+            startup = StartupLatch()
+            lifecycle.phase_listeners.append(startup.on_phase)
+            # Started here, not in the lifecycle's task group, so a busy port is a plain
+            # one-line error (exit 2) rather than an exception group.
+            async with HealthServer(
+                s.health_listen,
+                LifecycleSource(lifecycle),
+                metrics,
+                allow_public=s.health_allow_public,
+                startup=startup,
+                # Read at scrape time: a len() on the loop, always current.
+                refresh=lambda: metrics.outbox_depth(len(lifecycle.outbox.pending)),
+            ):
+                return await lifecycle.run()
+
+    return run_supervised(body, cleanup_grace_s=s.daemon_stop_grace_s)

@@ -1,0 +1,123 @@
+"""What the manager already knows of a report this process did not see answered (pure).
+
+A report is written to the outbox before it is sent and removed after the answer is recorded.
+A crash between the manager applying it and our recording the answer leaves it queued, and the
+next process would send it again. That is safe but not free: ``/bench-done`` does not check the
+state, so a resend revives a killed instance to ``bench_done`` in the manager's records, and
+every resend shows twice in its history. So a report found queued at start is first looked up in
+the manager's ``GET /status`` record of this instance; only what the record does not show is
+sent again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from cuzk_supervisor.adapters.state import (
+    BENCH_DONE,
+    OUTCOME_GONE,
+    OUTCOME_OK,
+    PARAM_DONE,
+    Report,
+    utc_now_iso,
+)
+
+# Manager instance states (reference/manager-api.md, "States and timeouts").
+KILLED = "killed"
+PAST_PARAMS = frozenset({"params_done", "bench_done", "running"})
+PAST_BENCH = frozenset({"bench_done", "running"})
+
+RECONCILED_KINDS = frozenset({PARAM_DONE, BENCH_DONE})
+"""Kinds worth a lookup. ``/running`` is a repeated liveness ping: sending it again is its job."""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def recorded_outcome(report: Report, record: Mapping[str, Any] | None) -> Report | None:
+    """``report`` finished as the manager's ``record`` of the instance shows it, or None when the
+    record does not show it applied (then it must be sent). ``record`` is None when the manager
+    does not list the instance: sending tells (a 404 makes it gone)."""
+    if record is None or report.kind not in RECONCILED_KINDS:
+        return None
+    state = record.get("state")
+    if state == KILLED:
+        min_rate = _number(record.get("min_rate"))
+        failing = min_rate is not None and report.rate is not None and report.rate < min_rate
+        if report.kind == BENCH_DONE and failing:
+            # The verdict it got, or would get: fail. The manager has acted on it already.
+            return _done(report, OUTCOME_OK, passed=False, detail="verdict read from status")
+        reason = record.get("kill_reason") or "no reason given"
+        return _done(report, OUTCOME_GONE, detail=f"instance killed: {reason}")
+    if report.kind == PARAM_DONE and (state in PAST_PARAMS or record.get("param_done_at")):
+        return _done(report, OUTCOME_OK, detail="already recorded by the manager")
+    if report.kind == BENCH_DONE and state in PAST_BENCH:
+        rate = _number(record.get("bench_rate"))
+        if rate is not None and report.rate is not None and math.isclose(rate, report.rate):
+            return _done(report, OUTCOME_OK, passed=True, detail="already recorded by the manager")
+    return None
+
+
+def find_record(listing: Any, uuid: str) -> Mapping[str, Any] | None:
+    """This instance's entry in a ``GET /status`` answer (a list of records), if any."""
+    if not isinstance(listing, list):
+        raise ValueError(f"GET /status answered {type(listing).__name__}, not a list")
+    for record in listing:
+        if isinstance(record, dict) and record.get("uuid") == uuid:
+            return record
+    return None
+
+
+def _done(report: Report, outcome: str, *, detail: str, passed: bool | None = None) -> Report:
+    return dataclasses.replace(
+        report, outcome=outcome, passed=passed, detail=detail, finished_at=utc_now_iso()
+    )
+
+
+def gone_reason(record: Mapping[str, Any] | None) -> str | None:
+    """Why the manager's ``record`` of this (registered) instance says it is finished, or None
+    while it lives. A uuid the manager no longer lists is gone too: it was deleted or replaced."""
+    if record is None:
+        return "the manager no longer lists this instance"
+    if record.get("state") == KILLED:
+        return f"killed by the manager: {record.get('kill_reason') or 'no reason given'}"
+    return None
+
+
+_MANAGER_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f")
+
+
+def manager_time(value: Any) -> float | None:
+    """Epoch seconds of a timestamp in a ``GET /status`` record (the real manager writes
+    ``YYYY-MM-DD HH:MM:SS`` in UTC; ISO-8601 with ``T``, ``Z`` or an offset is read too; a
+    number is taken as epoch seconds). None when it is missing or unreadable."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) and value > 0 else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        stamp = None
+        for fmt in _MANAGER_TIME_FORMATS:
+            with contextlib.suppress(ValueError):
+                stamp = datetime.strptime(text, fmt)
+                break
+        if stamp is None:
+            return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()

@@ -1,0 +1,195 @@
+"""Keep the daemon up: start it, wait for its exit, ask the restart policy, start it again.
+
+The machinery only; every decision (how long to back off, when it is a crash loop) is
+``policy.next_restart``. Each exit is logged with its classification and handed to listeners
+(metrics, the lifecycle's OOM step-down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.core.exits import DaemonExit, ExitKind
+from cuzk_supervisor.core.policy import (
+    GiveUp,
+    RestartHistory,
+    RestartPolicy,
+    next_restart,
+    record_failure,
+    record_healthy,
+)
+from cuzk_supervisor.daemon.config import DaemonConfigValues
+from cuzk_supervisor.daemon.process import DaemonProcess, DaemonSettings, DaemonStartFailed
+
+log = structlog.get_logger()
+
+
+class SupervisedProcess(Protocol):
+    """One run of a child: ``DaemonProcess`` or ``workers.CommandProcess``."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def start(self) -> None: ...
+
+    async def wait(self) -> DaemonExit: ...
+
+    async def stop(self) -> DaemonExit: ...
+
+
+ProcessFactory = Callable[[DaemonSettings, DaemonConfigValues], SupervisedProcess]
+ExitListener = Callable[[DaemonExit], None]
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperOutcome:
+    """Why the keeper stopped keeping the daemon up."""
+
+    exit_code: int
+    reason: str
+    last_exit: DaemonExit | None = None
+
+
+class DaemonKeeper:
+    """Owns the daemon for as long as ``run()`` runs; ``stop()`` ends it cleanly."""
+
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        values: DaemonConfigValues,
+        policy: RestartPolicy,
+        *,
+        process_factory: ProcessFactory = DaemonProcess,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+        name: str = "daemon",
+    ) -> None:
+        self.settings = settings
+        self.values = values
+        self.policy = policy
+        self._factory = process_factory
+        self.name = name  # event prefix: "daemon", or a worker command's source
+        self._clock = clock
+        self._rand = rand
+        self.history = RestartHistory()
+        self.current: SupervisedProcess | None = None
+        self.exits_by_kind: Counter[str] = Counter()
+        self.starts = 0
+        self._ready = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._replan = asyncio.Event()
+        self._listeners: list[ExitListener] = []
+
+    def add_exit_listener(self, listener: ExitListener) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready.is_set()
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    async def run(self) -> KeeperOutcome:
+        """Keep the daemon up until ``stop()``, a permanent start failure or a crash loop."""
+        try:
+            return await self._run()
+        finally:
+            await self._stop_current()
+
+    async def _run(self) -> KeeperOutcome:
+        while not self._stopping.is_set():
+            exit = await self._one_run()
+            if self._stopping.is_set():
+                break
+            if exit is None:  # replaced on purpose (new plan): not a failure
+                continue
+            self.exits_by_kind[exit.kind.value] += 1
+            for listener in self._listeners:
+                listener(exit)
+            if exit.permanent:
+                log.error(f"{self.name}.start_failed", **exit.as_fields())
+                return KeeperOutcome(exitcodes.DAEMON_FAILED_TO_START, exit.reason, exit)
+            now = self._clock()
+            self.history = record_failure(self.policy, self.history, now, exit.reason)
+            decision = next_restart(self.policy, self.history, now, self._rand())
+            if isinstance(decision, GiveUp):
+                log.error(
+                    f"{self.name}.crash_loop", verdict=decision.describe(), **exit.as_fields()
+                )
+                return KeeperOutcome(exitcodes.DAEMON_CRASH_LOOP, decision.describe(), exit)
+            log.warning(
+                f"{self.name}.restart_scheduled",
+                delay_s=round(decision.delay_s, 3),
+                attempt=decision.attempt,
+                reason=decision.reason,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), decision.delay_s)
+        return KeeperOutcome(exitcodes.OK, "stopped")
+
+    async def _one_run(self) -> DaemonExit | None:
+        """Start the daemon and wait for its exit; None when we replaced it ourselves."""
+        # Values set by restart_with() during a backoff are used now; no replacement is due.
+        self._replan.clear()
+        process = self._factory(self.settings, self.values)
+        self.current = process
+        self.starts += 1
+        try:
+            await process.start()
+        except DaemonStartFailed as failed:
+            return failed.exit
+        self.history = record_healthy(self.history, self._clock())
+        self._ready.set()
+        waiter = asyncio.create_task(process.wait())
+        replan = asyncio.create_task(self._replan.wait())
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({waiter, replan, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._ready.clear()
+            replan.cancel()
+            stopping.cancel()
+        if waiter.done():
+            return waiter.result()
+        waiter.cancel()
+        result = await process.stop()
+        if self._replan.is_set():
+            self._replan.clear()
+            log.info(f"{self.name}.replaced", workers=self.values.partition_workers)
+            return None
+        return result
+
+    def forget_failures(self) -> None:
+        """Start the crash-loop count afresh (after a deliberate change of configuration)."""
+        self.history = RestartHistory()
+
+    def restart_with(self, values: DaemonConfigValues) -> None:
+        """Stop the running daemon and start it again with new config values (e.g. fewer
+        workers after an OOM risk). Not counted as a failure."""
+        self.values = values
+        self._ready.clear()  # wait_ready() from now on waits for the new daemon
+        self._replan.set()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+
+    async def _stop_current(self) -> None:
+        if self.current is not None and self.current.pid is not None:
+            await asyncio.shield(self.current.stop())
+        self._ready.clear()
+
+
+def describe_exit_kind_counts(keeper: DaemonKeeper) -> dict[str, int]:
+    """Exits so far by kind, every kind present (for status lines and metrics)."""
+    return {kind.value: keeper.exits_by_kind.get(kind.value, 0) for kind in ExitKind}

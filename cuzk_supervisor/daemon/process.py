@@ -1,0 +1,478 @@
+"""The cuzk daemon as a child we fully own: config, spawn, readiness, output, stop, exit.
+
+One ``DaemonProcess`` is one run of the daemon. It never decides what happens after an exit: it
+gathers the facts and ``exits.classify_exit`` names them; restarts are ``supervision.py``'s job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import structlog
+
+from cuzk_supervisor import pid1
+from cuzk_supervisor.adapters import files
+from cuzk_supervisor.adapters.resources import read_oom_kill_count
+from cuzk_supervisor.address import Address, parse_address
+from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
+from cuzk_supervisor.daemon import config as daemon_config
+from cuzk_supervisor.daemon.childenv import child_environ
+from cuzk_supervisor.daemon.config import DaemonConfigValues
+from cuzk_supervisor.daemon.output import OutputPump, RotatingLineFile
+
+log = structlog.get_logger()
+
+# After the daemon exits, how long its output may take to reach EOF.
+OUTPUT_DRAIN_S = 1.0
+# How long an address must stay taken before the start counts as "address in use".
+ADDRESS_RELEASE_S = 1.0
+
+ReadyProbe = Callable[[Address, float], Awaitable[None]]
+# One GetStatus with a deadline; raises when the daemon does not answer in time.
+AliveProbe = Callable[[Address, float], Awaitable[None]]
+# asyncio.create_subprocess_exec, or pid1.Reaper.spawn which also claims the pid from the reaper.
+Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSettings:
+    """How to run the daemon. Every field is a supervisor setting."""
+
+    binary: str = "cuzk"
+    extra_args: tuple[str, ...] = ()
+    config_path: Path = Path("/run/cuzk-supervisor/cuzk.toml")
+    base_config: Path | None = None
+    log_path: Path | None = Path("/var/log/cuzk-supervisor/cuzk.log")
+    log_max_bytes: int = 64 * 1024 * 1024
+    log_backups: int = 3
+    log_events_per_second: float = 500.0
+    startup_deadline_s: float = 900.0
+    stop_grace_s: float = 10.0
+    # Liveness after ready (the kubelet's split: a long startup budget, then a cheap probe).
+    # GetStatus runs nvidia-smi on the real daemon: not more often than every 15 s.
+    liveness_interval_s: float = 30.0
+    liveness_timeout_s: float = 20.0
+    liveness_failures: int = 3
+    cgroup_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class DaemonStartFailed(Exception):
+    """The daemon never became ready; ``exit`` says why (kind ``failed_to_start``)."""
+
+    def __init__(self, exit: DaemonExit) -> None:
+        super().__init__(exit.reason)
+        self.exit = exit
+
+
+def _resolve_binary(binary: str) -> tuple[str | None, str]:
+    """The executable's path, or None and the one-line reason it cannot be run."""
+    if os.sep in binary:
+        path = Path(binary)
+        if not path.exists():
+            return None, f"daemon binary {binary} not found"
+        if path.is_dir() or not os.access(path, os.X_OK):
+            return None, f"daemon binary {binary} is not executable"
+        return str(path), ""
+    found = shutil.which(binary)
+    if found is None:
+        return None, f"daemon binary {binary!r} not found on PATH"
+    return found, ""
+
+
+def address_in_use(address: Address) -> bool:
+    """Whether something already listens where the daemon should (checked before spawning)."""
+    if address.path is not None:
+        if not address.path.exists():
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            try:
+                probe.connect(str(address.path))
+            except OSError:
+                return False  # a stale socket file: the daemon removes it at start
+            return True
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address.host, address.port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def _pidfile(settings: DaemonSettings) -> Path:
+    return settings.config_path.with_name("cuzk.pid")
+
+
+def _stale_daemons(settings: DaemonSettings) -> list[int]:
+    """Daemons a previous supervisor left running: the one in our pidfile (if it is still that
+    process), and any process started with our config file (a SIGKILL can land between the
+    spawn and the pidfile write)."""
+    found: set[int] = set()
+    path = _pidfile(settings)
+    try:
+        pid_text, started_text = files.read_regular(path, 4096).decode().split()
+        if abs(psutil.Process(int(pid_text)).create_time() - float(started_text)) < 0.01:
+            found.add(int(pid_text))
+    except (OSError, ValueError, psutil.Error):
+        pass
+    config = str(settings.config_path)
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.info["cmdline"] or []
+            ours = "--config" in cmdline and cmdline[cmdline.index("--config") + 1 :][:1] == [
+                config
+            ]
+            if ours and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.add(proc.pid)
+    found.discard(os.getpid())
+    return sorted(found)
+
+
+def _reclaim_stale_daemon(settings: DaemonSettings) -> None:
+    """Stop a daemon a previous supervisor left running (it was SIGKILLed, not PID 1): it
+    would hold the port, the GPUs and the memory the new plan counts on."""
+    stale = _stale_daemons(settings)
+    if stale:
+        log.warning("daemon.stale_reclaimed", pids=stale, config=str(settings.config_path))
+        pid1.kill_tree(stale, settings.stop_grace_s)
+    with contextlib.suppress(OSError):
+        _pidfile(settings).unlink(missing_ok=True)
+
+
+def _write_pidfile(settings: DaemonSettings, pid: int) -> None:
+    """Record the daemon for the next supervisor; a failure is only a warning (the next one
+    also finds it by its --config argument)."""
+    path = _pidfile(settings)
+    try:
+        started = psutil.Process(pid).create_time()
+        files.atomic_write(path, f"{pid} {started}\n".encode(), files.FILE_MODE)
+    except psutil.Error:
+        pass  # already gone: nothing to record
+    except OSError as exc:
+        log.warning("daemon.pidfile_unwritable", path=str(path), reason=files.describe(exc))
+
+
+async def _grpc_alive_probe(address: Address, timeout_s: float) -> None:
+    from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
+
+    timeouts = ProvingTimeouts(call_deadline_s=timeout_s)
+    async with ProvingClient(address, timeouts) as client:
+        await client.status()
+
+
+async def _grpc_ready_probe(address: Address, deadline_s: float) -> None:
+    from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
+
+    async with ProvingClient(address, ProvingTimeouts()) as client:
+        await client.wait_ready(deadline_s)
+
+
+class DaemonProcess:
+    """One run of the daemon, from config file to classified exit."""
+
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        values: DaemonConfigValues,
+        *,
+        ready_probe: ReadyProbe = _grpc_ready_probe,
+        alive_probe: AliveProbe = _grpc_alive_probe,
+        memory_at_limit: Callable[[], bool] = lambda: False,
+        spawn: Spawner = asyncio.create_subprocess_exec,
+        line_listeners: Sequence[Callable[[str], None]] = (),
+    ) -> None:
+        self.settings = settings
+        self.values = values
+        self.address = parse_address(values.listen)
+        self._ready_probe = ready_probe
+        self._alive_probe = alive_probe
+        self._liveness: asyncio.Task[None] | None = None
+        self._unresponsive = ""
+        self._memory_at_limit = memory_at_limit
+        self._spawn = spawn
+        self._line_listeners = tuple(line_listeners)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pump: OutputPump | None = None
+        self._pump_tasks: list[asyncio.Task[None]] = []
+        self._log_file: RotatingLineFile | None = None
+        self._ready = False
+        self._stop_requested = False
+        self._started_at = 0.0
+        self._oom_before: int | None = None
+        self._exit: DaemonExit | None = None
+        self._exit_lock = asyncio.Lock()
+        self.sigkill_needed = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and self._exit is None
+
+    @property
+    def output(self) -> OutputPump | None:
+        return self._pump
+
+    def _oom_count(self) -> int | None:
+        if self.settings.cgroup_dir is None:
+            return None
+        return read_oom_kill_count(self.settings.cgroup_dir)
+
+    def _command(self, binary: str) -> list[str]:
+        return [
+            binary,
+            *self.settings.extra_args,
+            "--config",
+            str(self.settings.config_path),
+            "--listen",
+            str(self.address),
+            "--log-level",
+            self.values.log_level,
+        ]
+
+    def _fail(self, reason: str) -> DaemonStartFailed:
+        self._exit = DaemonExit(ExitKind.FAILED_TO_START, reason, permanent=True)
+        return DaemonStartFailed(self._exit)
+
+    async def start(self) -> None:
+        """Spawn and return once the daemon answers GetStatus; raise DaemonStartFailed if not."""
+        settings = self.settings
+        base = daemon_config.load_base(settings.base_config)
+        try:
+            daemon_config.write_verified(settings.config_path, self.values, base)
+        except files.WriteError as exc:
+            raise self._fail(str(exc)) from None
+        await asyncio.to_thread(_reclaim_stale_daemon, settings)
+        binary, problem = _resolve_binary(settings.binary)
+        if binary is None:
+            raise self._fail(problem)
+        if await self._address_stays_busy():
+            raise self._fail(f"address in use: {self.address}")
+        if self.address.path is not None:
+            try:
+                files.make_folder(self.address.path.parent)
+            except OSError as exc:
+                where = self.address.path.parent
+                why = files.describe(exc)
+                raise self._fail(f"cannot make socket folder {where}: {why}") from None
+        if settings.log_path is not None:
+            try:
+                self._log_file = RotatingLineFile(
+                    settings.log_path, settings.log_max_bytes, settings.log_backups
+                )
+            except files.WriteError as exc:
+                raise self._fail(str(exc)) from None
+        self._pump = OutputPump("cuzk", self._log_file, settings.log_events_per_second)
+        for listener in self._line_listeners:
+            self._pump.add_listener(listener)
+        env = child_environ({**settings.env, "NO_COLOR": "1"})
+        self._oom_before = self._oom_count()
+        command = self._command(binary)
+        try:
+            self._proc = await self._spawn(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                umask=files.CHILD_UMASK,  # its socket and files: never world-writable
+                start_new_session=True,  # own session and process group: we signal the group
+            )
+        except OSError as exc:
+            raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
+        self._started_at = time.monotonic()
+        _write_pidfile(settings, self._proc.pid)
+        assert self._proc.stdout is not None
+        assert self._proc.stderr is not None
+        self._pump_tasks = [
+            asyncio.create_task(self._pump.pump(self._proc.stdout, "stdout")),
+            asyncio.create_task(self._pump.pump(self._proc.stderr, "stderr")),
+        ]
+        log.info(
+            "daemon.spawned", pid=self._proc.pid, command=command, config=str(settings.config_path)
+        )
+        await self._await_ready()
+
+    async def _address_stays_busy(self) -> bool:
+        """In use now and still in use a moment later: a process we just stopped (a stale
+        daemon) can hold its socket for a few milliseconds while the kernel tears it down."""
+        deadline = time.monotonic() + ADDRESS_RELEASE_S
+        while address_in_use(self.address):
+            if time.monotonic() >= deadline:
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def _await_ready(self) -> None:
+        assert self._proc is not None
+        probe = asyncio.create_task(
+            self._ready_probe(self.address, self.settings.startup_deadline_s)
+        )
+        exited = asyncio.create_task(self._proc.wait())
+        done, _ = await asyncio.wait({probe, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if probe in done and probe.exception() is None:
+            exited.cancel()
+            self._ready = True
+            log.info(
+                "daemon.ready",
+                pid=self._proc.pid,
+                address=str(self.address),
+                startup_s=round(time.monotonic() - self._started_at, 3),
+            )
+            self._liveness = asyncio.create_task(self._watch_liveness())
+            return
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await probe
+        if exited in done:
+            result = await self.wait()
+        else:
+            exited.cancel()
+            error = probe.exception()
+            reason = f"never ready within {self.settings.startup_deadline_s:g} s ({error})"
+            await self.stop()
+            result = DaemonExit(ExitKind.FAILED_TO_START, reason, permanent=True)
+            self._exit = result
+        raise DaemonStartFailed(result)
+
+    async def _watch_liveness(self) -> None:
+        """A daemon that accepts calls but never answers is as good as dead: after N missed
+        GetStatus probes in a row, kill it so the keeper restarts it."""
+        settings = self.settings
+        misses = 0
+        while True:
+            await asyncio.sleep(settings.liveness_interval_s)
+            try:
+                await asyncio.wait_for(
+                    self._alive_probe(self.address, settings.liveness_timeout_s),
+                    settings.liveness_timeout_s + 1.0,
+                )
+                misses = 0
+            except Exception as exc:  # any failure to answer counts as a miss
+                misses += 1
+                log.warning(
+                    "daemon.liveness_missed",
+                    misses=misses,
+                    of=settings.liveness_failures,
+                    reason=str(exc)[:200],
+                )
+                if misses >= settings.liveness_failures:
+                    assert self._proc is not None
+                    self._unresponsive = (
+                        f"unresponsive: {misses} GetStatus probes unanswered "
+                        f"({settings.liveness_timeout_s:g} s each); killed"
+                    )
+                    log.error("daemon.unresponsive", pid=self._proc.pid, reason=self._unresponsive)
+                    self._signal_group(signal.SIGKILL)
+                    return
+
+    async def wait(self) -> DaemonExit:
+        """Wait for the daemon to exit (and its output to drain); classify it once."""
+        if self._exit is not None:
+            return self._exit
+        assert self._proc is not None
+        returncode = await self._proc.wait()
+        if self._liveness is not None:
+            self._liveness.cancel()
+        async with self._exit_lock:
+            if self._exit is not None:
+                return self._exit
+            await self._drain_output()
+            if self._log_file is not None:
+                self._log_file.close()
+            facts = ExitFacts(
+                returncode=returncode,
+                was_ready=self._ready,
+                stop_requested=self._stop_requested,
+                oom_kills_before=self._oom_before,
+                oom_kills_after=self._oom_count(),
+                memory_at_limit=self._memory_at_limit(),
+                last_lines=tuple(self._pump.tail) if self._pump else (),
+                uptime_s=time.monotonic() - self._started_at,
+                unresponsive=self._unresponsive,
+            )
+            self._exit = classify_exit(facts)
+            self._ready = False
+            level = "info" if self._exit.kind is ExitKind.CLEAN else "warning"
+            getattr(log, level)("daemon.exited", pid=self._proc.pid, **self._exit.as_fields())
+            return self._exit
+
+    async def _drain_output(self) -> None:
+        """Read what the daemon wrote before it exited. A leaked descendant (in another session)
+        can hold the pipes open for ever, so EOF is awaited only briefly, then our ends close."""
+        if not self._pump_tasks:
+            return
+        _, pending = await asyncio.wait(self._pump_tasks, timeout=OUTPUT_DRAIN_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("daemon.output_held_open", detail="a descendant still holds its pipes")
+        await asyncio.gather(*self._pump_tasks, return_exceptions=True)
+
+    def _signal_group(self, signum: int) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signum)
+
+    def _has_exited(self) -> bool:
+        """Peek (without reaping: its waiter collects it) whether the daemon has exited."""
+        assert self._proc is not None
+        if self._proc.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True  # already collected by its waiter
+        return info is not None
+
+    async def stop(self) -> DaemonExit:
+        """SIGTERM to the group, SIGKILL after the grace period, wait for every member."""
+        if self._proc is None:
+            return self._exit or DaemonExit(ExitKind.FAILED_TO_START, "never started")
+        pgid = self._proc.pid
+        if not self._has_exited():
+            # Only a stop that found it running explains its exit; one that comes after the
+            # daemon died (e.g. OOM-killed a moment ago) must not hide why it died.
+            self._stop_requested = True
+            self._signal_group(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(self._proc.wait()), self.settings.stop_grace_s
+                )
+            except TimeoutError:
+                self.sigkill_needed = True
+                log.warning(
+                    "daemon.stop_grace_expired", pid=pgid, grace_s=self.settings.stop_grace_s
+                )
+                self._signal_group(signal.SIGKILL)
+        result = await self.wait()
+        await self._reap_group(pgid)
+        with contextlib.suppress(OSError):
+            _pidfile(self.settings).unlink(missing_ok=True)
+        return result
+
+    async def _reap_group(self, pgid: int) -> None:
+        """Kill what is left of the group (children the daemon left behind) and wait for it."""
+        report = await asyncio.to_thread(pid1.kill_tree, [pgid], 0.0, 1.0)
+        if report.terminated or report.killed:
+            log.warning(
+                "daemon.group_leftovers", pgid=pgid, pids=[*report.terminated, *report.killed]
+            )
+        if report.survivors:
+            log.error("daemon.group_survivors", pgid=pgid, pids=report.survivors)

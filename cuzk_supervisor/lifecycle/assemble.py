@@ -1,0 +1,88 @@
+"""Build the value objects each module takes from the one ``Settings`` object.
+
+Modules keep their own small frozen values (``ProvingTimeouts``, ``DaemonSettings``,
+``RestartPolicy``, ``MemoryPolicy`` …) so they can be used and tested alone; this is the only
+place that knows how settings map onto them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
+from cuzk_supervisor.adapters.proving import ProvingTimeouts
+from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.core.policy import MemoryPolicy, RestartPolicy
+from cuzk_supervisor.daemon.process import DaemonSettings
+from cuzk_supervisor.settings import Settings
+
+
+def memory_policy(s: Settings) -> MemoryPolicy:
+    return MemoryPolicy(
+        safety_margin_fraction=s.memory_margin_fraction,
+        safety_margin_min_gib=s.memory_margin_min_gib,
+        base_gib=s.memory_base_gib,
+        per_worker_gib=s.memory_per_worker_gib,
+        max_workers=s.max_workers,
+        warmup_workers=s.warmup_workers,
+    )
+
+
+def restart_policy(s: Settings) -> RestartPolicy:
+    return RestartPolicy(
+        initial_backoff_s=s.restart_backoff_initial_s,
+        max_backoff_s=s.restart_backoff_max_s,
+        stable_after_s=s.restart_stable_after_s,
+        crash_loop_failures=s.crash_loop_failures,
+        crash_loop_window_s=s.crash_loop_window_s,
+    )
+
+
+def proving_timeouts(s: Settings) -> ProvingTimeouts:
+    return ProvingTimeouts(
+        submit_deadline_s=s.submit_deadline_s,
+        await_deadline_s=s.await_deadline_s,
+        proof_budget_s=s.proof_budget_s,
+        startup_deadline_s=s.daemon_startup_deadline_s,
+    )
+
+
+def daemon_listen(s: Settings) -> str:
+    return s.daemon_listen or f"unix://{(s.run_dir / 'cuzk.sock').resolve()}"
+
+
+def daemon_settings(s: Settings, cgroup_dir: Path | None) -> DaemonSettings:
+    return DaemonSettings(
+        binary=s.daemon_binary,
+        extra_args=s.daemon_args,
+        config_path=s.run_dir / "cuzk.toml",
+        base_config=s.daemon_base_config,
+        log_path=s.log_dir / "cuzk.log",
+        log_max_bytes=s.daemon_log_max_bytes,
+        log_backups=s.daemon_log_backups,
+        startup_deadline_s=s.daemon_startup_deadline_s,
+        stop_grace_s=s.daemon_stop_grace_s,
+        liveness_interval_s=s.daemon_liveness_interval_s,
+        liveness_timeout_s=s.daemon_liveness_timeout_s,
+        liveness_failures=s.daemon_liveness_failures,
+        cgroup_dir=cgroup_dir,
+    )
+
+
+def memory_sampler(s: Settings) -> MemorySampler:
+    if s.cgroup_root is not None:
+        # An explicit cgroup folder (tests, or a runtime that hides the real one).
+        from cuzk_supervisor.adapters.resources import CgroupLocation
+
+        version = 2 if (s.cgroup_root / "memory.max").exists() else 1
+        location = CgroupLocation(version, s.cgroup_root, s.cgroup_root)
+        return MemorySampler(proc_root=s.proc_root, cgroup=location, discover=False)
+    return MemorySampler(proc_root=s.proc_root)
+
+
+def gpu_probe(s: Settings) -> GpuProbe:
+    if s.gpu_probe == "nvml":
+        return NvmlProbe()
+    if s.gpu_probe == "sim":
+        return SimStatusProbe(f"http://{s.daemon_status_listen}/status")
+    return StaticProbe(())

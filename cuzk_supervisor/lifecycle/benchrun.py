@@ -1,0 +1,117 @@
+"""One benchmark stretch against the daemon: the shell around :mod:`cuzk_supervisor.core.bench`.
+
+Proofs are submitted while :func:`~cuzk_supervisor.core.bench.next_submission` says one more fits
+the
+budget; each completion is stamped with the proving client's own monotonic time. The stretch is
+kept in :class:`StretchRun` as it grows, so a caller that cancels the run (the daemon restarted
+under it) still has every completion measured before the interruption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from cuzk_supervisor.adapters.proving import ProofResult, Prover
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch, late_hearing_s, next_submission
+from cuzk_supervisor.proto import proving_pb2 as pb
+
+log = structlog.get_logger("supervisor.bench")
+
+ResultListener = Callable[[int, ProofResult, Stretch], None]
+
+
+class StretchRun:
+    """A stretch being run; ``stretch`` is its state so far (read it after a cancellation)."""
+
+    def __init__(
+        self,
+        policy: BenchPolicy,
+        workers: int,
+        deadline: Callable[[], float],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        daemon_seconds_per_second: float = 1.0,
+    ) -> None:
+        self.policy = policy
+        self.daemon_seconds_per_second = daemon_seconds_per_second
+        self.deadline = deadline
+        """The end of the budget on ``clock`` (asked again at every decision: it can move when
+        the manager's acknowledgement of /param-done arrives during the bench)."""
+        self.clock = clock
+        concurrency = min(policy.concurrency, policy.max_proofs)
+        self.stretch = Stretch(workers=workers, concurrency=concurrency, started_at=clock())
+        self.stop_reason = ""
+
+    def completed_at(self, result: ProofResult) -> float:
+        """When the daemon finished the proof, on our clock.
+
+        The daemon's ``total_ms`` (its wall time for the job, from when it accepted it) added to
+        when its SubmitProof answered: a result seen late (a dropped or frozen connection, an
+        await backing off) still counts when it was done, not when we heard of it. Without
+        that (a submit whose answer was lost, no timings) the time we saw it.
+        """
+        total_ms = result.timings.total_ms
+        if total_ms <= 0 or result.landed_at is None:
+            return result.finished_at
+        done = result.landed_at + total_ms / 1000 / self.daemon_seconds_per_second
+        return min(result.finished_at, done)
+
+    async def run(
+        self,
+        prover: Prover,
+        template: pb.SubmitProofRequest,
+        proof_budget_s: float | None,
+        on_result: ResultListener | None = None,
+    ) -> Stretch:
+        """Submit, await and resubmit until the budget or ``max_proofs`` ends the stretch; return
+        it once every proof in flight has ended. Cancelling cancels the proofs in flight."""
+        running: dict[asyncio.Task[ProofResult], int] = {}
+
+        def launch() -> None:
+            request = pb.SubmitProofRequest()
+            request.CopyFrom(template)
+            # Every proof is its own job: the daemon does not de-duplicate request ids.
+            request.request_id = str(uuid.uuid4())
+            index = self.stretch.submitted
+            self.stretch = self.stretch.submitted_one()
+            running[asyncio.ensure_future(prover.prove(request, proof_budget_s))] = index
+
+        try:
+            while True:
+                in_flight = len(running)
+                while in_flight < self.stretch.concurrency:
+                    decision = next_submission(
+                        self.stretch, self.clock(), self.deadline(), self.policy
+                    )
+                    if not decision.submit:
+                        if not self.stop_reason and "in flight" not in decision.reason:
+                            self.stop_reason = decision.reason
+                        break
+                    launch()
+                    in_flight += 1
+                if not running:
+                    return self.stretch
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: running[t]):
+                    index = running.pop(task)
+                    result = task.result()
+                    if result.ok:
+                        done_at = self.completed_at(result)
+                        late = result.finished_at - done_at > late_hearing_s(self.stretch)
+                        self.stretch = self.stretch.completed(done_at, heard_late=late)
+                    else:
+                        self.stretch = self.stretch.failed_one()
+                    if on_result is not None:
+                        on_result(index, result, self.stretch)
+        finally:
+            for task in running:
+                task.cancel()
+            for task in running:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task

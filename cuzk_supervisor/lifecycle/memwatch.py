@@ -1,0 +1,112 @@
+"""Watch memory while proving: sample, assess the OOM risk, tell the lifecycle when it is critical.
+
+The sampler reads a handful of small files (well under a millisecond), so it runs in the event
+loop. The decision is ``policy.assess_risk``; this module only keeps the recent samples, logs
+each change of level with the numbers behind it, and raises an event the lifecycle waits on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+import structlog
+
+from cuzk_supervisor.adapters.resources import MemorySampler, MemorySnapshot
+from cuzk_supervisor.core.policy import (
+    MemorySample,
+    RiskAssessment,
+    RiskLevel,
+    RiskPolicy,
+    assess_risk,
+    sample_interval_s,
+)
+
+log = structlog.get_logger()
+
+# Samples kept for the trend; the policy looks at its own window within them.
+_KEPT_SAMPLES = 200
+
+
+class MemoryWatch:
+    """One task (``run``) sampling memory; ``critical`` is set when the risk becomes critical."""
+
+    def __init__(
+        self,
+        sampler: MemorySampler,
+        policy: RiskPolicy,
+        daemon_pid: Callable[[], int | None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sampler = sampler
+        self.policy = policy
+        self._daemon_pid = daemon_pid
+        self._clock = clock
+        self._samples: deque[MemorySample] = deque(maxlen=_KEPT_SAMPLES)
+        self.level = RiskLevel.OK
+        self.last: MemorySnapshot | None = None
+        self.assessment: RiskAssessment | None = None
+        self.critical = asyncio.Event()
+        self.samples_taken = 0
+        self.base_bytes: int | None = None
+        """Usage with the daemon idle (ready, no proof yet): the base a fit is measured over."""
+        self.plateau_bytes: int | None = None
+        """Where the running plan's usage is measured to level off (a fitted step-down)."""
+        self._listeners: list[Callable[[RiskAssessment], None]] = []
+
+    def add_listener(self, listener: Callable[[RiskAssessment], None]) -> None:
+        """Called with every assessment (metrics, status lines)."""
+        self._listeners.append(listener)
+
+    def at_limit(self) -> bool:
+        """For exit classification: was memory critical in the last samples?"""
+        return self.level is RiskLevel.CRITICAL
+
+    def mark_base(self) -> None:
+        """The daemon is ready and idle: its usage now is the base of the next measurement."""
+        self.base_bytes = self.sample_once().used_bytes
+
+    def acknowledge(self) -> None:
+        """The lifecycle acted on the critical level: forget the old samples and start over."""
+        self.critical.clear()
+        self._samples.clear()
+        self.level = RiskLevel.OK
+
+    def sample_once(self) -> RiskAssessment:
+        snapshot = self.sampler.sample(self._daemon_pid())
+        self.last = snapshot
+        self.samples_taken += 1
+        limit = snapshot.effective_limit
+        used = max(0, limit - snapshot.headroom)
+        self._samples.append(MemorySample(self._clock(), used, snapshot.psi_some_avg10))
+        assessment = assess_risk(
+            list(self._samples), limit, self.level, self.policy, self.plateau_bytes
+        )
+        self.assessment = assessment
+        if assessment.changed:
+            event = (
+                "memory.risk_critical"
+                if assessment.level is RiskLevel.CRITICAL
+                else ("memory.risk_changed")
+            )
+            log.warning(
+                event,
+                daemon_rss=snapshot.daemon_rss,
+                cgroup_limit=snapshot.cgroup_limit,
+                **assessment.to_dict(),
+            )
+        self.level = assessment.level
+        if assessment.level is RiskLevel.CRITICAL:
+            self.critical.set()
+        for listener in self._listeners:
+            listener(assessment)
+        return assessment
+
+    async def run(self) -> None:
+        """Sample until cancelled, faster when memory is tight."""
+        while True:
+            assessment = self.sample_once()
+            await asyncio.sleep(sample_interval_s(assessment, self.policy))

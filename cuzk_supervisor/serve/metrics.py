@@ -1,0 +1,230 @@
+"""Prometheus metrics of the supervisor, in a registry of its own.
+
+The registry is never prometheus_client's global one: tests build as many ``SupervisorMetrics``
+as they like, and nothing a library registers globally leaks into ``/metrics``. Updates are small
+typed methods the lifecycle calls where things happen; each is a dict lookup and a float store
+(label children are bound once, up front), so the hot paths pay nothing more than that. Rendering
+happens only when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from cuzk_supervisor.adapters.gpu import GpuDevice
+from cuzk_supervisor.core.exits import ExitKind
+from cuzk_supervisor.core.policy import RiskLevel
+
+# The classic text format; fixed here rather than taken from prometheus_client, whose
+# CONTENT_TYPE_LATEST moved to version=1.0.0 in recent releases. Our names are all legacy-valid,
+# so the body is the same either way.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# The lifecycle's phases in order (DESIGN.md); each gets a series up front so a dashboard sees
+# every phase at 0 before the first transition. An unknown name still works (added on the fly).
+PHASES: tuple[str, ...] = (
+    "start",
+    "register",
+    "params",
+    "plan",
+    "warmup",
+    "restart",
+    "settle",
+    "bench",
+    "report",
+    "run",
+)
+
+# From a simulated proof (0.1 s) to a first real warmup that builds the PCE cache (up to an hour).
+PROOF_BUCKETS: tuple[float, ...] = (
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+    3600,
+)
+
+
+class SupervisorMetrics:
+    """Every metric the supervisor exports; ``render()`` is the ``/metrics`` body."""
+
+    def __init__(self, *, phase: str = "start", clock: Callable[[], float] = time.time) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        up = Gauge("cuzk_supervisor_up", "1 while the supervisor process runs", registry=r)
+        up.set(1)
+        started = Gauge(
+            "cuzk_supervisor_start_time_seconds",
+            "When the supervisor started, seconds since the Unix epoch",
+            registry=r,
+        )
+        started.set(clock())
+
+        self._phase = Gauge(
+            "cuzk_supervisor_phase",
+            "1 for the lifecycle phase the supervisor is in, 0 for the others",
+            ["phase"],
+            registry=r,
+        )
+        self._phases = {name: self._phase.labels(phase=name) for name in PHASES}
+        self._current_phase = ""
+
+        self._restarts = Counter(
+            "cuzk_supervisor_daemon_restarts",
+            "Daemon exits seen by the keeper, by exit kind (each is followed by a restart "
+            "unless it was permanent or ended a crash loop)",
+            ["kind"],
+            registry=r,
+        )
+        self._restart_kinds = {
+            kind.value: self._restarts.labels(kind=kind.value) for kind in ExitKind
+        }
+
+        self._completed = Counter(
+            "cuzk_supervisor_proofs_completed", "Proofs that completed", registry=r
+        )
+        self._failed = Counter(
+            "cuzk_supervisor_proofs_failed",
+            "Proof attempts that failed (daemon FAILED, lost job, budget spent)",
+            registry=r,
+        )
+        self._duration = Histogram(
+            "cuzk_supervisor_proof_duration_seconds",
+            "Wall time of completed proofs, submit to result",
+            buckets=PROOF_BUCKETS,
+            registry=r,
+        )
+        self._rate = Gauge(
+            "cuzk_supervisor_bench_rate_proofs_per_hour",
+            "The benchmark's rate, as reported to the manager (0 until measured)",
+            registry=r,
+        )
+        self._headroom = Gauge(
+            "cuzk_supervisor_memory_headroom_bytes",
+            "Memory left under the effective limit (lower of host RAM and cgroup limit)",
+            registry=r,
+        )
+        self._risk = Gauge(
+            "cuzk_supervisor_oom_risk_level",
+            "OOM risk from the memory watch: 0 ok, 1 warn, 2 critical",
+            registry=r,
+        )
+        self._gpu_used = Gauge(
+            "cuzk_supervisor_gpu_memory_used_bytes",
+            "GPU memory in use, per device that answered the last sample",
+            ["gpu", "name"],
+            registry=r,
+        )
+        self._gpu_total = Gauge(
+            "cuzk_supervisor_gpu_memory_total_bytes",
+            "GPU memory in total, per device that answered the last sample",
+            ["gpu", "name"],
+            registry=r,
+        )
+        self._gpu_labels: set[tuple[str, str]] = set()
+        self._reconnects = Counter(
+            "cuzk_supervisor_grpc_reconnects",
+            "Daemon channels replaced after two calls in a row were cut with nothing received "
+            "(a silent connection: frozen path or stopped peer)",
+            registry=r,
+        )
+        self._outbox = Gauge(
+            "cuzk_supervisor_manager_outbox_depth",
+            "Reports to the manager queued and not yet acknowledged",
+            registry=r,
+        )
+        self._health_dropped = Counter(
+            "cuzk_supervisor_health_connections_dropped",
+            "Health server connections closed without an answer, by reason (disconnect: the "
+            "client left early; head_timeout: its request head was too slow; evicted: a slow "
+            "one made room at the connection cap; refused: every slot was answering)",
+            ["reason"],
+            registry=r,
+        )
+        self.set_phase(phase)
+
+    # --- updates ------------------------------------------------------------------------------
+
+    def set_phase(self, name: str) -> None:
+        name = str(name)
+        if name == self._current_phase:
+            return
+        previous = self._phases.get(self._current_phase)
+        if previous is not None:
+            previous.set(0)
+        child = self._phases.get(name)
+        if child is None:
+            child = self._phases[name] = self._phase.labels(phase=name)
+        child.set(1)
+        self._current_phase = name
+
+    def daemon_exit(self, kind: ExitKind | str) -> None:
+        key = str(kind)  # ExitKind is a StrEnum: str() is its value
+        child = self._restart_kinds.get(key)
+        if child is None:
+            child = self._restart_kinds[key] = self._restarts.labels(kind=key)
+        child.inc()
+
+    def proof_finished(self, ok: bool, seconds: float) -> None:
+        """One proof attempt ended. Only completed proofs go into the duration histogram: a
+        failure's wall time is a deadline or a crash, not how long proving takes."""
+        if ok:
+            self._completed.inc()
+            self._duration.observe(max(0.0, seconds))
+        else:
+            self._failed.inc()
+
+    def bench_rate(self, rate: float) -> None:
+        self._rate.set(rate)
+
+    def memory(self, headroom_bytes: int, level: RiskLevel) -> None:
+        self._headroom.set(headroom_bytes)
+        self._risk.set(level.severity)
+
+    def gpus(self, devices: Iterable[GpuDevice]) -> None:
+        """The devices that answered this sample; a device missing now loses its series rather
+        than showing its last value for ever."""
+        seen: set[tuple[str, str]] = set()
+        for device in devices:
+            labels = (str(device.index), device.name)
+            seen.add(labels)
+            self._gpu_used.labels(*labels).set(device.used_bytes)
+            self._gpu_total.labels(*labels).set(device.total_bytes)
+        for labels in self._gpu_labels - seen:
+            self._gpu_used.remove(*labels)
+            self._gpu_total.remove(*labels)
+        self._gpu_labels = seen
+
+    def grpc_reconnect(self) -> None:
+        """The proving client replaced its channel (``ProvingClient(on_reconnect=...)``)."""
+        self._reconnects.inc()
+
+    def outbox_depth(self, n: int) -> None:
+        self._outbox.set(n)
+
+    def health_connection_dropped(self, reason: str) -> None:
+        self._health_dropped.labels(reason=reason).inc()
+
+    # --- exposition ---------------------------------------------------------------------------
+
+    @property
+    def phase(self) -> str:
+        return self._current_phase
+
+    def render(self) -> bytes:
+        """The text exposition format (``CONTENT_TYPE``)."""
+        return generate_latest(self.registry)

@@ -1,0 +1,311 @@
+"""``python -m cuzk_supervisor.sim.daemon``: the simulated cuzk daemon process (docs/simulator.md).
+
+Start-up order follows the real daemon: "starting", engine, (workers release) SRS and PCE
+loads, the "ready" line, and only then, on TCP, the bind. Signals: SIGINT stops the workers
+and nothing else; SIGTERM is deliberately left at its default action (die at once), so no
+handler is installed for it anywhere. A bind failure is an error line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import grpc
+
+from cuzk_supervisor.address import Address, parse_address
+from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.sim import chaos, logfmt, model, reports
+from cuzk_supervisor.sim.chaos import FaultController, HangGate
+from cuzk_supervisor.sim.config import DEFAULT_CONFIG, ConfigError, SimConfig, load_config
+from cuzk_supervisor.sim.engine import Engine
+from cuzk_supervisor.sim.faults import FaultSpec, FaultSpecError, parse_faults
+from cuzk_supervisor.sim.memory import Memory
+from cuzk_supervisor.sim.service import ProvingService, start_grpc_server
+from cuzk_supervisor.sim.status_http import start_status_server
+from cuzk_supervisor.sim.transport import CallRules, Proxy, private_target, remove_stale_socket
+
+VERSION = "0.1.0-sim"
+TARGET = "cuzk_daemon"
+# Test knob: how long after the "ready" line the TCP port is bound (real ms, not scaled).
+BIND_DELAY_ENV = "CUZK_SIM_BIND_DELAY_MS"
+DEFAULT_BIND_DELAY_MS = 75.0
+
+
+def _first_proof_factor(args: argparse.Namespace) -> float:
+    marker: Path | None = args.first_proof_factor_after
+    if marker is None:
+        return float(args.first_proof_factor)
+    try:
+        marker.open("x").close()  # the first start: remember it, keep the ordinary factor
+    except FileExistsError:
+        return float(args.first_proof_factor)
+    return model.FIRST_PROOF_AFTER_START_FACTOR
+
+
+def _env_default(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cuzk_supervisor.sim.daemon",
+        description="Simulated cuzk proving daemon (see docs/simulator.md).",
+    )
+    p.add_argument("-c", "--config", type=Path, default=DEFAULT_CONFIG)
+    p.add_argument("-l", "--listen", default=None, help="ip:port or unix:///path")
+    p.add_argument("--log-level", default=None, help="error|warn|info|debug|trace")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=_env_default("CUZK_SIM_TIME_SCALE", "100"),  # argparse applies `type` to it
+        help="simulated seconds per real second",
+    )
+    p.add_argument(
+        "--memory-scale",
+        type=float,
+        default=_env_default("CUZK_SIM_MEMORY_SCALE", "1"),
+        help="real MiB allocated per simulated GiB",
+    )
+    p.add_argument(
+        "--release",
+        choices=("workers", "budget"),
+        default=_env_default("CUZK_SIM_RELEASE", "workers"),
+    )
+    p.add_argument("--gpus", type=int, default=_env_default("CUZK_SIM_GPUS", "1"))
+    p.add_argument("--cgroup-dir", type=Path, default=os.environ.get("CUZK_SIM_CGROUP_DIR") or None)
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC")
+    p.add_argument(
+        "--first-proof-factor",
+        type=float,
+        default=_env_default(
+            "CUZK_SIM_FIRST_PROOF_FACTOR", str(model.FIRST_PROOF_AFTER_START_FACTOR)
+        ),
+        help="synthesis of the first proof after each start takes this many times longer "
+        "(incident I3; 10 makes the settle proof ten times slower than a steady one)",
+    )
+    p.add_argument(
+        "--first-proof-factor-after",
+        type=Path,
+        default=os.environ.get("CUZK_SIM_FIRST_PROOF_FACTOR_AFTER") or None,
+        metavar="MARKER",
+        help="apply --first-proof-factor only to starts after the first: the first start creates "
+        "MARKER (an absolute path) and keeps the default factor",
+    )
+    p.add_argument(
+        "--strict-keepalive",
+        action="store_true",
+        default=os.environ.get("CUZK_SIM_STRICT_KEEPALIVE", "") not in ("", "0"),
+        help="grpc-core's ping policy (5 min, 2 strikes, then GOAWAY too_many_pings) instead of "
+        "tonic's (every PING acknowledged)",
+    )
+    return p
+
+
+def fatal(log: logfmt.DaemonLog, message: str, cause: object) -> NoReturn:
+    """Die as the Rust daemon does on an error from main: a log line, ``Error:`` on stderr,
+    exit code 1 (os._exit: nothing left to tidy, and grpc's shutdown would only delay it)."""
+    log.error(TARGET, message, error=str(cause))
+    sys.stderr.write(f"Error: {message}\n\nCaused by:\n    {cause}\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def io_error(exc: OSError) -> str:
+    """Worded as Rust's io::Error prints: "Address already in use (os error 98)"."""
+    return f"{os.strerror(exc.errno)} (os error {exc.errno})" if exc.errno else str(exc)
+
+
+class SimDaemon:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        cfg: SimConfig,
+        listen: Address,
+        faults: list[FaultSpec],
+        log: logfmt.DaemonLog,
+    ) -> None:
+        self.args = args
+        self.cfg = cfg
+        self.listen = listen
+        self.log = log
+        self.gate = HangGate()
+        self.rules = CallRules()
+        self.proxy: Proxy | None = None
+        self._grpc: grpc.aio.Server | None = None  # referenced for the process lifetime
+        if args.release == "budget":
+            slots = model.budget_partition_slots(cfg.total_budget_bytes, cfg.max_parallel_synthesis)
+        else:
+            slots = max(1, cfg.partition_workers)
+        gpus = args.gpus
+        if cfg.devices:
+            gpus = len([d for d in cfg.devices if 0 <= d < args.gpus])
+        self.memory = Memory(
+            args.memory_scale, on_grow=self._on_memory_grow, on_change=self._on_memory_change
+        )
+        self.faults = FaultController(
+            faults,
+            log,
+            proofs_completed=lambda: self.engine.completed_total,
+            drop=lambda: self.proxy.drop_all() if self.proxy else 0,
+            gate=self.gate,
+            cgroup_dir=args.cgroup_dir,
+            freeze=lambda window_s: self.proxy.freeze_all(window_s) if self.proxy else 0,
+            rules=self.rules,
+            time_scale=args.time_scale,
+        )
+        self.engine = Engine(
+            release=args.release,
+            slots=slots,
+            gpus=max(1, gpus),
+            gpu_workers_per_device=max(1, cfg.gpu_workers_per_device),
+            param_cache=cfg.param_cache,
+            total_budget_bytes=cfg.total_budget_bytes,
+            memory=self.memory,
+            log=log,
+            time_scale=args.time_scale,
+            faults=self.faults,
+            first_proof_factor=_first_proof_factor(args),
+        )
+
+    def _on_memory_grow(self, key: object, total_gib: float) -> None:
+        partition = None
+        if isinstance(key, tuple) and key[0] == "partition":
+            partition = key[1].index
+        self.faults.check("memory", partition=partition, memory_gib=total_gib)
+
+    def _on_memory_change(self, real_bytes: int) -> None:
+        if self.args.cgroup_dir is not None:
+            chaos.write_memory_current(self.args.cgroup_dir, real_bytes)
+
+    def _on_sigint(self) -> None:
+        # The real daemon's ctrl-c handler stops the engine but never the gRPC server, so the
+        # process hangs on; a second SIGINT does nothing more.
+        if not self.engine.stopped:
+            self.engine.stop_workers()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        self.log.info(
+            TARGET,
+            "cuzk-daemon starting",
+            version=VERSION,
+            config=str(self.args.config),
+            listen=str(self.listen),
+        )
+        self.log.info(
+            "cuzk_sim",
+            "simulator settings",
+            time_scale=self.args.time_scale,
+            memory_scale=self.args.memory_scale,
+            release=self.args.release,
+            keepalive="strict" if self.args.strict_keepalive else "tonic",
+            faults=";".join(s.text for s in self.faults.specs) or "none",
+        )
+        self.engine.start()
+        grpc_target, upstream_path = private_target("grpc")
+        service = ProvingService(
+            self.engine, self.gate, self.args.memory_scale, self.rules, self.faults
+        )
+        self._grpc = await start_grpc_server(
+            service, grpc_target, strict_keepalive=self.args.strict_keepalive
+        )
+        if self.cfg.status_listen:
+            await self._start_status()
+        if self.args.release == "workers":
+            await self.engine.preload(self.cfg.preload)
+        else:
+            assert self.engine.clock is not None
+            await self.engine.clock.sleep(model.BUDGET_STARTUP_SECONDS)
+        self.proxy = Proxy(upstream_path)
+        await self._bind()
+        self.faults.start_clock()
+        self.faults.check("start")
+        await loop.create_future()  # serve until killed
+
+    async def _start_status(self) -> None:
+        try:
+            address = parse_address(self.cfg.status_listen or "")
+        except UsageError as exc:
+            fatal(self.log, "invalid status listen address", exc)
+        try:
+            await start_status_server(
+                address,
+                lambda: reports.status_document(
+                    self.engine,
+                    memory_scale=self.args.memory_scale,
+                    gpu_faults=self.faults.gpu_faults,
+                ),
+                self.gate,
+            )
+        except OSError as exc:
+            fatal(self.log, "failed to bind status listener", io_error(exc))
+        self.log.info(TARGET, "status listener started", addr=str(address))
+
+    async def _bind(self) -> None:
+        assert self.proxy is not None
+        fired = {spec.kind for spec in self.faults.check("bind")}
+        ready = f"cuzk-daemon ready, serving on {self.listen}"
+        if self.listen.path is not None:
+            # Unix sockets: a stale file goes at start (never at exit); bound, then "ready".
+            remove_stale_socket(str(self.listen.path))
+            if "never-ready" in fired:
+                self.log.info(TARGET, ready)
+                return
+            await self._listen_or_die(fired)
+            self.log.info(TARGET, ready)
+            return
+        # TCP: the real daemon logs "ready" and only then binds the port.
+        self.log.info(TARGET, ready)
+        if "never-ready" in fired:
+            return
+        delay_ms = float(os.environ.get(BIND_DELAY_ENV) or DEFAULT_BIND_DELAY_MS)
+        await asyncio.sleep(delay_ms / 1000)
+        await self._listen_or_die(fired)
+
+    async def _listen_or_die(self, fired: set[str]) -> None:
+        assert self.proxy is not None
+        try:
+            if "addr-in-use" in fired:
+                raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE))
+            await self.proxy.listen(self.listen)
+        except OSError as exc:
+            fatal(self.log, "transport error", f"error creating server listener: {io_error(exc)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        fatal(logfmt.DaemonLog("info"), "failed to load config", exc)
+    level = (
+        logfmt.level_from_rust_log(os.environ.get("RUST_LOG"))
+        or logfmt.normalise_level(args.log_level)
+        or logfmt.normalise_level(cfg.log_level)
+        or "info"
+    )
+    log = logfmt.DaemonLog(level)
+    try:
+        listen = parse_address(args.listen or cfg.listen)
+        faults = parse_faults(args.fault, os.environ.get("CUZK_SIM_FAULTS"))
+    except (UsageError, FaultSpecError) as exc:
+        fatal(log, "invalid arguments", exc)
+    if args.time_scale <= 0 or args.memory_scale < 0 or args.gpus < 1:
+        fatal(log, "invalid arguments", "need time scale > 0, memory scale >= 0, gpus >= 1")
+    if not 1 <= args.first_proof_factor <= 1000:
+        fatal(log, "invalid arguments", "need 1 <= first proof factor <= 1000")
+    asyncio.run(SimDaemon(args, cfg, listen, faults, log).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,425 @@
+"""The job engine: jobs and results, and the partition pipeline run on the event loop's clock
+with the memory it holds. Quirks of the real engine are kept on purpose: no
+de-duplication (a second SubmitProof with the same id proves again), results kept for the
+process lifetime, and the *first* finished result of an id is the one AwaitProof and Prove
+return (they look in the finished results before the running jobs).
+
+Timing: the pure ``Pipeline`` works in simulated seconds; each of its deadlines is turned into
+one ``loop.call_at`` at ``t0 + t / scale``, and a fired deadline is processed at its *ideal*
+time, so late callbacks never accumulate drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import Counter, deque
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.sim import model
+from cuzk_supervisor.sim.c1 import check_c1
+from cuzk_supervisor.sim.chaos import FaultController
+from cuzk_supervisor.sim.clock import SimClock
+from cuzk_supervisor.sim.logfmt import DaemonLog
+from cuzk_supervisor.sim.memory import Memory
+from cuzk_supervisor.sim.pipeline import (
+    Event,
+    GpuFinished,
+    GpuStarted,
+    JobProved,
+    JobSynthesized,
+    Pipeline,
+    Started,
+    Synthesized,
+)
+from cuzk_supervisor.sim.residency import POREP_CIRCUIT, Release, Residency
+
+POREP = pb.POREP_SEAL_COMMIT
+# Parse small inputs inline; a 50 MB C1 in a thread, after SubmitProof has answered.
+INLINE_PARSE_BYTES = 1 << 20
+Status = pb.AwaitProofResponse.Status
+
+
+@dataclass(eq=False)
+class Job:
+    job_id: str
+    seq: int
+    kind: int
+    submitted_at: float
+    payload: bytes = b""
+    done: asyncio.Future[pb.AwaitProofResponse] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    state: Literal["queued", "running", "done"] = "queued"
+    parsed: bool = False
+    error: str | None = None
+    factor: float = 1.0
+    started_at: float | None = None
+    synthesis_s: float = 0.0
+    gpu_s: float = 0.0
+    srs_load_s: float = 0.0
+    proved: bool = False
+    awaiting_pce: bool = False
+    partitions: list[str] = field(default_factory=list)
+
+    @property
+    def queue(self) -> str:
+        return model.QUEUE_NAME[self.kind]
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        release: Release,
+        slots: int,
+        gpus: int,
+        gpu_workers_per_device: int,
+        param_cache: Path,
+        total_budget_bytes: int,
+        memory: Memory,
+        log: DaemonLog,
+        time_scale: float,
+        faults: FaultController | None = None,
+        first_proof_factor: float = model.FIRST_PROOF_AFTER_START_FACTOR,
+    ) -> None:
+        self.release = release
+        self.first_proof_factor = first_proof_factor
+        self.time_scale = time_scale
+        self.slots = slots
+        self.gpus = gpus
+        self.gpu_workers = max(1, gpus * gpu_workers_per_device)
+        self.gpu_workers_per_device = gpu_workers_per_device
+        self.total_budget_bytes = total_budget_bytes
+        self.memory = memory
+        self.log = log
+        self.faults = faults
+        self.clock: SimClock | None = None
+        self.pipeline = Pipeline(slots, self.gpu_workers, factor=self._factor)
+        self.jobs: dict[str, Job] = {}  # job_id -> the latest job with that id
+        self.results: dict[str, pb.AwaitProofResponse] = {}  # job_id -> its first result
+        self._by_seq: dict[int, Job] = {}
+        self._live: dict[int, Job] = {}  # not finished yet, by submission order
+        self._seq = 0
+        self.submissions: Counter[str] = Counter()
+        self.completed: Counter[str] = Counter()  # by queue name
+        self.failed: Counter[str] = Counter()
+        self.duration_s: Counter[str] = Counter()
+        self.resident = Residency(release=release, param_cache=param_cache, memory=memory, log=log)
+        self._admit: deque[Job] = deque()
+        self._porep_admitted = False
+        self._porep_ready_at = 0.0  # when the PoRep SRS (and cached PCE) became resident
+        self._timer: asyncio.TimerHandle | None = None
+        self.stopped = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the clock (needs the running loop)."""
+        self.clock = SimClock(self.time_scale)
+        self.resident.clock = self.clock
+        self.log.info(
+            "cuzk_core::engine",
+            "cuzk engine started",
+            release=self.release,
+            synthesis_slots=self.slots,
+            gpus=self.gpus,
+            gpu_workers=self.gpu_workers,
+        )
+
+    def now(self) -> float:
+        assert self.clock is not None
+        return self.clock.now()
+
+    async def preload(self, circuits: tuple[str, ...]) -> None:
+        """Workers release: load the listed SRS (and the PoRep PCE if cached) before serving."""
+        for circuit in circuits:
+            if circuit not in model.SRS_GIB:
+                self.log.warn(
+                    "cuzk_core::srs", "unknown circuit in preload, skipped", circuit_id=circuit
+                )
+                continue
+            await self.resident.load_srs(circuit)
+            if circuit == POREP_CIRCUIT:
+                await self.resident.load_pce_if_cached()
+
+    def stop_workers(self) -> None:
+        """SIGINT: running and queued proofs stop progressing; the server keeps answering."""
+        self.stopped = self.resident.stopped = True
+        self.pipeline.freeze()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.log.info("cuzk_core::engine", "shutdown signal received, stopping engine workers")
+
+    @property
+    def completed_total(self) -> int:
+        return sum(self.completed.values())
+
+    @property
+    def failed_total(self) -> int:
+        return sum(self.failed.values())
+
+    # --- jobs ---------------------------------------------------------------------------
+    def submit(self, request: pb.SubmitProofRequest, arrived: float | None = None) -> Job:
+        """Enqueue at once (no de-duplication: the same request_id proves again).
+
+        ``arrived`` is the loop time the call's headers came in. The job counts from then:
+        receiving and parsing a 50 MB input takes a real ~0.2 s that the real daemon spends
+        in milliseconds, and must not become 20 simulated seconds.
+        """
+        assert self.clock is not None
+        job_id = request.request_id or str(uuid.uuid4())
+        self.submissions[job_id] += 1
+        since = self.now() if arrived is None else min(self.now(), self.clock.at(arrived))
+        job = Job(job_id, self._seq, request.proof_kind, since, request.vanilla_proof)
+        self._seq += 1
+        self._by_seq[job.seq] = job
+        self._live[job.seq] = job
+        self.jobs[job_id] = job  # a later job with the same id replaces the earlier result
+        self.log.info(
+            "cuzk_core::engine",
+            "proof submitted",
+            job_id=job_id,
+            kind=job.queue,
+            input_bytes=len(job.payload),
+            queue_position=self.queue_position(job),
+        )
+        if job.kind == POREP:
+            job.partitions = ["queued"] * model.PARTITIONS_PER_POREP
+            self._admit.append(job)
+            self._parse(job)
+            self._spawn(self._ensure_porep_ready())
+        else:
+            self._spawn(self._run_single_step(job))
+        return job
+
+    async def wait(self, job: Job) -> pb.AwaitProofResponse:
+        """The job's result; a cut call (shield) never cancels the job, which keeps running."""
+        return await asyncio.shield(job.done)
+
+    def job_by_seq(self, seq: int) -> Job:
+        return self._by_seq[seq]
+
+    def live_jobs(self) -> list[Job]:
+        """Jobs not finished, in submission order (a replaced job id included)."""
+        return list(self._live.values())
+
+    def queue_position(self, job: Job) -> int:
+        return sum(1 for j in self._live.values() if j.state == "queued" and j.seq < job.seq)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _parse(self, job: Job) -> None:
+        if len(job.payload) <= INLINE_PARSE_BYTES:
+            job.error, job.parsed, job.payload = check_c1(job.payload), True, b""
+            # Start work after SubmitProof has returned, as the real engine's queue does.
+            asyncio.get_running_loop().call_soon(self._pump_admission)
+            return
+
+        async def parse_in_thread() -> None:
+            job.error = await asyncio.to_thread(check_c1, job.payload)
+            job.parsed, job.payload = True, b""
+            self._pump_admission()
+
+        self._spawn(parse_in_thread())
+
+    async def _ensure_porep_ready(self) -> None:
+        if POREP_CIRCUIT not in self.resident.srs:
+            await self.resident.load_srs(POREP_CIRCUIT)
+            await self.resident.load_pce_if_cached()
+            self._porep_ready_at = self.now()
+        self._pump_admission()
+
+    def _pump_admission(self) -> None:
+        """Hand parsed jobs to the pipeline in submission order once the SRS is resident."""
+        while self._admit and not self.stopped:
+            job = self._admit[0]
+            if not job.parsed:
+                return
+            if job.error is not None:
+                self._admit.popleft()
+                self._finish(job, job.error, self.now())
+                continue
+            if not self.resident.loaded(POREP_CIRCUIT) or self.resident.pce == "loading":
+                return
+            self._admit.popleft()
+            if not self._porep_admitted:
+                job.factor = self.first_proof_factor
+                self._porep_admitted = True
+            # Start from the job's arrival if the pipeline had nothing newer to do since.
+            at = max(job.submitted_at, self.pipeline.clock, self._porep_ready_at)
+            self._handle(self.pipeline.submit(job.seq, at))
+
+    def _factor(self, seq: int) -> float:
+        factor = self._by_seq[seq].factor
+        if self.resident.pce != "ready":
+            factor *= model.NO_PCE_SYNTHESIS_FACTOR
+        return factor
+
+    async def _run_single_step(self, job: Job) -> None:
+        """Non-PoRep kinds: load their SRS if needed, then one short step."""
+        assert self.clock is not None
+        job.srs_load_s = await self.resident.load_srs(model.CIRCUIT[job.kind])
+        if self.stopped:
+            return
+        job.state, job.started_at = "running", self.now()
+        end = job.started_at + model.SINGLE_STEP_SECONDS[job.kind]
+        self.clock.call_at(end, self._single_step_done, job, end)
+
+    def _single_step_done(self, job: Job, at: float) -> None:
+        if not self.stopped:
+            job.gpu_s = model.SINGLE_STEP_SECONDS[job.kind]
+            self._complete(job, at)
+
+    # --- pipeline events ------------------------------------------------------------------
+    def _on_deadline(self, t: float) -> None:
+        self._timer = None
+        self._handle(self.pipeline.advance(t))
+
+    def _handle(self, events: list[Event]) -> None:
+        work = deque(events)
+        while work:
+            event = work.popleft()
+            job = self._by_seq[event.seq]
+            if job.state == "done":
+                continue  # failed mid-way: its leftover events mean nothing
+            work.extend(self._apply(job, event))
+        self._reschedule()
+
+    def _apply(self, job: Job, event: Event) -> list[Event]:
+        if isinstance(event, Started):
+            return self._on_started(job, event)
+        if isinstance(event, Synthesized):
+            self.memory.free(("partition", event.part))
+            job.synthesis_s += event.seconds
+            job.partitions[event.part.index] = "gpu_queued"
+            self.log.debug(
+                "cuzk_core::pipeline",
+                "partition synthesized",
+                job_id=job.job_id,
+                partition=event.part.index,
+                elapsed_ms=round(event.seconds * 1000),
+            )
+        elif isinstance(event, GpuStarted):
+            job.partitions[event.part.index] = "proving"
+        elif isinstance(event, GpuFinished):
+            job.gpu_s += event.seconds
+            job.partitions[event.part.index] = "done"
+            self.log.debug(
+                "cuzk_core::gpu",
+                "partition proved",
+                job_id=job.job_id,
+                partition=event.part.index,
+                gpu_worker=event.worker,
+            )
+        elif isinstance(event, JobSynthesized):
+            self.log.info("cuzk_core::pipeline", "all partitions synthesized", job_id=job.job_id)
+            if self.resident.pce == "absent":
+                job.awaiting_pce = True
+                self.resident.extract_pce(event.at, job.job_id, lambda at: self._pce_done(job, at))
+        elif isinstance(event, JobProved):
+            job.proved = True
+            if not job.awaiting_pce:
+                self._complete(job, event.at)
+        return []
+
+    def _pce_done(self, job: Job, at: float) -> None:
+        job.awaiting_pce = False
+        if job.proved:
+            self._complete(job, at)
+
+    def _on_started(self, job: Job, event: Started) -> list[Event]:
+        if job.state == "queued":
+            job.state, job.started_at = "running", event.at
+        job.partitions[event.part.index] = "synthesizing"
+        self.log.debug(
+            "cuzk_core::pipeline",
+            "partition synthesis started",
+            job_id=job.job_id,
+            partition=event.part.index,
+            active=event.active,
+        )
+        self.memory.alloc(("partition", event.part), model.PARTITION_GIB)
+        if self.faults is None:
+            return []
+        fired = self.faults.check("partition", partition=event.part.index)
+        failure = next((spec for spec in fired if spec.kind == "fail"), None)
+        if failure is None:
+            return []
+        for part in self.pipeline.abort(job.seq, event.at):
+            self.memory.free(("partition", part))
+        self._finish(job, failure.message, event.at)
+        return self.pipeline.refill(event.at)
+
+    def _reschedule(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.pipeline.next_deadline()
+        if deadline is not None and self.clock is not None:
+            self._timer = self.clock.call_at(deadline, self._on_deadline, deadline)
+
+    # --- results --------------------------------------------------------------------------
+    def _complete(self, job: Job, at: float | None = None) -> None:
+        """The proof is done; a ``fail`` fault may still turn it into a failure."""
+        if self.faults is not None:
+            fired = self.faults.check("finishing")
+            failure = next((spec for spec in fired if spec.kind == "fail"), None)
+            if failure is not None:
+                self._finish(job, failure.message, at)
+                return
+        self._finish(job, None, at)
+
+    def _finish(self, job: Job, error: str | None, at: float | None) -> None:
+        if job.state == "done":
+            return
+        end = self.now() if at is None else at
+        job.state = "done"
+        del self._live[job.seq]
+        queued_until = job.started_at if job.started_at is not None else end
+        if error:
+            # The real engine fills no timing into a FAILED result: every field is 0.
+            response = pb.AwaitProofResponse(
+                job_id=job.job_id, status=Status.FAILED, error_message=error
+            )
+        else:
+            response = pb.AwaitProofResponse(
+                job_id=job.job_id,
+                status=Status.COMPLETED,
+                proof=os.urandom(model.PROOF_BYTES[job.kind]),
+                queue_wait_ms=round((queued_until - job.submitted_at) * 1000),
+                srs_load_ms=round(job.srs_load_s * 1000),
+                synthesis_ms=round(job.synthesis_s * 1000),
+                gpu_compute_ms=round(job.gpu_s * 1000),
+                total_ms=round((end - job.submitted_at) * 1000),
+            )
+        self.duration_s[job.queue] += end - job.submitted_at
+        self.results.setdefault(job.job_id, response)
+        if error:
+            self.failed[job.queue] += 1
+            self.log.error("cuzk_core::engine", "proof failed", job_id=job.job_id, error=error)
+        else:
+            self.completed[job.queue] += 1
+            if job.kind == POREP:
+                self.log.info(
+                    "cuzk_core::prover", "PoRep proof self-check PASSED", job_id=job.job_id
+                )
+            self.log.info(
+                "cuzk_core::engine",
+                "proof completed",
+                job_id=job.job_id,
+                kind=job.queue,
+                total_ms=response.total_ms,
+            )
+            if self.faults is not None:
+                self.faults.check("completed")
+        job.done.set_result(response)

@@ -1,0 +1,44 @@
+"""``[daemon] status_listen``: plain HTTP on loopback, ``GET /status`` only (404 otherwise)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from cuzk_supervisor.address import Address
+from cuzk_supervisor.sim.chaos import HangGate
+
+MAX_HEAD = 16 * 1024
+
+
+async def start_status_server(
+    address: Address, document: Callable[[], dict[str, Any]], gate: HangGate
+) -> asyncio.Server:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            writer.close()
+            return
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        method, target = [*request_line, "", ""][:2]
+        await gate.hold()
+        if method == "GET" and target.split("?", 1)[0] == "/status":
+            code, body, ctype = "200 OK", json.dumps(document()).encode(), "application/json"
+        else:
+            code, body, ctype = "404 Not Found", b"not found\n", "text/plain"
+        writer.write(
+            f"HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: close\r\n\r\n".encode()
+            + body
+        )
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.drain()
+        writer.close()
+
+    if address.path is not None:
+        return await asyncio.start_unix_server(serve, path=str(address.path), limit=MAX_HEAD)
+    return await asyncio.start_server(serve, address.host, address.port, limit=MAX_HEAD)
