@@ -48,7 +48,7 @@ from daemonhelpers import Supervisor
 from lifecyclehelpers import lifecycle_env
 from managerhelpers import ManagerProcess
 
-from cuzk_supervisor.core.policy import RiskPolicy
+from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.sim import model
 from cuzk_supervisor.sim.residency import pce_cache_path
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cuzk_supervisor.core.memfit import fit_workers
-from cuzk_supervisor.core.policy import MemorySample, RiskLevel, RiskPolicy, assess_risk
+from cuzk_supervisor.core.risk import MemorySample, RiskLevel, RiskPolicy, assess_risk
 
 MIB = 2**20
 

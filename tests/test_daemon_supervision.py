@@ -34,7 +34,7 @@ from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.exits import ExitKind
-from cuzk_supervisor.core.policy import RestartPolicy
+from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.sim.c1 import write_c1
 

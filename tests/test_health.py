@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cuzk_supervisor.adapters.gpu import GpuDevice
 from cuzk_supervisor.core.exits import ExitKind
-from cuzk_supervisor.core.policy import RiskLevel
+from cuzk_supervisor.core.risk import RiskLevel
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.serve.health import (
     HealthServer,

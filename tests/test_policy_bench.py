@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.core.policy import proofs_per_hour, size_bench
+from cuzk_supervisor.core.bench import proofs_per_hour, size_bench
 
 
 def test_whole_batch_when_it_fits():

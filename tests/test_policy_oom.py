@@ -9,21 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.core.policy import (
-    GIB,
-    GiveUpOOM,
-    MemoryPolicy,
+from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
+from cuzk_supervisor.core.plan import GiveUpOOM, WorkerPlan, plan_workers, step_down
+from cuzk_supervisor.core.risk import (
     MemorySample,
-    PlanInputs,
     RiskAssessment,
     RiskLevel,
     RiskPolicy,
-    WorkerPlan,
     assess_risk,
-    plan_workers,
     sample_interval_s,
-    step_down,
 )
+from cuzk_supervisor.core.units import GIB
 
 OK, WARN, CRITICAL = RiskLevel.OK, RiskLevel.WARN, RiskLevel.CRITICAL
 POLICY = RiskPolicy()
@@ -425,7 +421,7 @@ def test_a_budget_note_does_not_outlive_the_step_down_that_fixes_it():
 
 
 def test_a_step_up_to_a_plateau_is_not_a_trend_toward_the_limit():
-    from cuzk_supervisor.core.policy import MemorySample, RiskLevel, RiskPolicy, assess_risk
+    from cuzk_supervisor.core.risk import MemorySample, RiskLevel, RiskPolicy, assess_risk
 
     limit = 100 * 2**30
     # A burst from 60 to 88 GiB, then flat: 12% headroom (warn), not "limit in a second".

@@ -10,18 +10,15 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.core.policy import (
-    GIB,
-    MIB,
+from cuzk_supervisor.core.memory import (
     EffectiveLimit,
     MemoryPolicy,
     PlanInputs,
-    PlanRefusal,
-    WorkerPlan,
     effective_limit,
-    plan_workers,
     sim_memory_scale,
 )
+from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan, plan_workers
+from cuzk_supervisor.core.units import GIB, MIB
 from cuzk_supervisor.daemon.config import DaemonConfigValues, check, render
 
 DEFAULT = MemoryPolicy()
@@ -489,13 +486,8 @@ def test_summary_is_one_line_for_the_log():
 
 
 def test_step_down_starts_from_the_workers_that_ran_out_of_memory():
-    from cuzk_supervisor.core.policy import (
-        GiveUpOOM,
-        MemoryPolicy,
-        PlanInputs,
-        plan_workers,
-        step_down,
-    )
+    from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
+    from cuzk_supervisor.core.plan import GiveUpOOM, plan_workers, step_down
 
     policy = MemoryPolicy()
     plan = plan_workers(PlanInputs(host_total_bytes=512 * 2**30), policy)

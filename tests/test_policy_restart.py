@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.core.policy import (
+from cuzk_supervisor.core.restart import (
     Failure,
     GiveUp,
     Restart,

@@ -51,7 +51,7 @@ from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from cuzk_supervisor.address import Address
-from cuzk_supervisor.core.policy import proofs_per_hour
+from cuzk_supervisor.core.bench import proofs_per_hour
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
 

@@ -37,14 +37,9 @@ from cuzk_supervisor.adapters.params import file_sizes, parse_expected
 from cuzk_supervisor.adapters.proofinput import load_c1
 from cuzk_supervisor.adapters.resources import MemorySampler
 from cuzk_supervisor.address import Address, parse_address
-from cuzk_supervisor.core.policy import (
-    GIB,
-    MemoryPolicy,
-    PlanInputs,
-    PlanRefusal,
-    WorkerPlan,
-    plan_workers,
-)
+from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
+from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan, plan_workers
+from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.daemon.process import _resolve_binary, address_in_use
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.lifecycle import assemble

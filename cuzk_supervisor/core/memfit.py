@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cuzk_supervisor.core.checks import in_range, require_value
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryFit:
@@ -38,8 +40,7 @@ def fit_workers(
     a step down). None when the measurement cannot tell (nothing active, no growth over base)."""
     if active_partitions < 1 or used <= base or limit <= 0 or running_workers < 1:
         return None
-    if not 0 <= target_headroom < 1:
-        raise ValueError(f"target_headroom must be in [0, 1), got {target_headroom!r}")
+    require_value("fit_workers", "target_headroom", target_headroom, in_range(0, 1, high_open=True))
     per = (used - base) / active_partitions
     room = limit * (1 - target_headroom) - base
     fits = math.floor(room / per) if room > 0 else 0

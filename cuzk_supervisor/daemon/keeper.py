@@ -20,7 +20,7 @@ import structlog
 
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
-from cuzk_supervisor.core.policy import (
+from cuzk_supervisor.core.restart import (
     GiveUp,
     RestartHistory,
     RestartPolicy,

@@ -12,7 +12,8 @@ from pathlib import Path
 from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
 from cuzk_supervisor.adapters.proving import ProvingTimeouts
 from cuzk_supervisor.adapters.resources import MemorySampler
-from cuzk_supervisor.core.policy import MemoryPolicy, RestartPolicy
+from cuzk_supervisor.core.memory import MemoryPolicy
+from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.process import DaemonSettings
 from cuzk_supervisor.settings import Settings
 

@@ -62,18 +62,18 @@ from cuzk_supervisor.core.bench import (
 )
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
 from cuzk_supervisor.core.memfit import MemoryFit, fit_workers
-from cuzk_supervisor.core.policy import (
-    GIB,
+from cuzk_supervisor.core.memory import PlanInputs
+from cuzk_supervisor.core.plan import (
     GiveUpOOM,
-    PlanInputs,
     PlanRefusal,
-    RiskPolicy,
     WorkerPlan,
     plan_workers,
     step_down,
     total_budget_gib,
 )
 from cuzk_supervisor.core.reconcile import gone_reason, manager_time
+from cuzk_supervisor.core.risk import RiskPolicy
+from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
 from cuzk_supervisor.daemon.output import OutputPump

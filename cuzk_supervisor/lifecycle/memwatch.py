@@ -15,7 +15,7 @@ from collections.abc import Callable
 import structlog
 
 from cuzk_supervisor.adapters.resources import MemorySampler, MemorySnapshot
-from cuzk_supervisor.core.policy import (
+from cuzk_supervisor.core.risk import (
     MemorySample,
     RiskAssessment,
     RiskLevel,

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from cuzk_supervisor.adapters.gpu import GpuDevice
 from cuzk_supervisor.core.exits import ExitKind
-from cuzk_supervisor.core.policy import RiskLevel
+from cuzk_supervisor.core.risk import RiskLevel
 
 # The classic text format; fixed here rather than taken from prometheus_client, whose
 # CONTENT_TYPE_LATEST moved to version=1.0.0 in recent releases. Our names are all legacy-valid,

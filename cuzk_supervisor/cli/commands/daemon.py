@@ -15,7 +15,8 @@ import sys
 from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.resources import MemorySampler
 from cuzk_supervisor.cli.observe import configure_logging
-from cuzk_supervisor.core.policy import PlanInputs, PlanRefusal, plan_workers
+from cuzk_supervisor.core.memory import PlanInputs
+from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.daemon.process import DaemonProcess

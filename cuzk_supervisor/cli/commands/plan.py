@@ -13,7 +13,9 @@ import json
 from cuzk_supervisor import exitcodes, settings
 from cuzk_supervisor.adapters.gpu import NvmlProbe, StaticProbe, total_vram
 from cuzk_supervisor.cli.observe import configure_logging
-from cuzk_supervisor.core.policy import GIB, PlanInputs, PlanRefusal, plan_workers
+from cuzk_supervisor.core.memory import PlanInputs
+from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
+from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.lifecycle import assemble
 
 

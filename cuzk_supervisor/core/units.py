@@ -1,0 +1,29 @@
+"""Byte units and how sizes are written in reasons that people read. Pure."""
+
+from __future__ import annotations
+
+import math
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def gib_to_bytes(gib: float) -> int:
+    """GiB to bytes, rounded up: a figure is a need, and a need rounded down could plan one
+    worker too many."""
+    return math.ceil(gib * GIB)
+
+
+def fmt_gib(n_bytes: float) -> str:
+    """``"256 GiB"`` for (nearly) whole GiB, else one decimal (off by at most 0.05 GiB)."""
+    value = n_bytes / GIB
+    if abs(value - round(value)) < 0.05:
+        return f"{round(value)} GiB"
+    return f"{value:.1f} GiB"
+
+
+def fmt_bytes(n_bytes: float) -> str:
+    """GiB as :func:`fmt_gib`, MiB below 1 GiB (rates, and the simulator's small real sizes)."""
+    if abs(n_bytes) >= GIB:
+        return fmt_gib(n_bytes)
+    return f"{n_bytes / MIB:.1f} MiB"
