@@ -505,6 +505,7 @@ async def test_a_report_applied_just_before_a_crash_is_not_sent_again(
     on_disk = StateStore(path).load()
     assert on_disk.outbox == ()
     assert on_disk.acked[-1].passed is passed
+    assert on_disk.acked[-1].finished_at is not None
 
 
 async def test_param_done_applied_just_before_a_crash_is_not_sent_again(tmp_path, manager):

@@ -1,4 +1,6 @@
-"""recorded_outcome: what the manager's GET /status record says became of a queued report."""
+"""recorded_outcome: what the manager's GET /status record says became of a queued report.
+
+Pure: the decision only; the outbox stamps the report with it."""
 
 from __future__ import annotations
 
@@ -6,15 +8,9 @@ from typing import Any
 
 import pytest
 
-from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    OUTCOME_GONE,
-    OUTCOME_OK,
-    PARAM_DONE,
-    RUNNING,
-    Report,
-)
-from cuzk_supervisor.core.reconcile import find_record, recorded_outcome
+from cuzk_supervisor.adapters.state import Report
+from cuzk_supervisor.core.reconcile import Recorded, find_record, recorded_outcome
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 
 
 def record(state: str, **fields: Any) -> dict[str, Any]:
@@ -53,9 +49,11 @@ def test_recorded_outcome(report, rec, outcome, passed):
     if outcome is None:
         assert done is None
         return
-    assert done is not None
-    assert (done.outcome, done.passed, done.id) == (outcome, passed, report.id)
-    assert done.finished_at is not None
+    assert isinstance(done, Recorded)
+    assert (done.outcome, done.passed) == (outcome, passed)
+    assert done.detail
+    # The report itself is finished with it (id kept, time stamped) by the outbox:
+    # tests/test_manager_client.py, test_a_report_applied_just_before_a_crash_is_not_sent_again.
 
 
 def test_a_gone_report_says_why_the_instance_was_killed():

@@ -57,7 +57,12 @@ from cuzk_supervisor.adapters.state import (
     StateKeeper,
     utc_now_iso,
 )
-from cuzk_supervisor.core.reconcile import RECONCILED_KINDS, find_record, recorded_outcome
+from cuzk_supervisor.core.reconcile import (
+    RECONCILED_KINDS,
+    Recorded,
+    find_record,
+    recorded_outcome,
+)
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -826,7 +831,8 @@ class Outbox:
             )
             record = None
         self._unverified.discard(report.id)
-        done = recorded_outcome(report, record)
+        found = recorded_outcome(report, record)
+        done = None if found is None else _reconciled(report, found)
         if done is not None:
             log.info(
                 "manager.report_reconciled",
@@ -848,6 +854,17 @@ def _remaining(deadline: float | None) -> float | None:
 
 def _finished(report: Report, outcome: str, detail: str) -> Report:
     return dataclasses.replace(report, outcome=outcome, detail=detail, finished_at=utc_now_iso())
+
+
+def _reconciled(report: Report, found: Recorded) -> Report:
+    """``report`` finished as the manager's records show (:func:`recorded_outcome`)."""
+    return dataclasses.replace(
+        report,
+        outcome=found.outcome,
+        passed=found.passed,
+        detail=found.detail,
+        finished_at=utc_now_iso(),
+    )
 
 
 def _raise_for(report: Report) -> Report:

@@ -38,6 +38,16 @@ import structlog
 
 from cuzk_supervisor.adapters import files
 from cuzk_supervisor.adapters.files import FileOps
+from cuzk_supervisor.core.reports import (  # noqa: F401 (re-exported: plain data of the core)
+    BENCH_DONE,
+    OUTCOME_GONE,
+    OUTCOME_OK,
+    OUTCOME_REJECTED,
+    PARAM_DONE,
+    REPORT_KINDS,
+    REPORT_OUTCOMES,
+    RUNNING,
+)
 from cuzk_supervisor.errors import UsageError
 
 log = structlog.get_logger("supervisor.state")
@@ -49,18 +59,6 @@ MAX_BENCH_RESULTS = 20
 """Benchmark results kept (the most recent ones)."""
 MAX_STATE_BYTES = 16 * 1024 * 1024
 """A state file larger than this is not ours (a few kB in practice): moved aside unread."""
-
-# Report kinds that go through the outbox (register is synchronous: we need its answer).
-PARAM_DONE = "param_done"
-BENCH_DONE = "bench_done"
-RUNNING = "running"
-REPORT_KINDS = frozenset({PARAM_DONE, BENCH_DONE, RUNNING})
-
-# How a report ended (None while it is pending).
-OUTCOME_OK = "ok"
-OUTCOME_GONE = "gone"
-OUTCOME_REJECTED = "rejected"
-REPORT_OUTCOMES = frozenset({OUTCOME_OK, OUTCOME_GONE, OUTCOME_REJECTED})
 
 
 def utc_now_iso(clock: Callable[[], float] = time.time) -> str:

@@ -12,20 +12,13 @@ sent again.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    OUTCOME_GONE,
-    OUTCOME_OK,
-    PARAM_DONE,
-    Report,
-    utc_now_iso,
-)
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE
 
 # Manager instance states (reference/manager-api.md, "States and timeouts").
 KILLED = "killed"
@@ -42,10 +35,30 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def recorded_outcome(report: Report, record: Mapping[str, Any] | None) -> Report | None:
-    """``report`` finished as the manager's ``record`` of the instance shows it, or None when the
-    record does not show it applied (then it must be sent). ``record`` is None when the manager
-    does not list the instance: sending tells (a 404 makes it gone)."""
+class Queued(Protocol):
+    """What the decision needs of a queued report (``adapters.state.Report`` has it)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def rate(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """How the manager's records show a queued report ended: the ``outcome``, ``passed`` and
+    ``detail`` its ``Report`` is finished with (the caller stamps the time)."""
+
+    outcome: str
+    detail: str
+    passed: bool | None = None
+
+
+def recorded_outcome(report: Queued, record: Mapping[str, Any] | None) -> Recorded | None:
+    """How ``report`` finished as the manager's ``record`` of the instance shows it, or None when
+    the record does not show it applied (then it must be sent). ``record`` is None when the
+    manager does not list the instance: sending tells (a 404 makes it gone)."""
     if record is None or report.kind not in RECONCILED_KINDS:
         return None
     state = record.get("state")
@@ -54,15 +67,15 @@ def recorded_outcome(report: Report, record: Mapping[str, Any] | None) -> Report
         failing = min_rate is not None and report.rate is not None and report.rate < min_rate
         if report.kind == BENCH_DONE and failing:
             # The verdict it got, or would get: fail. The manager has acted on it already.
-            return _done(report, OUTCOME_OK, passed=False, detail="verdict read from status")
+            return Recorded(OUTCOME_OK, "verdict read from status", passed=False)
         reason = record.get("kill_reason") or "no reason given"
-        return _done(report, OUTCOME_GONE, detail=f"instance killed: {reason}")
+        return Recorded(OUTCOME_GONE, f"instance killed: {reason}")
     if report.kind == PARAM_DONE and (state in PAST_PARAMS or record.get("param_done_at")):
-        return _done(report, OUTCOME_OK, detail="already recorded by the manager")
+        return Recorded(OUTCOME_OK, "already recorded by the manager")
     if report.kind == BENCH_DONE and state in PAST_BENCH:
         rate = _number(record.get("bench_rate"))
         if rate is not None and report.rate is not None and math.isclose(rate, report.rate):
-            return _done(report, OUTCOME_OK, passed=True, detail="already recorded by the manager")
+            return Recorded(OUTCOME_OK, "already recorded by the manager", passed=True)
     return None
 
 
@@ -74,12 +87,6 @@ def find_record(listing: Any, uuid: str) -> Mapping[str, Any] | None:
         if isinstance(record, dict) and record.get("uuid") == uuid:
             return record
     return None
-
-
-def _done(report: Report, outcome: str, *, detail: str, passed: bool | None = None) -> Report:
-    return dataclasses.replace(
-        report, outcome=outcome, passed=passed, detail=detail, finished_at=utc_now_iso()
-    )
 
 
 def gone_reason(record: Mapping[str, Any] | None) -> str | None:
@@ -108,16 +115,18 @@ def manager_time(value: Any) -> float | None:
     text = value.strip()
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
-    try:
-        stamp = datetime.fromisoformat(text)
-    except ValueError:
-        stamp = None
-        for fmt in _MANAGER_TIME_FORMATS:
-            with contextlib.suppress(ValueError):
-                stamp = datetime.strptime(text, fmt)
-                break
-        if stamp is None:
-            return None
+    stamp = _parse_stamp(text)
+    if stamp is None:
+        return None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     return stamp.timestamp()
+
+
+def _parse_stamp(text: str) -> datetime | None:
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(text)
+    for fmt in _MANAGER_TIME_FORMATS:
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(text, fmt)
+    return None
