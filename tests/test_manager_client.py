@@ -20,18 +20,18 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from cuzk_supervisor.adapters.manager import (
-    MAX_BODY_BYTES,
+from cuzk_supervisor.adapters.logpush import MAX_BODY_BYTES
+from cuzk_supervisor.adapters.manager import ManagerClient
+from cuzk_supervisor.adapters.manager_types import (
     HttpRetryPolicy,
     InstanceGone,
-    ManagerClient,
     ManagerRejected,
     ManagerRetry,
     ManagerTimeouts,
     ManagerUnavailable,
-    Outbox,
     is_transient,
 )
+from cuzk_supervisor.adapters.outbox import Outbox
 from cuzk_supervisor.adapters.state import (
     BENCH_DONE,
     OUTCOME_GONE,

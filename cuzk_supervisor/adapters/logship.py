@@ -5,7 +5,7 @@
 - Lines are batched per source (one body carries one ``X-Log-Source``), sent every
   ``flush_interval_s`` or as soon as a source has ``batch_bytes``/``batch_lines`` waiting.
 - No body exceeds 256 KiB (the manager silently drops the rest); a longer line is cut with a
-  marker (:func:`cuzk_supervisor.adapters.manager.normalize_line`).
+  marker (:func:`cuzk_supervisor.adapters.logpush.normalize_line`).
 - Memory is bounded: past ``max_buffer_lines`` or ``max_buffer_bytes`` the OLDEST lines are
   dropped and counted. The next successful send first delivers one line saying how many were
   dropped (and logs a warning event).
@@ -33,13 +33,9 @@ from typing import Any
 
 import structlog
 
-from cuzk_supervisor.adapters.manager import (
-    MAX_BODY_BYTES,
-    ManagerClient,
-    ManagerRejected,
-    ManagerUnavailable,
-    normalize_line,
-)
+from cuzk_supervisor.adapters.logpush import MAX_BODY_BYTES, normalize_line
+from cuzk_supervisor.adapters.manager import ManagerClient
+from cuzk_supervisor.adapters.manager_types import ManagerRejected, ManagerUnavailable
 
 __all__ = [
     "LogBuffer",

@@ -1,0 +1,218 @@
+"""The manager client's values: timeouts, retry policies, errors and answers.
+
+Plain values shared by the client (:mod:`cuzk_supervisor.adapters.manager`), the outbox
+(:mod:`cuzk_supervisor.adapters.outbox`) and the log shipper; see the client's docstring for
+the rules they encode (what is retried, what is final).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_before_delay,
+    wait_random_exponential,
+)
+
+__all__ = [
+    "BadAnswer",
+    "BenchVerdict",
+    "HttpRetryPolicy",
+    "InstanceGone",
+    "ManagerError",
+    "ManagerRejected",
+    "ManagerRetry",
+    "ManagerTimeouts",
+    "ManagerUnavailable",
+    "Registration",
+    "ServerError",
+    "describe_failure",
+    "is_transient",
+]
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerTimeouts:
+    """HTTP timeouts of one request. Short: a slow manager is retried, never waited on."""
+
+    connect_s: float = 3.0
+    read_s: float = 10.0
+    write_s: float = 10.0
+    pool_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not value > 0:
+                raise ValueError(f"{f.name} must be > 0, got {value!r}")
+
+    def as_httpx(self, cap_s: float | None = None) -> httpx.Timeout:
+        """As an ``httpx.Timeout``; ``cap_s`` shortens every phase (a caller's deadline)."""
+
+        def cut(value: float) -> float:
+            return value if cap_s is None else max(min(value, cap_s), 0.001)
+
+        return httpx.Timeout(
+            connect=cut(self.connect_s),
+            read=cut(self.read_s),
+            write=cut(self.write_s),
+            pool=cut(self.pool_s),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerRetry:
+    """Backoff and, per kind of call, how long to keep retrying (settings)."""
+
+    backoff_base_s: float = 0.5
+    """First wait before a retry (full jitter, doubled each attempt)."""
+    backoff_max_s: float = 15.0
+    """Longest wait between two attempts."""
+    register_stop_s: float = 300.0
+    """Register: without a uuid nothing else can be reported; the lifecycle decides after."""
+    report_stop_s: float = 120.0
+    """param-done, bench-done, running: the report stays in the outbox when this runs out."""
+    log_stop_s: float = 5.0
+    """Log push: short, so a dead manager does not hold the shipper (it keeps the lines)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not value > 0:
+                raise ValueError(f"{f.name} must be > 0, got {value!r}")
+        if self.backoff_max_s < self.backoff_base_s:
+            raise ValueError("backoff_max_s must be >= backoff_base_s")
+
+    def policy(self, call: str) -> HttpRetryPolicy:
+        stop = {
+            "register": self.register_stop_s,
+            "log_push": self.log_stop_s,
+        }.get(call, self.report_stop_s)
+        return HttpRetryPolicy(call, self.backoff_base_s, self.backoff_max_s, stop)
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class ManagerError(Exception):
+    """Base of this module's errors."""
+
+
+class InstanceGone(ManagerError):
+    """404: the manager has no live instance with this uuid (killed or destroyed). Final."""
+
+    def __init__(self, call: str, uuid: str, message: str) -> None:
+        self.call = call
+        self.uuid = uuid
+        self.message = message
+        super().__init__(f"{call}: instance {uuid} is gone at the manager: {message}")
+
+
+class ManagerRejected(ManagerError):
+    """A 4xx answer (other than a report's 404): our request is wrong; retrying cannot help."""
+
+    def __init__(self, call: str, status: int, message: str) -> None:
+        self.call = call
+        self.status = status
+        self.message = message
+        super().__init__(f"{call}: manager answered {status}: {message}")
+
+
+class ManagerUnavailable(ManagerError):
+    """Transient failures until the call's retry stop (or the caller's deadline) ran out."""
+
+    def __init__(self, call: str, attempts: int, reason: str) -> None:
+        self.call = call
+        self.attempts = attempts
+        self.reason = reason
+        super().__init__(f"{call}: manager unavailable after {attempts} attempt(s): {reason}")
+
+
+class ServerError(Exception):
+    """A 5xx answer: transient by rule."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(f"HTTP {status}: {message}")
+
+
+class BadAnswer(Exception):
+    """A 2xx whose body is not the answer the API defines: a proxy's page (a maintenance page
+    is a 200 with HTML), not the manager's word. Transient: the report is not applied as far as
+    we can tell, so it is tried again (GET /status reconciles an answer that was only mangled)."""
+
+    def __init__(self, status: int, detail: str, body: bytes) -> None:
+        self.status = status
+        super().__init__(f"HTTP {status} {detail}: {body[:120]!r}")
+
+
+# Transient by nature: nothing was answered. (Not UnsupportedProtocol, LocalProtocolError, or
+# ProxyError: those are configuration or programming errors.)
+_TRANSIENT_HTTPX = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection errors, timeouts, a dropped connection and 5xx: worth another attempt."""
+    return isinstance(exc, (*_TRANSIENT_HTTPX, ServerError, BadAnswer))
+
+
+def describe_failure(exc: BaseException) -> str:
+    if isinstance(exc, ServerError | BadAnswer):
+        return str(exc)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --- retry policy -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRetryPolicy:
+    """How one kind of manager call retries: a value to print, compare and test."""
+
+    name: str
+    base_s: float
+    max_s: float
+    stop_s: float
+
+    def retrying(
+        self, budget_s: float | None, before_sleep: Callable[[RetryCallState], None]
+    ) -> AsyncRetrying:
+        """A tenacity controller; it stops at ``stop_s`` or the caller's ``budget_s``."""
+        stop = self.stop_s if budget_s is None else min(self.stop_s, budget_s)
+        return AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_random_exponential(multiplier=self.base_s, max=self.max_s),
+            stop=stop_before_delay(max(stop, 0.0)),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    uuid: str
+    runner_id: int
+    local: bool = False
+    """True when no manager is configured (synthetic answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchVerdict:
+    passed: bool
+    rate: float
+    checked: bool = True
+    """False when no manager is configured: ``passed`` is assumed, not computed."""

@@ -1,0 +1,268 @@
+"""The durable outbox of reports to the manager (see :mod:`cuzk_supervisor.adapters.manager`).
+
+A report is written to the state file before it is sent and removed only after the manager
+acknowledged it (delivery at least once); a report found queued at start is first looked up in
+the manager's ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`) so that nothing the
+manager already recorded is sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from cuzk_supervisor.adapters.manager_types import (
+    InstanceGone,
+    ManagerError,
+    ManagerRejected,
+    ManagerUnavailable,
+)
+from cuzk_supervisor.adapters.state import (
+    OUTCOME_GONE,
+    OUTCOME_REJECTED,
+    Report,
+    StateKeeper,
+    utc_now_iso,
+)
+from cuzk_supervisor.core.reconcile import RECONCILED_KINDS, Recorded, recorded_outcome
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.manager import ManagerClient
+
+__all__ = ["DrainResult", "Outbox", "SaveOutbox"]
+
+log = structlog.get_logger("supervisor.manager")
+
+
+SaveOutbox = Callable[[tuple[Report, ...], tuple[Report, ...]], Awaitable[None]]
+"""Persists ``(pending, acked)`` in the state file; must raise if it could not (then nothing is
+sent). :meth:`cuzk_supervisor.adapters.state.StateKeeper.save_outbox` is one."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResult:
+    sent: tuple[Report, ...]
+    """Reports finished by this drain (outcome ok, gone or rejected), in order."""
+    pending: int
+    """Reports still waiting."""
+    error: ManagerError | None = None
+    """Why the drain stopped early (ManagerUnavailable: the manager is away)."""
+
+    @property
+    def gone(self) -> bool:
+        return any(report.outcome == OUTCOME_GONE for report in self.sent)
+
+
+class Outbox:
+    """Durable, ordered reports to the manager: written to the state file before any send.
+
+    One report is in flight at a time, in queue order. A report leaves the queue after its first
+    acknowledgement, or after an answer that retrying cannot change (404: the instance is gone;
+    another 4xx: rejected); it then joins ``acked``, the last ``keep_acked`` finished reports,
+    kept in the state file too so that a verdict acknowledged just before a crash is not lost.
+    """
+
+    def __init__(
+        self,
+        client: ManagerClient,
+        save: SaveOutbox,
+        pending: Iterable[Report] = (),
+        acked: Iterable[Report] = (),
+        *,
+        keep_acked: int = 8,
+    ) -> None:
+        if keep_acked < 1:
+            raise ValueError("keep_acked must be >= 1")
+        self.client = client
+        self._save = save
+        self._pending: list[Report] = [r for r in pending if r.pending]
+        self._acked: list[Report] = list(acked)[-keep_acked:]
+        self._keep_acked = keep_acked
+        # Reports loaded from the state file are on disk already.
+        self._durable: set[str] = {r.id for r in self._pending}
+        # ... and may have been applied by the manager just before the crash that left them
+        # queued: looked up in its records before they are sent again
+        # (cuzk_supervisor.core.reconcile).
+        self._unverified: set[str] = {r.id for r in self._pending if r.kind in RECONCILED_KINDS}
+        # Everything finished by this process, even once pruned from ``acked`` (a handful).
+        self._finished: dict[str, Report] = {r.id: r for r in self._acked}
+        self._send_lock = asyncio.Lock()
+
+    @classmethod
+    def for_keeper(cls, client: ManagerClient, keeper: StateKeeper) -> Outbox:
+        """The outbox as it was left in the state file (after a restart: what is still due)."""
+        state = keeper.state
+        return cls(client, keeper.save_outbox, state.outbox, state.acked)
+
+    @property
+    def pending(self) -> tuple[Report, ...]:
+        return tuple(self._pending)
+
+    @property
+    def acked(self) -> tuple[Report, ...]:
+        return tuple(self._acked)
+
+    def find(self, report_id: str) -> Report | None:
+        for report in self._pending:
+            if report.id == report_id:
+                return report
+        return self._finished.get(report_id)
+
+    def latest(self, kind: str) -> Report | None:
+        """The most recent report of ``kind``, pending or finished (to resume after a crash)."""
+        for report in (*reversed(self._pending), *reversed(self._acked)):
+            if report.kind == kind:
+                return report
+        return None
+
+    async def enqueue(self, report: Report) -> None:
+        """Queue ``report`` and write the state file; only then may it be sent.
+
+        Idempotent by id. Raises what the save raises (StateWriteError); the report is then not
+        queued.
+        """
+        if self.find(report.id) is not None:
+            return
+        if not report.pending:
+            raise ValueError(f"report {report.id} is finished and no longer known here")
+        self._pending.append(report)
+        try:
+            await self._persist()
+        except BaseException:
+            self._pending.remove(report)
+            raise
+        self._durable.add(report.id)
+        log.info("manager.report_queued", kind=report.kind, id=report.id, queued=len(self._pending))
+
+    async def send_now(self, report: Report, deadline_s: float | None = None) -> Report:
+        """Queue ``report`` (if new), send everything before it and then it; return it finished.
+
+        For bench_done, ``.passed`` is the verdict. Raises InstanceGone (404),
+        ManagerRejected (another 4xx), ManagerUnavailable (the manager stayed away until the
+        retry stop or ``deadline_s``: the report stays queued, durable, for a later
+        ``send_now`` with the same report or a ``drain``), or StateWriteError.
+        A report already finished (e.g. acknowledged before a crash) is not sent again: its
+        recorded outcome is returned (or raised).
+        """
+        await self.enqueue(report)
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        async with self._send_lock:
+            while True:
+                done = self.find(report.id)
+                if done is not None and not done.pending:
+                    return _raise_for(done)
+                head = self._pending[0]
+                await self._deliver(head, _remaining(deadline))
+
+    async def drain(self, deadline_s: float | None = None) -> DrainResult:
+        """Send queued reports in order until none is left, the manager is away, or
+        ``deadline_s`` passes. Errors are returned, not raised (except StateWriteError)."""
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        sent: list[Report] = []
+        error: ManagerError | None = None
+        async with self._send_lock:
+            while self._pending:
+                head = self._pending[0]
+                if head.id not in self._durable:
+                    break  # still being written by its enqueue: its sender will send it
+                try:
+                    sent.append(await self._deliver(head, _remaining(deadline)))
+                except ManagerUnavailable as exc:
+                    error = exc
+                    break
+        return DrainResult(tuple(sent), len(self._pending), error)
+
+    async def _deliver(self, report: Report, budget_s: float | None) -> Report:
+        """Send the head report; record how it ended. ManagerUnavailable leaves it queued."""
+        if budget_s is not None and budget_s <= 0:
+            raise ManagerUnavailable(report.kind, 0, "deadline passed before sending")
+        started = time.monotonic()
+        try:
+            done = await self._recorded(report, budget_s)
+            if done is None:
+                left = None if budget_s is None else budget_s - (time.monotonic() - started)
+                done = await self.client.send(report, stop_s=left)
+        except InstanceGone as exc:
+            done = _finished(report, OUTCOME_GONE, exc.message)
+            log.warning("manager.report_gone", kind=report.kind, id=report.id, detail=exc.message)
+        except ManagerRejected as exc:
+            done = _finished(report, OUTCOME_REJECTED, f"{exc.status} {exc.message}")
+            log.error(
+                "manager.report_rejected",
+                kind=report.kind,
+                id=report.id,
+                status=exc.status,
+                detail=exc.message,
+            )
+        self._pending.remove(report)
+        self._durable.discard(report.id)
+        self._acked.append(done)
+        del self._acked[: -self._keep_acked]
+        self._finished[done.id] = done
+        await self._persist()
+        log.info("manager.report_done", kind=report.kind, id=report.id, outcome=done.outcome)
+        return done
+
+    async def _recorded(self, report: Report, budget_s: float | None) -> Report | None:
+        """For a report left queued by an earlier process: how the manager's records show it
+        ended (None: send it). ManagerUnavailable propagates (the report stays queued)."""
+        if report.id not in self._unverified:
+            return None
+        try:
+            record = await self.client.instance_record(report.uuid, stop_s=budget_s)
+        except ManagerRejected as exc:
+            # A manager without a usable /status: at-least-once delivery, which is safe.
+            log.warning(
+                "manager.reconcile_skipped", kind=report.kind, id=report.id, reason=str(exc)
+            )
+            record = None
+        self._unverified.discard(report.id)
+        found = recorded_outcome(report, record)
+        done = None if found is None else _reconciled(report, found)
+        if done is not None:
+            log.info(
+                "manager.report_reconciled",
+                kind=report.kind,
+                id=report.id,
+                outcome=done.outcome,
+                passed=done.passed,
+                detail=done.detail,
+            )
+        return done
+
+    async def _persist(self) -> None:
+        await self._save(tuple(self._pending), tuple(self._acked))
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _finished(report: Report, outcome: str, detail: str) -> Report:
+    return dataclasses.replace(report, outcome=outcome, detail=detail, finished_at=utc_now_iso())
+
+
+def _reconciled(report: Report, found: Recorded) -> Report:
+    """``report`` finished as the manager's records show (:func:`recorded_outcome`)."""
+    return dataclasses.replace(
+        report,
+        outcome=found.outcome,
+        passed=found.passed,
+        detail=found.detail,
+        finished_at=utc_now_iso(),
+    )
+
+
+def _raise_for(report: Report) -> Report:
+    if report.outcome == OUTCOME_GONE:
+        raise InstanceGone(report.kind, report.uuid, report.detail)
+    if report.outcome == OUTCOME_REJECTED:
+        status, _, message = report.detail.partition(" ")
+        raise ManagerRejected(report.kind, int(status) if status.isdigit() else 0, message)
+    return report
