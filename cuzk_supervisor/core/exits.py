@@ -8,8 +8,8 @@ this module only decides what they mean.
 from __future__ import annotations
 
 import enum
-import signal
 from dataclasses import dataclass
+from signal import Signals  # the enum of names only: nothing here sends or handles one
 
 
 class ExitKind(enum.StrEnum):
@@ -72,7 +72,7 @@ _ADDR_IN_USE_MARKERS = ("address already in use", "address in use", "addrinuse")
 
 def _signal_name(signum: int) -> str:
     try:
-        return signal.Signals(signum).name
+        return Signals(signum).name
     except ValueError:
         return f"signal {signum}"
 
@@ -94,47 +94,52 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
     oom_delta = 0
     if facts.oom_kills_before is not None and facts.oom_kills_after is not None:
         oom_delta = max(0, facts.oom_kills_after - facts.oom_kills_before)
-    common = {
-        "uptime_s": facts.uptime_s,
-        "peak_rss_bytes": facts.peak_rss_bytes,
-        "cgroup_oom_kills": oom_delta,
-    }
+
+    def made(
+        kind: ExitKind,
+        reason: str,
+        *,
+        code: int | None = None,
+        signal: int | None = None,
+        permanent: bool = False,
+    ) -> DaemonExit:
+        return DaemonExit(
+            kind,
+            reason,
+            code=code,
+            signal=signal,
+            cgroup_oom_kills=oom_delta,
+            uptime_s=facts.uptime_s,
+            peak_rss_bytes=facts.peak_rss_bytes,
+            permanent=permanent,
+        )
+
     rc = facts.returncode
     sig = -rc if rc is not None and rc < 0 else None
     # The kernel's OOM killer uses SIGKILL; so do we after a stop grace, which is not an OOM.
     # The cgroup counter is evidence even while we were stopping it; the watcher's hint is not.
     oom_evidence = oom_delta or (facts.memory_at_limit and not facts.stop_requested)
-    if sig == signal.SIGKILL and oom_evidence:
+    if sig == Signals.SIGKILL and oom_evidence:
         why = f"cgroup oom_kill counter +{oom_delta}" if oom_delta else "memory at the limit"
-        return DaemonExit(
-            ExitKind.OOM_KILLED, f"killed by SIGKILL, out of memory ({why})", signal=sig, **common
-        )
+        return made(ExitKind.OOM_KILLED, f"killed by SIGKILL, out of memory ({why})", signal=sig)
     if not facts.was_ready and not facts.stop_requested:
         reason = _start_failure_reason(facts)
-        return DaemonExit(
+        return made(
             ExitKind.FAILED_TO_START,
             reason,
             permanent=bool(facts.start_error) or reason == "address in use",
             code=rc if rc is not None and rc >= 0 else None,
             signal=sig,
-            **common,
         )
     if facts.unresponsive:
-        return DaemonExit(ExitKind.KILLED, facts.unresponsive, signal=sig, **common)
+        return made(ExitKind.KILLED, facts.unresponsive, signal=sig)
     if sig is not None:
         if facts.stop_requested:
-            return DaemonExit(
-                ExitKind.CLEAN, f"stopped by us ({_signal_name(sig)})", signal=sig, **common
-            )
-        return DaemonExit(ExitKind.KILLED, f"killed by {_signal_name(sig)}", signal=sig, **common)
+            return made(ExitKind.CLEAN, f"stopped by us ({_signal_name(sig)})", signal=sig)
+        return made(ExitKind.KILLED, f"killed by {_signal_name(sig)}", signal=sig)
     if rc == 0 or facts.stop_requested:
-        return DaemonExit(
-            ExitKind.CLEAN,
-            "exited cleanly" if rc == 0 else f"stopped by us (code {rc})",
-            code=rc,
-            **common,
+        return made(
+            ExitKind.CLEAN, "exited cleanly" if rc == 0 else f"stopped by us (code {rc})", code=rc
         )
     last = facts.last_lines[-1] if facts.last_lines else "no output"
-    return DaemonExit(
-        ExitKind.CRASHED, f"exited with code {rc} (last line: {last})", code=rc, **common
-    )
+    return made(ExitKind.CRASHED, f"exited with code {rc} (last line: {last})", code=rc)
