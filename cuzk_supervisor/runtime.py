@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from cuzk_supervisor import exitcodes, pid1
+from cuzk_supervisor import exitcodes, killtree, pid1
 from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.reaper import Reaper
 
 log = structlog.get_logger()
 
@@ -26,7 +27,7 @@ class Runtime:
     """What a body gets: the reaper (spawn children through it) and the signal forwarder
     (register children that should hear our stop signals as they are)."""
 
-    reaper: pid1.Reaper
+    reaper: Reaper
     signals: pid1.SignalForwarder
     as_pid1: bool
     subreaper: bool
@@ -43,7 +44,7 @@ def run_supervised(body: Body, *, cleanup_grace_s: float = 5.0) -> int:
 async def _supervised(body: Body, cleanup_grace_s: float) -> int:
     as_pid1 = pid1.is_pid1()
     subreaper = False if as_pid1 else pid1.become_subreaper()
-    reaper = pid1.Reaper(
+    reaper = Reaper(
         on_reap=lambda r: log.info("pid1.orphan_reaped", pid=r.pid, returncode=r.returncode)
     )
     reaper.start()
@@ -76,7 +77,7 @@ async def _supervised(body: Body, cleanup_grace_s: float) -> int:
         return result
     finally:
         stop.cancel()
-        report = await asyncio.to_thread(pid1.kill_descendants, cleanup_grace_s)
+        report = await asyncio.to_thread(killtree.kill_descendants, cleanup_grace_s)
         if report.survivors:
             log.error("supervisor.survivors", pids=report.survivors)
         reaper.reap()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from cuzk_supervisor import pid1, settings
+from cuzk_supervisor import settings
 from cuzk_supervisor.daemon.childenv import child_environ, is_secret_name, secret_names
+from cuzk_supervisor.reaper import Reaper
 
 
 def test_every_secret_setting_and_token_is_removed_the_rest_kept() -> None:
@@ -44,7 +45,7 @@ def test_the_reapers_spawn_filters_whatever_it_is_given(monkeypatch) -> None:
     monkeypatch.setenv("CUZK_TEST_KEPT", "kept")
 
     async def spawn_env(**kwargs: object) -> str:
-        reaper = pid1.Reaper()
+        reaper = Reaper()
         proc = await reaper.spawn(
             "/usr/bin/env",
             stdout=asyncio.subprocess.PIPE,

@@ -24,7 +24,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import pid1
-from cuzk_supervisor.pid1 import exit_code_for, kill_tree
+from cuzk_supervisor.killtree import kill_tree
+from cuzk_supervisor.pid1 import exit_code_for
+from cuzk_supervisor.reaper import Reaper
 
 REPO = Path(__file__).resolve().parents[1]
 DEADLINE_S = 10.0
@@ -51,6 +53,7 @@ def _gone(pid: int) -> bool:
 PRELUDE = r"""
 import asyncio, json, os, signal, subprocess, sys, time
 from cuzk_supervisor import pid1
+from cuzk_supervisor.reaper import Reaper
 
 async def until(condition, timeout=10.0):
     deadline = time.monotonic() + timeout
@@ -170,7 +173,7 @@ async def test_reaper_refuses_a_child_watcher_that_reaps_everything(
 ) -> None:
     monkeypatch.setattr(asyncio, "get_child_watcher", asyncio.SafeChildWatcher)
     with pytest.raises(RuntimeError, match="SafeChildWatcher"):
-        pid1.Reaper().start()
+        Reaper().start()
 
 
 def test_subreaper_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +204,7 @@ async def main():
     out = {"pid": os.getpid(), "before": pid1.is_subreaper()}
     out["became"] = pid1.become_subreaper()
     out["after"] = pid1.is_subreaper()
-    reaper = pid1.Reaper()
+    reaper = Reaper()
     reaper.start()
     proc = await reaper.spawn(
         sys.executable, "-c", DOUBLE_FORK, "7",
@@ -239,7 +242,7 @@ def test_reaper_does_not_steal_from_asyncio_waiters(tmp_path: Path) -> None:
         tmp_path,
         r"""
 async def main():
-    reaper = pid1.Reaper()
+    reaper = Reaper()
     reaper.start()
     code = "import os, sys; os._exit(int(sys.argv[1]))"
     # Children someone waits for, started at the same time as forgotten ones exit around them.
@@ -278,7 +281,7 @@ def test_an_owned_zombie_does_not_hide_other_exited_children(tmp_path: Path) -> 
 def state(pid):
     return proc_field(pid, "State")
 
-reaper = pid1.Reaper()  # not started: reap() is called by hand
+reaper = Reaper()  # not started: reap() is called by hand
 code = "import os, sys; os._exit(int(sys.argv[1]))"
 owned = subprocess.Popen([sys.executable, "-c", code, "3"])
 reaper.own(owned.pid)
@@ -314,7 +317,7 @@ def state(pid):
     return proc_field(pid, "State")
 
 async def main():
-    reaper = pid1.Reaper()
+    reaper = Reaper()
     reaper.start()
     code = "import os, sys; os._exit(int(sys.argv[1]))"
     with reaper.holding():
@@ -367,7 +370,7 @@ def test_as_pid1_in_a_new_pid_namespace(tmp_path: Path) -> None:
         r"""
 async def main():
     out = {"is_pid1": pid1.is_pid1()}
-    reaper = pid1.Reaper()
+    reaper = Reaper()
     reaper.start()
     # Not claimed and never waited for: the Reaper collects the intermediate child as well.
     proc = subprocess.Popen(
@@ -559,7 +562,7 @@ def test_kill_tree_spares_itself_its_ancestors_and_its_group(tmp_path: Path) -> 
         tmp_path,
         r"""
 code = (
-    "import os; from cuzk_supervisor.pid1 import kill_tree; "
+    "import os; from cuzk_supervisor.killtree import kill_tree; "
     "print(kill_tree([os.getpid(), os.getppid(), os.getpgrp()], grace_s=0.1) == "
     "kill_tree([], grace_s=0.1))"
 )

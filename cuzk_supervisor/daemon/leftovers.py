@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import structlog
 
-from cuzk_supervisor import pid1
+from cuzk_supervisor import killtree
 from cuzk_supervisor.adapters import files
 
 log = structlog.get_logger()
@@ -117,7 +117,7 @@ def reclaim(role: str, pidfile: Path | None, grace_s: float) -> list[int]:
     stale = find(role, pidfile)
     if stale:
         log.warning("child.leftover_stopped", role=role, pids=stale)
-        pid1.kill_tree(stale, grace_s)
+        killtree.kill_tree(stale, grace_s)
     if pidfile is not None:
         forget(pidfile)
     return stale

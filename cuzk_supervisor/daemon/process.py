@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import structlog
 
-from cuzk_supervisor import pid1
+from cuzk_supervisor import killtree
 from cuzk_supervisor.adapters import files
 from cuzk_supervisor.adapters.resources import read_oom_kill_count
 from cuzk_supervisor.address import Address, parse_address
@@ -41,7 +41,7 @@ ADDRESS_RELEASE_S = 1.0
 ReadyProbe = Callable[[Address, float], Awaitable[None]]
 # One GetStatus with a deadline; raises when the daemon does not answer in time.
 AliveProbe = Callable[[Address, float], Awaitable[None]]
-# asyncio.create_subprocess_exec, or pid1.Reaper.spawn which also claims the pid from the reaper.
+# asyncio.create_subprocess_exec, or reaper.Reaper.spawn which also claims the pid from the reaper.
 Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
 
 
@@ -148,7 +148,7 @@ def _reclaim_stale_daemon(settings: DaemonSettings) -> None:
     stale = _stale_daemons(settings)
     if stale:
         log.warning("daemon.stale_reclaimed", pids=stale, config=str(settings.config_path))
-        pid1.kill_tree(stale, settings.stop_grace_s)
+        killtree.kill_tree(stale, settings.stop_grace_s)
     with contextlib.suppress(OSError):
         _pidfile(settings).unlink(missing_ok=True)
 
@@ -167,7 +167,8 @@ def _write_pidfile(settings: DaemonSettings, pid: int) -> None:
 
 
 async def _grpc_alive_probe(address: Address, timeout_s: float) -> None:
-    from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
+    from cuzk_supervisor.adapters.proving import ProvingClient
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 
     timeouts = ProvingTimeouts(call_deadline_s=timeout_s)
     async with ProvingClient(address, timeouts) as client:
@@ -175,7 +176,8 @@ async def _grpc_alive_probe(address: Address, timeout_s: float) -> None:
 
 
 async def _grpc_ready_probe(address: Address, deadline_s: float) -> None:
-    from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
+    from cuzk_supervisor.adapters.proving import ProvingClient
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 
     async with ProvingClient(address, ProvingTimeouts()) as client:
         await client.wait_ready(deadline_s)
@@ -469,7 +471,7 @@ class DaemonProcess:
 
     async def _reap_group(self, pgid: int) -> None:
         """Kill what is left of the group (children the daemon left behind) and wait for it."""
-        report = await asyncio.to_thread(pid1.kill_tree, [pgid], 0.0, 1.0)
+        report = await asyncio.to_thread(killtree.kill_tree, [pgid], 0.0, 1.0)
         if report.terminated or report.killed:
             log.warning(
                 "daemon.group_leftovers", pgid=pgid, pids=[*report.terminated, *report.killed]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from cuzk_supervisor import pid1
+from cuzk_supervisor import killtree
 from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
 from cuzk_supervisor.daemon import leftovers
 from cuzk_supervisor.daemon.childenv import child_environ
@@ -119,7 +119,7 @@ class CommandProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
         result = await self.wait()
-        await asyncio.to_thread(pid1.kill_tree, [self._proc.pid], 0.0, 1.0)
+        await asyncio.to_thread(killtree.kill_tree, [self._proc.pid], 0.0, 1.0)
         if self.pidfile is not None:
             leftovers.forget(self.pidfile)
         return result
