@@ -1,11 +1,9 @@
 """Memory samplers: pure parsers, cgroup v1/v2 discovery and reading from fixture trees, the
 daemon process-tree RSS (fake /proc and a real process tree), the real sampler on this machine,
-and the async sampling loop."""
+and the daemon's pid in a sample."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
 import shutil
 import subprocess
@@ -31,7 +29,6 @@ from cuzk_supervisor.adapters.resources import (
     cgroup_memory_v2,
     discover_memory_cgroup,
     find_memory_cgroup,
-    interval_for_headroom,
     parse_keyed,
     parse_limit,
     parse_mountinfo,
@@ -39,7 +36,6 @@ from cuzk_supervisor.adapters.resources import (
     parse_proc_stat,
     parse_psi,
     read_oom_kill_count,
-    sample_forever,
     working_set,
 )
 
@@ -408,14 +404,6 @@ def test_headroom_uses_the_tighter_of_host_and_cgroup() -> None:
     assert over.headroom == -GIB
 
 
-def test_interval_for_headroom() -> None:
-    assert interval_for_headroom(snapshot()) == 1.0
-    near = snapshot(cgroup_limit=20 * GIB, cgroup_working_set=18 * GIB)
-    assert interval_for_headroom(near) == 0.1
-    assert interval_for_headroom(near, normal_s=2.0, near_s=0.5, near_fraction=0.05) == 2.0
-    assert interval_for_headroom(snapshot(host_total=0, host_available=0)) == 0.1
-
-
 # --------------------------------------------------------------------------------------------
 # Process tree
 
@@ -570,43 +558,12 @@ def test_real_sampler_on_this_machine() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The loop
+# The daemon's pid
 
 
-async def test_sample_forever_paces_by_the_interval_function() -> None:
+def test_a_sample_measures_the_daemon_pid_it_is_given() -> None:
     sampler = sampler_for(FIXTURES / "v2_nested", tree=ProcessTree())  # the real /proc for pids
-    seen: list[MemorySnapshot] = []
-    asked: list[MemorySnapshot] = []
-    pids = itertools.chain([None, os.getpid()], itertools.repeat(None))
-    three = asyncio.Event()
-
-    def on_sample(snap: MemorySnapshot) -> None:
-        seen.append(snap)
-        if len(seen) == 3:
-            three.set()
-
-    def interval_for(snap: MemorySnapshot) -> float:
-        asked.append(snap)
-        return 0.0
-
-    task = asyncio.create_task(sample_forever(sampler, interval_for, on_sample, lambda: next(pids)))
-    await asyncio.wait_for(three.wait(), timeout=5)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert seen[:3] == asked[:3]
-    assert seen[0].daemon_pid is None
-    assert seen[1].daemon_pid == os.getpid()
-    assert seen[1].daemon_rss is not None
-
-
-async def test_sample_forever_ends_with_the_callbacks_error() -> None:
-    sampler = sampler_for(FIXTURES / "no_memory")
-
-    def on_sample(snap: MemorySnapshot) -> None:
-        raise RuntimeError("policy bug")
-
-    with pytest.raises(RuntimeError, match="policy bug"):
-        await asyncio.wait_for(
-            sample_forever(sampler, interval_for_headroom, on_sample, lambda: None), timeout=5
-        )
+    assert sampler.sample(None).daemon_pid is None
+    snap = sampler.sample(os.getpid())
+    assert snap.daemon_pid == os.getpid()
+    assert snap.daemon_rss is not None

@@ -12,7 +12,6 @@ the kernel OOM-kills at the cgroup limit (incident I4, DESIGN principle 8).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import os
@@ -669,36 +668,3 @@ class MemorySampler:
             daemon_rss=tree.rss if tree else None,
             daemon_processes=tree.processes if tree else 0,
         )
-
-
-# --------------------------------------------------------------------------------------------
-# The loop
-
-
-def interval_for_headroom(
-    snapshot: MemorySnapshot,
-    normal_s: float = 1.0,
-    near_s: float = 0.1,
-    near_fraction: float = 0.15,
-) -> float:
-    """Sample every ``normal_s``, or every ``near_s`` once the headroom is below
-    ``near_fraction`` of the effective limit (memory can fill fast near the end)."""
-    frac = snapshot.headroom_fraction
-    return near_s if not math.isfinite(frac) or frac < near_fraction else normal_s
-
-
-async def sample_forever(
-    sampler: MemorySampler,
-    interval_for: Callable[[MemorySnapshot], float],
-    on_sample: Callable[[MemorySnapshot], None],
-    daemon_pid: Callable[[], int | None],
-) -> None:
-    """Sample, hand the snapshot over, sleep for the interval the snapshot asks for; until
-    cancelled. The sample runs in the event loop, not in a thread (DESIGN principle 2 sends
-    only calls that can take over a millisecond to ``asyncio.to_thread``): it reads a few small
-    kernel files, about 0.1-0.25 ms of CPU per sample (``bench/sampler_cost.py``).
-    An exception from ``on_sample`` ends the loop (the owning TaskGroup sees it)."""
-    while True:
-        snap = sampler.sample(daemon_pid())
-        on_sample(snap)
-        await asyncio.sleep(max(0.0, interval_for(snap)))

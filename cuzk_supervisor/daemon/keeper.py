@@ -1,7 +1,7 @@
 """Keep the daemon up: start it, wait for its exit, ask the restart policy, start it again.
 
 The machinery only; every decision (how long to back off, when it is a crash loop) is
-``policy.next_restart``. Each exit is logged with its classification and handed to listeners
+``core.restart.next_restart``. Each exit is logged with its classification and handed to listeners
 (metrics, the lifecycle's OOM step-down).
 """
 
@@ -19,7 +19,7 @@ from typing import Protocol
 import structlog
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.core.exits import DaemonExit, ExitKind
+from cuzk_supervisor.core.exits import DaemonExit
 from cuzk_supervisor.core.restart import (
     GiveUp,
     RestartHistory,
@@ -188,8 +188,3 @@ class DaemonKeeper:
         if self.current is not None and self.current.pid is not None:
             await asyncio.shield(self.current.stop())
         self._ready.clear()
-
-
-def describe_exit_kind_counts(keeper: DaemonKeeper) -> dict[str, int]:
-    """Exits so far by kind, every kind present (for status lines and metrics)."""
-    return {kind.value: keeper.exits_by_kind.get(kind.value, 0) for kind in ExitKind}

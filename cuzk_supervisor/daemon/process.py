@@ -217,7 +217,6 @@ class DaemonProcess:
         self._oom_before: int | None = None
         self._exit: DaemonExit | None = None
         self._exit_lock = asyncio.Lock()
-        self.sigkill_needed = False
 
     @property
     def pid(self) -> int | None:
@@ -458,7 +457,6 @@ class DaemonProcess:
                     asyncio.shield(self._proc.wait()), self.settings.stop_grace_s
                 )
             except TimeoutError:
-                self.sigkill_needed = True
                 log.warning(
                     "daemon.stop_grace_expired", pid=pgid, grace_s=self.settings.stop_grace_s
                 )

@@ -1,7 +1,7 @@
 """Watch memory while proving: sample, assess the OOM risk, tell the lifecycle when it is critical.
 
 The sampler reads a handful of small files (well under a millisecond), so it runs in the event
-loop. The decision is ``policy.assess_risk``; this module only keeps the recent samples, logs
+loop. The decision is ``core.risk.assess_risk``; this module only keeps the recent samples, logs
 each change of level with the numbers behind it, and raises an event the lifecycle waits on.
 """
 
