@@ -20,6 +20,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from cuzk_supervisor.core.checks import POSITIVE, require_fields, require_relation
+
 __all__ = [
     "BadAnswer",
     "BenchVerdict",
@@ -50,10 +52,7 @@ class ManagerTimeouts:
     pool_s: float = 3.0
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not value > 0:
-                raise ValueError(f"{f.name} must be > 0, got {value!r}")
+        require_fields(self, (f.name for f in dataclasses.fields(self)), POSITIVE)
 
     def as_httpx(self, cap_s: float | None = None) -> httpx.Timeout:
         """As an ``httpx.Timeout``; ``cap_s`` shortens every phase (a caller's deadline)."""
@@ -85,12 +84,8 @@ class ManagerRetry:
     """Log push: short, so a dead manager does not hold the shipper (it keeps the lines)."""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not value > 0:
-                raise ValueError(f"{f.name} must be > 0, got {value!r}")
-        if self.backoff_max_s < self.backoff_base_s:
-            raise ValueError("backoff_max_s must be >= backoff_base_s")
+        require_fields(self, (f.name for f in dataclasses.fields(self)), POSITIVE)
+        require_relation(self, "backoff_max_s", ">=", "backoff_base_s")
 
     def policy(self, call: str) -> HttpRetryPolicy:
         stop = {
