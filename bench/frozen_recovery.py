@@ -49,7 +49,8 @@ from _harness import (
 )
 
 from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.proving import ProvingClient, ProvingTimeouts
+from cuzk_supervisor.adapters.proving import ProvingClient
+from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.sim.c1 import write_c1
 

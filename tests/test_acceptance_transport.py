@@ -17,12 +17,10 @@ import structlog
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 
 from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.proving import (
-    DaemonCallError,
-    ProvingClient,
-    ProvingTimeouts,
-    run_batch,
-)
+from cuzk_supervisor.adapters.proving import ProvingClient
+from cuzk_supervisor.adapters.provingbatch import run_batch
+from cuzk_supervisor.adapters.provingerrors import DaemonCallError
+from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.daemon.process import _grpc_alive_probe
 from cuzk_supervisor.proto import proving_pb2 as pb

@@ -18,7 +18,9 @@ import pytest
 import structlog
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 
-from cuzk_supervisor.adapters.proving import ProofStatus, ProvingClient, ProvingTimeouts
+from cuzk_supervisor.adapters.proving import ProvingClient
+from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+from cuzk_supervisor.adapters.provingresults import ProofStatus
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc

@@ -22,27 +22,26 @@ from fakedaemon import PROOF, Behaviour, FakeDaemon, free_port
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.adapters.proving import (
+from cuzk_supervisor.adapters.proving import RECONNECT_AFTER_CUTS, ProvingClient
+from cuzk_supervisor.adapters.provingbatch import run_batch
+from cuzk_supervisor.adapters.provingchannel import MAX_MESSAGE_BYTES, channel_options
+from cuzk_supervisor.adapters.provingerrors import (
     CUT_CODES,
-    MAX_MESSAGE_BYTES,
-    RECONNECT_AFTER_CUTS,
     DaemonCallError,
     DaemonNotReady,
-    ProofStatus,
-    ProvingClient,
+    is_cut,
+    is_own_cancel,
+)
+from cuzk_supervisor.adapters.provingpolicy import (
     ProvingTimeouts,
     await_policy,
     call_policy,
-    channel_options,
-    is_cut,
-    is_own_cancel,
-    proofs_per_hour,
     ready_policy,
-    run_batch,
     submit_policy,
-    summarize_batch,
 )
+from cuzk_supervisor.adapters.provingresults import ProofStatus, summarize_batch
 from cuzk_supervisor.address import Address
+from cuzk_supervisor.core.bench import proofs_per_hour
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 

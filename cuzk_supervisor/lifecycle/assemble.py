@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
-from cuzk_supervisor.adapters.proving import ProvingTimeouts
+from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.adapters.resources import MemorySampler
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import structlog
 
-from cuzk_supervisor.adapters.proving import ProofResult, Prover
+from cuzk_supervisor.adapters.provingbatch import Prover
+from cuzk_supervisor.adapters.provingresults import ProofResult
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch, late_hearing_s, next_submission
 from cuzk_supervisor.proto import proving_pb2 as pb
 

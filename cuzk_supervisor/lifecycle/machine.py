@@ -33,7 +33,8 @@ from cuzk_supervisor.adapters.manager import (
     Outbox,
 )
 from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.proving import ProofResult, ProvingClient
+from cuzk_supervisor.adapters.proving import ProvingClient
+from cuzk_supervisor.adapters.provingresults import ProofResult
 from cuzk_supervisor.adapters.resources import MemorySampler
 from cuzk_supervisor.adapters.state import (
     BENCH_DONE,

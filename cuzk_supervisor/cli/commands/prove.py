@@ -22,14 +22,11 @@ from cuzk_supervisor.adapters.proofinput import (
     c1_proof_kind,
     load_c1,
 )
-from cuzk_supervisor.adapters.proving import (
-    BatchResult,
-    DaemonNotReady,
-    ProofResult,
-    ProvingClient,
-    ProvingTimeouts,
-    run_batch,
-)
+from cuzk_supervisor.adapters.proving import ProvingClient
+from cuzk_supervisor.adapters.provingbatch import run_batch
+from cuzk_supervisor.adapters.provingerrors import DaemonNotReady
+from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+from cuzk_supervisor.adapters.provingresults import BatchResult, ProofResult
 from cuzk_supervisor.address import Address, parse_address
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.errors import UsageError

@@ -1,0 +1,77 @@
+"""How the proving client reaches the daemon: the grpc channel arguments and the plain
+connect probe that waits for something to listen.
+
+Both are about the transport only (no RPC, no retry rule): :mod:`cuzk_supervisor.adapters.proving`
+opens its channels with :func:`channel_options` and calls :func:`until_listening` before the first
+GetStatus while the daemon starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from cuzk_supervisor.address import Address
+
+MIB = 1024 * 1024
+# The daemon's own limit is 128 MiB each way; a PoRep input is ~51 MB and grpc-python's default
+# receive limit is 4 MiB. Ours is higher than the server's so the server's is the one that counts.
+MAX_MESSAGE_BYTES = 256 * MIB
+
+LISTEN_PROBE_INTERVAL_S = 0.025
+
+
+async def until_listening(address: Address, budget_s: float) -> bool:
+    """True once a plain connect to ``address`` succeeds; False when ``budget_s`` has passed."""
+    end = time.monotonic() + max(0.0, budget_s)
+    while True:
+        try:
+            if address.path is not None:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_unix_connection(str(address.path)), LISTEN_PROBE_INTERVAL_S * 4
+                )
+            else:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(address.host, address.port),
+                    LISTEN_PROBE_INTERVAL_S * 4,
+                )
+        except (OSError, TimeoutError):
+            if time.monotonic() >= end:
+                return False
+            await asyncio.sleep(LISTEN_PROBE_INTERVAL_S)
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
+
+def channel_options() -> list[tuple[str, int]]:
+    """grpc channel arguments for talking to the daemon (TCP or unix socket).
+
+    Keepalive: a grpc-core server (default ``grpc.http2.min_ping_interval_without_data_ms`` of
+    5 min, 2 strikes) answers pings that come more often with GOAWAY ``too_many_pings`` and drops
+    every call on the connection; hyper/tonic servers also limit pings. So we ping rarely (6 min,
+    above the 5 min floor with margin) and never on an idle connection (no pings without calls).
+    Keepalive is only a backstop: our short per-call deadlines are what notice a dead daemon.
+
+    Reconnect backoff: grpc-core's default grows to 120 s, so after a daemon restart the channel
+    could sit in backoff long after the daemon answers. Capping it at 2 s keeps readiness
+    detection close to the daemon's real start.
+
+    A channel of ours never shares its connection with another channel
+    (``use_local_subchannel_pool``): a replaced channel must get a new connection, not the
+    frozen one the old channel still holds.
+    """
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.keepalive_time_ms", 360_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 2),
+        ("grpc.initial_reconnect_backoff_ms", 250),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
+    ]
