@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from cuzk_supervisor.adapters.resources import discover_memory_cgroup
+from cuzk_supervisor.adapters.cgroupfind import discover_memory_cgroup
 
 MIB = 1 << 20
 _V1 = 1

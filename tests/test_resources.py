@@ -15,29 +15,27 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.adapters.resources import (
-    UNLIMITED_THRESHOLD,
+from cuzk_supervisor.adapters.cgroupfind import (
     CgroupLine,
     CgroupLocation,
-    HostMemory,
-    MemorySampler,
-    MemorySnapshot,
     Mount,
-    ProcessTree,
-    Psi,
-    cgroup_memory_v1,
-    cgroup_memory_v2,
     discover_memory_cgroup,
     find_memory_cgroup,
-    parse_keyed,
-    parse_limit,
     parse_mountinfo,
     parse_proc_cgroup,
-    parse_proc_stat,
-    parse_psi,
+)
+from cuzk_supervisor.adapters.cgroupmem import (
+    UNLIMITED_THRESHOLD,
+    cgroup_memory_v1,
+    cgroup_memory_v2,
+    parse_limit,
     read_oom_kill_count,
     working_set,
 )
+from cuzk_supervisor.adapters.kernelfiles import parse_keyed
+from cuzk_supervisor.adapters.proctree import ProcessTree, parse_proc_stat
+from cuzk_supervisor.adapters.psi import Psi, parse_psi
+from cuzk_supervisor.adapters.resources import HostMemory, MemorySampler, MemorySnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 GIB = 1 << 30

@@ -1,0 +1,124 @@
+"""The RSS of the daemon's whole process tree, read from ``/proc/<pid>/stat``: the parser of
+one stat file and :class:`ProcessTree`, which caches each pid's parent between samples.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuzk_supervisor.adapters.kernelfiles import read_text
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRss:
+    rss: int
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` the tree walk needs."""
+
+    ppid: int
+    state: str
+    rss_pages: int
+
+
+def parse_proc_stat(text: str | None) -> ProcStat | None:
+    """``pid (comm) state ppid ... rss(24) ...``; ``comm`` may hold
+    spaces and parentheses, so fields are counted from the last ``)``."""
+    if text is None:
+        return None
+    close = text.rfind(")")
+    if close < 0:
+        return None
+    fields = text[close + 2 :].split()
+    # fields[0] is field 3 (state), so field N is fields[N - 3].
+    try:
+        return ProcStat(ppid=int(fields[1]), state=fields[0], rss_pages=int(fields[21]))
+    except (IndexError, ValueError):
+        return None
+
+
+class ProcessTree:
+    """RSS of a process and all its descendants, read from ``<proc_root>/<pid>/stat``.
+
+    Not psutil's ``children(recursive=True)``: that reads the stat file of every process on each
+    call (1.3 ms of CPU for 90 processes on the development VM, where /proc reads cost ~8 µs
+    each). Instead the parent of each pid is cached: a sample lists ``/proc`` (one getdents),
+    reads the stat file of pids it has not seen before and of the tree's members (for their
+    RSS). A member whose fresh parent is not in the tree (reparented, or a recycled pid) is
+    dropped. A non-member's parent only changes by reparenting to a subreaper or init, which
+    never puts it into the daemon's tree; the one case the cache can miss (a pid recycled
+    between two samples as a new child of the tree) is bounded by a full re-read every
+    ``full_rescan_s``.
+
+    Processes that vanish mid-scan are skipped. RSS counts shared pages once per process (an
+    upper bound, like summing ``ps`` RSS). Zombies hold no memory and are not counted.
+    """
+
+    def __init__(
+        self,
+        proc_root: Path = Path("/proc"),
+        *,
+        page_size: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        full_rescan_s: float = 30.0,
+    ) -> None:
+        self._proc = str(proc_root)
+        self._page = page_size or os.sysconf("SC_PAGE_SIZE")
+        self._clock = clock
+        self._full_rescan_s = full_rescan_s
+        self._parents: dict[int, int] = {}  # pid -> ppid
+        self._last_full = -math.inf
+
+    def _stat(self, pid: int) -> ProcStat | None:
+        return parse_proc_stat(read_text(f"{self._proc}/{pid}/stat"))
+
+    def rss(self, root: int) -> TreeRss | None:
+        """None when ``root`` is gone (or ``/proc`` cannot be listed)."""
+        try:
+            names = os.listdir(self._proc)
+        except OSError:
+            return None
+        now = self._clock()
+        if now - self._last_full >= self._full_rescan_s:
+            self._parents.clear()
+            self._last_full = now
+        live = {int(n) for n in names if n.isdigit()}
+        parents = self._parents
+        for pid in parents.keys() - live:
+            del parents[pid]
+        for pid in live - parents.keys():
+            st = self._stat(pid)
+            if st is not None:  # gone already: skip
+                parents[pid] = st.ppid
+        children: dict[int, list[int]] = {}
+        for pid, ppid in parents.items():
+            children.setdefault(ppid, []).append(pid)
+
+        members: set[int] = set()
+        total, count = 0, 0
+        queue = [root]  # depth-first; a parent is always visited before its children
+        while queue:
+            pid = queue.pop()
+            st = self._stat(pid)
+            if st is None:  # exited since the listing
+                parents.pop(pid, None)
+                if pid == root:
+                    return None
+                continue
+            parents[pid] = st.ppid
+            if pid != root and st.ppid not in members:
+                continue  # a stale cache entry (recycled pid): not in the tree any more
+            members.add(pid)
+            if st.state != "Z":
+                total += st.rss_pages * self._page
+                count += 1
+            queue.extend(c for c in children.get(pid, ()) if c not in members)
+        return TreeRss(rss=total, processes=count)
