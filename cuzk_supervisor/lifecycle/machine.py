@@ -36,19 +36,8 @@ from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.adapters.proving import ProvingClient
 from cuzk_supervisor.adapters.provingresults import ProofResult
 from cuzk_supervisor.adapters.resources import MemorySampler
-from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    OUTCOME_GONE,
-    OUTCOME_OK,
-    PARAM_DONE,
-    RUNNING,
-    BenchRecord,
-    Report,
-    StateKeeper,
-    StateWriteError,
-    SupervisorState,
-    utc_now_iso,
-)
+from cuzk_supervisor.adapters.state import StateKeeper, StateWriteError
+from cuzk_supervisor.adapters.statedoc import BenchRecord, Report, SupervisorState, utc_now_iso
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.bench import (
@@ -73,6 +62,7 @@ from cuzk_supervisor.core.plan import (
     total_budget_gib,
 )
 from cuzk_supervisor.core.reconcile import gone_reason, manager_time
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.daemon.config import DaemonConfigValues
