@@ -1,5 +1,5 @@
 """After memory trouble (cuzk_supervisor.core.relaunch): the worker count the daemon restarts
-with, whether a fit can be measured, and the plateau the new plan should level off at."""
+with, the fit measured, and the plateau the new plan should level off at."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 from cuzk_supervisor.core.memfit import fit_workers
 from cuzk_supervisor.core.relaunch import (
     WARMUP_PHASES,
-    can_measure_fit,
     expected_plateau,
     measured_fit,
     relaunch_workers,
@@ -25,13 +24,6 @@ def test_in_the_warmup_the_warmup_plan_is_retried(phase):
 @pytest.mark.parametrize("phase", ["restart", "settle", "bench", "report", "run"])
 def test_from_the_restart_on_the_full_plan_runs(phase):
     assert relaunch_workers(phase, full_workers=8, warmup_workers=3) == 8
-
-
-def test_a_fit_needs_a_limit_a_base_and_a_running_daemon():
-    assert can_measure_fit(limit_bytes=10, base_bytes=5, running_workers=4)
-    assert not can_measure_fit(limit_bytes=None, base_bytes=5, running_workers=4)
-    assert not can_measure_fit(limit_bytes=10, base_bytes=None, running_workers=4)
-    assert not can_measure_fit(limit_bytes=10, base_bytes=5, running_workers=None)
 
 
 def test_a_measured_fit_is_memfits_answer_when_partitions_are_active():

@@ -28,6 +28,8 @@ class AwayWarnings:
         self.url = url
         self._clock = clock
         self._last = -float("inf")
+        self.listeners: list[Callable[[str, int, float], None]] = []
+        """Told ``(call, attempt, pause_s)`` at each retry (the status line shows the wait)."""
 
     def retry_logger(self, call: str) -> Callable[[RetryCallState], None]:
         def before_sleep(state: RetryCallState) -> None:
@@ -45,5 +47,7 @@ class AwayWarnings:
                 reason=describe_failure(exc) if exc is not None else None,
                 sleep_s=round(state.upcoming_sleep, 3),
             )
+            for listener in self.listeners:
+                listener(call, state.attempt_number, state.upcoming_sleep)
 
         return before_sleep

@@ -6,8 +6,8 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
 - which of the new plan's worker counts the replacement daemon runs: in the warmup (and before
   it) the warmup plan is retried; from the restart on, the full plan (the PCE is built, so a
   step-down in the bench settles and measures at once);
-- whether a fit can be measured at all from what the memory watch saw, and the fit it gives
-  (``core.memfit.fit_workers``);
+- the fit measured from what the memory watch saw and the partitions the daemon had active
+  (``core.memfit.fit_workers``), or none (then the plan steps down by one step);
 - the plateau the new plan's usage is expected to level off at, so that a ramp toward it is not
   taken for a march to OOM.
 """
@@ -23,15 +23,6 @@ WARMUP_PHASES = frozenset({"plan", "warmup"})
 def relaunch_workers(phase: str, *, full_workers: int, warmup_workers: int) -> int:
     """The worker count the daemon is restarted with after a step-down in ``phase``."""
     return warmup_workers if phase in WARMUP_PHASES else full_workers
-
-
-def can_measure_fit(
-    *, limit_bytes: int | None, base_bytes: int | None, running_workers: int | None
-) -> bool:
-    """Whether a fit is worth measuring: the watch has assessed memory (a limit), it knows the
-    daemon's idle base, and a daemon runs. Without these the step is one step down, and the
-    daemon's active partitions need not be asked."""
-    return limit_bytes is not None and base_bytes is not None and running_workers is not None
 
 
 def measured_fit(

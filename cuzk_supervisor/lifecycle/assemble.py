@@ -12,6 +12,7 @@ from pathlib import Path
 from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
 from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.core.bench import BenchPolicy
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.process import DaemonSettings
@@ -87,3 +88,12 @@ def gpu_probe(s: Settings) -> GpuProbe:
     if s.gpu_probe == "sim":
         return SimStatusProbe(f"http://{s.daemon_status_listen}/status")
     return StaticProbe(())
+
+
+def bench_policy(s: Settings) -> BenchPolicy:
+    return BenchPolicy(
+        max_proofs=s.bench_count,
+        concurrency=s.bench_concurrency,
+        safety=s.bench_safety,
+        min_proofs=s.bench_min_proofs,
+    )

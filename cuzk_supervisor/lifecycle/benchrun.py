@@ -1,10 +1,10 @@
 """One benchmark stretch against the daemon: the shell around :mod:`cuzk_supervisor.core.bench`.
 
-Proofs are submitted while :func:`~cuzk_supervisor.core.bench.next_submission` says one more fits
-the
-budget; each completion is stamped with the proving client's own monotonic time. The stretch is
-kept in :class:`StretchRun` as it grows, so a caller that cancels the run (the daemon restarted
-under it) still has every completion measured before the interruption.
+Proofs are submitted while :func:`~cuzk_supervisor.core.bench.next_submission` says one more
+fits the budget; each completion is stamped with the proving client's own monotonic time. The
+stretch is kept in :class:`StretchRun` as it grows, so a caller that cancels the run (the daemon
+restarted under it) still has every completion measured before the interruption.
+:func:`bench_result` turns the measurement into what is logged, shipped and kept.
 """
 
 from __future__ import annotations
@@ -14,12 +14,24 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from cuzk_supervisor.adapters.provingbatch import Prover
 from cuzk_supervisor.adapters.provingresults import ProofResult
-from cuzk_supervisor.core.bench import BenchPolicy, Stretch, late_hearing_s, next_submission
+from cuzk_supervisor.adapters.resources import MemorySnapshot
+from cuzk_supervisor.adapters.state import BenchRecord
+from cuzk_supervisor.core.bench import (
+    BenchPolicy,
+    RateMeasurement,
+    Stretch,
+    late_hearing_s,
+    next_submission,
+)
+from cuzk_supervisor.core.plan import WorkerPlan
+from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.proto import proving_pb2 as pb
 
 log = structlog.get_logger("supervisor.bench")
@@ -116,3 +128,57 @@ class StretchRun:
             for task in running:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """The measured rate as it is logged (``bench.result``), shipped and kept."""
+
+    rate: float
+    """Proofs per hour in real time (the simulator's time scale divided out)."""
+    figures: dict[str, Any]
+    line: str
+    """For the dashboard's benchout tab."""
+    record: BenchRecord
+
+
+def bench_result(
+    measurement: RateMeasurement,
+    plan: WorkerPlan,
+    snapshot: MemorySnapshot,
+    *,
+    rate_time_scale: float,
+    budget_left_s: float,
+    step_downs: int,
+) -> BenchResult:
+    rate = measurement.rate_per_hour / rate_time_scale
+    completed = measurement.proofs
+    wall_s = measurement.interval_s
+    how = {
+        **measurement.to_dict(),
+        "rate": round(rate, 3),
+        "budget_left_s": round(budget_left_s, 1),
+        "step_downs": step_downs,
+    }
+    figures = {
+        "rate": round(rate, 3),
+        "completed": completed,
+        "wall_s": round(wall_s, 3),
+        "workers": plan.full_workers,
+        "gpus": plan.gpu_count,
+        "vram_gib": [round(v / GIB, 1) for v in plan.gpu_vram_total_bytes],
+        "ram_gib": round(snapshot.host_total / GIB, 1),
+        "cgroup_limit_gib": round(snapshot.cgroup_limit / GIB, 1)
+        if snapshot.cgroup_limit
+        else None,
+        "measurement": how,
+    }
+    line = (
+        f"bench result: {rate:.2f} proofs/hour from {completed} proofs over "
+        f"{wall_s:.1f}s at concurrency {measurement.concurrency}, {measurement.workers} "
+        f"workers; {measurement.reason}; budget left {how['budget_left_s']}s"
+    )
+    record = BenchRecord(
+        rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict(), measurement=how
+    )
+    return BenchResult(rate, figures, line, record)

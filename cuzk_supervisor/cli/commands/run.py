@@ -23,7 +23,7 @@ from cuzk_supervisor.cli import prestart
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.labels import label_warning
 from cuzk_supervisor.lifecycle import assemble
-from cuzk_supervisor.lifecycle.machine import Lifecycle, resolve_label, resolve_min_rate
+from cuzk_supervisor.lifecycle.wiring import build_lifecycle, resolve_label, resolve_min_rate
 from cuzk_supervisor.runtime import Runtime, run_supervised
 from cuzk_supervisor.serve.health import HealthServer, LifecycleSource, StartupLatch
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
@@ -88,7 +88,7 @@ def run_lifecycle(
             return exitcodes.STATE_UNWRITABLE
         async with manager:
             metrics = SupervisorMetrics()
-            lifecycle = Lifecycle(
+            lifecycle = build_lifecycle(
                 s,
                 rt,
                 label=label,

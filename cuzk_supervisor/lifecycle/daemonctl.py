@@ -1,0 +1,202 @@
+"""Daemon control: start the daemon, replace it with new config values, wait until it answers,
+stop it; and, in the run phase, keep the worker commands up beside it.
+
+The shell around :class:`~cuzk_supervisor.daemon.keeper.DaemonKeeper`. A daemon exit is told
+to everyone who cares through the shared ``Signals`` (an OOM kill is memory trouble) and
+``Progress`` (the last failure ``/readyz`` shows); a keeper that gave up (the daemon cannot start,
+or crash-loops) is a :class:`LifecycleFailure` with the keeper's exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from cuzk_supervisor.adapters.logship import LogShipper
+from cuzk_supervisor.core.exits import DaemonExit, ExitKind
+from cuzk_supervisor.core.memory import MemoryPolicy
+from cuzk_supervisor.core.plan import WorkerPlan, total_budget_gib
+from cuzk_supervisor.daemon.config import DaemonConfigValues
+from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
+from cuzk_supervisor.daemon.process import DaemonProcess, Spawner
+from cuzk_supervisor.daemon.workers import CommandProcess
+from cuzk_supervisor.lifecycle import assemble
+from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
+from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
+from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.settings import Settings
+
+
+class DaemonControl:
+    """The one daemon of this instance, and its worker commands."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        spawn: Spawner,
+        watch: MemoryWatch,
+        metrics: SupervisorMetrics,
+        shipper: LogShipper,
+        signals: Signals,
+        progress: Progress,
+        memory_policy: MemoryPolicy,
+        cgroup_dir: Path | None,
+    ) -> None:
+        self.s = settings
+        self._spawn = spawn
+        self._watch = watch
+        self._metrics = metrics
+        self._shipper = shipper
+        self._signals = signals
+        self._progress = progress
+        self._memory_policy = memory_policy
+        self._cgroup_dir = cgroup_dir
+        self.keeper: DaemonKeeper | None = None
+        self._task: asyncio.Task[KeeperOutcome] | None = None
+        self.source = "benchdaemon"
+        """The dashboard tab the daemon's lines go to: benchdaemon until the bench is reported,
+        then cuzk."""
+
+    # --- what the others read ---------------------------------------------------------------
+
+    @property
+    def workers(self) -> int | None:
+        """The partition workers the daemon runs with; None before it was first started."""
+        return self.keeper.values.partition_workers if self.keeper is not None else None
+
+    @property
+    def restarts(self) -> int:
+        return max(0, (self.keeper.starts - 1) if self.keeper else 0)
+
+    @property
+    def ended(self) -> asyncio.Future[KeeperOutcome]:
+        """Done when the keeper gave up on the daemon (its outcome) or was stopped."""
+        assert self._task is not None, "the daemon was not started"
+        return self._task
+
+    def pid(self) -> int | None:
+        current = self.keeper.current if self.keeper else None
+        return current.pid if current is not None else None
+
+    # --- control ----------------------------------------------------------------------------
+
+    async def start(self, plan: WorkerPlan, workers: int) -> None:
+        """Start the daemon with ``workers`` (or replace it, if it runs with another count) and
+        wait until it answers."""
+        if self.keeper is None:
+            factory = functools.partial(
+                DaemonProcess,
+                spawn=self._spawn,
+                memory_at_limit=self._watch.at_limit,
+                line_listeners=(self._line,),
+            )
+            self.keeper = DaemonKeeper(
+                assemble.daemon_settings(self.s, self._cgroup_dir),
+                self._values(plan, workers),
+                assemble.restart_policy(self.s),
+                process_factory=factory,
+            )
+            self.keeper.add_exit_listener(self._on_exit)
+            self._task = asyncio.create_task(self.keeper.run())
+        elif self.keeper.values.partition_workers != workers:
+            self.keeper.restart_with(self._values(plan, workers))
+        await self.ready()
+
+    async def replace(self, plan: WorkerPlan, workers: int) -> None:
+        """Stop the daemon and start it again with ``workers`` (not a failure); wait for it."""
+        assert self.keeper is not None
+        self.keeper.restart_with(self._values(plan, workers))
+        await self.ready()
+
+    def forget_failures(self) -> None:
+        """A new plan is a new configuration: its failures are counted afresh."""
+        if self.keeper is not None:
+            self.keeper.forget_failures()
+
+    async def ready(self) -> None:
+        """Wait until the daemon answers; a keeper that gives up first is the lifecycle's end."""
+        assert self.keeper is not None
+        assert self._task is not None
+        ready = asyncio.create_task(self.keeper.wait_ready())
+        done, _ = await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if ready not in done:
+            ready.cancel()
+            outcome = self._task.result()
+            raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
+        self._watch.mark_base()  # ready and idle: the base a memory fit is measured over
+
+    async def stop(self) -> None:
+        if self.keeper is not None and self._task is not None:
+            await self.keeper.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._task)
+
+    @asynccontextmanager
+    async def workers_kept(self) -> AsyncIterator[None]:
+        """Keep the worker commands up while the body runs; stop them after.
+
+        Plain tasks, not a TaskGroup: a verdict raised in the body (out of memory at one worker,
+        a crash loop) must reach the phase machine as itself, not wrapped in a group."""
+        keepers = [self._worker_keeper(i, cmd) for i, cmd in enumerate(self.s.worker_commands)]
+        tasks = [asyncio.create_task(self._keep_worker(keeper)) for keeper in keepers]
+        try:
+            yield
+        finally:
+            for keeper in keepers:
+                await keeper.stop()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, self.s.daemon_stop_grace_s + 5)
+
+    # --- inside -----------------------------------------------------------------------------
+
+    def _values(self, plan: WorkerPlan, workers: int) -> DaemonConfigValues:
+        return DaemonConfigValues(
+            partition_workers=workers,
+            total_budget_gib=total_budget_gib(workers, plan.limit, self._memory_policy),
+            max_parallel_synthesis=workers,
+            listen=assemble.daemon_listen(self.s),
+            status_listen=self.s.daemon_status_listen,
+            param_cache=str(self.s.daemon_param_cache),
+            log_level=self.s.daemon_log_level,
+        )
+
+    def _on_exit(self, exit: DaemonExit) -> None:
+        self._metrics.daemon_exit(exit.kind)
+        self._progress.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
+        self._signals.daemon_exit(f"daemon {exit.kind.value} ({exit.reason})")
+        if exit.kind is ExitKind.OOM_KILLED:
+            self._signals.flag_trouble(f"daemon OOM-killed ({exit.reason})")
+
+    def _line(self, line: str) -> None:
+        self._shipper.add_line(self.source, line)
+
+    def _worker_keeper(self, index: int, command: str) -> DaemonKeeper:
+        source = "curio" if index == 0 else f"worker{index}"
+
+        def factory(*_: object) -> CommandProcess:
+            return CommandProcess(
+                command,
+                source=source,
+                stop_grace_s=self.s.daemon_stop_grace_s,
+                spawn=self._spawn,
+                line_listener=self._shipper.listener(source),
+                pid_dir=self.s.state_dir,
+            )
+
+        assert self.keeper is not None
+        return DaemonKeeper(
+            self.keeper.settings, self.keeper.values, assemble.restart_policy(self.s),
+            process_factory=factory, name=source,
+        )  # fmt: skip
+
+    async def _keep_worker(self, keeper: DaemonKeeper) -> None:
+        """A worker that crash-loops is given up on (logged and shipped); proving goes on."""
+        outcome = await keeper.run()
+        if outcome.exit_code:
+            self._shipper.add_line("setup", f"{keeper.name} stopped: {outcome.reason}")

@@ -1,0 +1,192 @@
+"""The monitors: the status line (and, with it, the kill look-up and the /running ping), the GPU
+samples, and the memory watch turned into memory trouble.
+
+Each is one long-running task the phase machine starts beside itself (:meth:`Monitors.loops`)
+and cancels when it ends. None of them decides anything about the phases: they raise the
+shared signals (``trouble``, ``gone``) and the phase machine acts on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from cuzk_supervisor.adapters.gpu import GpuProbe
+from cuzk_supervisor.adapters.resources import MemorySnapshot
+from cuzk_supervisor.core.bench import interval_estimate_s, steady_rate_per_s
+from cuzk_supervisor.core.units import GIB
+from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
+from cuzk_supervisor.lifecycle.shared import Progress, Signals
+from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.settings import Settings
+
+log = structlog.get_logger()
+
+# Phases in which the manager's record is looked up at every status interval (killed?).
+WATCHED_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench", "report",
+                            "run"})  # fmt: skip
+
+Loop = Callable[[], Coroutine[Any, Any, None]]
+
+
+class ManagerView(Protocol):
+    """What the status loop asks of the reporter."""
+
+    async def look_up_kill(self, *, stop_s: float) -> str | None: ...
+
+    def ping_due(self) -> bool: ...
+
+    async def ping(self, *, stop_s: float) -> bool: ...
+
+
+class Restarts(Protocol):
+    @property
+    def restarts(self) -> int: ...
+
+
+class Monitors:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        progress: Progress,
+        signals: Signals,
+        watch: MemoryWatch,
+        gpu: GpuProbe,
+        metrics: SupervisorMetrics,
+        daemon: Restarts,
+        manager: ManagerView,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.s = settings
+        self._progress = progress
+        self._signals = signals
+        self.watch = watch
+        self._gpu = gpu
+        self._metrics = metrics
+        self._daemon = daemon
+        self._manager = manager
+        self._clock = clock
+
+    def loops(self) -> list[Loop]:
+        return [self.status_loop, self.watch.run, self.critical_memory, self.gpu_loop]
+
+    @property
+    def last_memory(self) -> MemorySnapshot | None:
+        return self.watch.last
+
+    # --- status lines ---------------------------------------------------------------------
+
+    def status_fields(self) -> dict[str, Any]:
+        progress = self._progress
+        snapshot = self.watch.last
+        now = self._clock()
+        fields: dict[str, Any] = {
+            "phase": progress.phase,
+            "elapsed_s": round(now - progress.phase_started, 1),
+            "proofs_done": progress.proofs_done,
+            "proofs_failed": progress.proofs_failed,
+            "headroom_gib": round(snapshot.headroom / GIB, 2) if snapshot else None,
+            "risk": self.watch.level.value,
+            "restarts": self._daemon.restarts,
+            "step_downs": progress.step_downs,
+        }
+        if progress.phase == "register" and progress.register_failures:
+            retry_at = progress.register_retry_at
+            fields.update(
+                register_failures=progress.register_failures,
+                register_retry_in_s=(
+                    round(max(0.0, retry_at - now), 1) if retry_at is not None else None
+                ),
+            )
+        stretch = progress.stretch
+        if progress.phase == "bench" and stretch is not None:
+            rate = steady_rate_per_s(stretch.completions)
+            interval = interval_estimate_s(stretch)
+            left = max(0, progress.bench_planned - len(stretch.completions))
+            fields.update(
+                bench_done=len(stretch.completions),
+                bench_planned=progress.bench_planned,
+                rate_so_far=round(rate * 3600 / self.s.rate_time_scale, 2) if rate else None,
+                eta_s=round(left * interval, 1) if interval is not None else None,
+            )
+        fields["text"] = status_text(fields)
+        return fields
+
+    async def status_loop(self) -> None:
+        """A status line at a steady cadence, so a slow but healthy machine visibly is one; the
+        manager's record looked up (were we killed?); in the run phase a repeated (idempotent)
+        /running as the liveness ping, at its own, slower cadence."""
+        interval = self.s.status_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            log.info("status", **self.status_fields())
+            if self._progress.phase in WATCHED_PHASES:
+                reason = await self._manager.look_up_kill(stop_s=max(1.0, interval))
+                if reason is not None:
+                    self._signals.mark_gone(reason)
+                    return
+            ping_due = self._progress.phase == "run" and self._manager.ping_due()
+            if ping_due and not await self._manager.ping(stop_s=interval):
+                return
+
+    # --- GPUs ------------------------------------------------------------------------------
+
+    async def gpu_loop(self) -> None:
+        """Sample GPU memory; a device error mid-run is a GPU fault event naming the device."""
+        seen: set[tuple[int, str]] = set()
+        while True:
+            await asyncio.sleep(self.s.status_interval_s)
+            if not self._gpu.available:
+                continue
+            # NVML can stall on a GPU in a bad state: never in the event loop.
+            sample = await asyncio.to_thread(self._gpu.sample)
+            self._metrics.gpus(sample.devices)
+            for fault in sample.faults:
+                if (fault.index, fault.error) in seen:
+                    continue
+                seen.add((fault.index, fault.error))
+                log.error("gpu.fault", gpu=fault.index, error=fault.error)
+
+    # --- memory -----------------------------------------------------------------------------
+
+    async def critical_memory(self) -> None:
+        """Critical memory is memory trouble (with ``proactive_oom``): flagged, then listened
+        for again once the phase machine has stepped down and replaced the daemon."""
+        while True:
+            await self.watch.critical.wait()
+            assessment = self.watch.assessment
+            reason = assessment.reason if assessment else "memory critical"
+            if self.s.proactive_oom:
+                self._signals.flag_trouble(f"memory critical: {reason}")
+                await self._signals.acted.wait()
+                self._signals.acted.clear()
+                continue
+            log.warning("memory.critical_ignored", detail="proactive_oom is off", reason=reason)
+            self.watch.critical.clear()
+
+
+def status_text(fields: Mapping[str, Any]) -> str:
+    """The status line in words, for a person on the dashboard."""
+    parts = [f"{fields['phase']} for {fields['elapsed_s']:.0f}s"]
+    if "bench_done" in fields:
+        parts.append(f"{fields['bench_done']} of up to {fields['bench_planned']} proofs")
+        if fields.get("rate_so_far") is not None:
+            parts.append(f"{fields['rate_so_far']:.1f} proofs/h so far")
+        if fields.get("eta_s") is not None:
+            parts.append(f"about {fields['eta_s']:.0f}s to go")
+    else:
+        parts.append(f"{fields['proofs_done']} proofs done")
+    if fields.get("register_failures"):
+        wait = fields.get("register_retry_in_s")
+        next_try = f", next try in {wait:.0f}s" if wait is not None else ""
+        parts.append(f"register failed {fields['register_failures']} time(s){next_try}")
+    if fields.get("headroom_gib") is not None:
+        parts.append(f"{fields['headroom_gib']:.1f} GiB memory headroom ({fields['risk']})")
+    if fields.get("step_downs"):
+        parts.append(f"{fields['step_downs']} step-down(s)")
+    return ", ".join(parts)

@@ -1,0 +1,219 @@
+"""Proof attempts: one proof (warmup, settle) tried under a retry policy, and a bench stretch.
+
+Proof work runs *watched*: critical memory or an OOM kill interrupts it as
+:class:`MemoryTrouble` (the phase machine steps down), a daemon exit as :class:`DaemonRestarted`
+(its jobs are lost with it: waiting for them is waste), a keeper that gave up as the keeper's
+:class:`LifecycleFailure`. The daemon is only ever reached through a client from
+``client_factory`` (a gRPC :class:`~cuzk_supervisor.adapters.proving.ProvingClient`; tests pass
+their own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import structlog
+from tenacity import RetryCallState, retry_if_result
+
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.adapters.logship import LogShipper
+from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
+from cuzk_supervisor.adapters.provingbatch import Prover
+from cuzk_supervisor.adapters.provingresults import ProofResult
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch
+from cuzk_supervisor.daemon.keeper import KeeperOutcome
+from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.lifecycle.benchrun import StretchRun
+from cuzk_supervisor.lifecycle.retries import Retry
+from cuzk_supervisor.lifecycle.shared import (
+    DaemonRestarted,
+    LifecycleFailure,
+    MemoryTrouble,
+    Progress,
+    Signals,
+)
+from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.serve.metrics import SupervisorMetrics
+
+log = structlog.get_logger()
+T = TypeVar("T")
+
+ClientFactory = Callable[[], AbstractAsyncContextManager[Prover]]
+
+
+class DaemonWatch(Protocol):
+    """What proof work needs of the daemon control."""
+
+    @property
+    def ended(self) -> asyncio.Future[KeeperOutcome]: ...
+
+    async def ready(self) -> None: ...
+
+
+class ProofRunner:
+    def __init__(
+        self,
+        *,
+        daemon: DaemonWatch,
+        client_factory: ClientFactory,
+        c1_file: Path,
+        signals: Signals,
+        progress: Progress,
+        metrics: SupervisorMetrics,
+        shipper: LogShipper,
+        retry: Retry,
+        proof_budget_s: float | None,
+        rate_time_scale: float,
+    ) -> None:
+        self._daemon = daemon
+        self._client = client_factory
+        self._c1_file = c1_file
+        self._signals = signals
+        self._progress = progress
+        self._metrics = metrics
+        self._shipper = shipper
+        self._retry = retry
+        self._proof_budget_s = proof_budget_s
+        self._rate_time_scale = rate_time_scale
+        self._request: pb.SubmitProofRequest | None = None
+
+    # --- one proof ----------------------------------------------------------------------------
+
+    async def prove(self, budget_s: float) -> ProofResult:
+        """One proof, tried under the proof retry policy; memory trouble propagates."""
+        attempts = self._retry.attempts
+
+        def failed(state: RetryCallState) -> None:
+            result: ProofResult = state.outcome.result()  # type: ignore[union-attr]
+            log.warning("proof.attempt_failed", attempt=state.attempt_number, of=attempts,
+                        status=str(result.status), reason=result.error)  # fmt: skip
+
+        retrying = self._retry.controller(
+            retry_if_result(lambda result: not result.ok),
+            after=failed,
+            retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+        )
+        result: ProofResult = await retrying(self._attempt, budget_s)
+        if result.ok:
+            return result
+        raise LifecycleFailure(
+            exitcodes.BENCH_FAILED,
+            f"{self._progress.phase} proof failed {attempts} times; last: {result.error}",
+        )
+
+    async def _attempt(self, budget_s: float) -> ProofResult:
+        """One attempt: submitted again, not counted again, when the daemon restarts under it
+        (a crash loop ends in the keeper's verdict, which the watch raises)."""
+        while True:
+            try:
+                result = await self._watched(
+                    lambda client: client.prove(self.c1_request(), budget_s)
+                )
+                break
+            except DaemonRestarted as restart:
+                log.warning("proof.daemon_restarted", phase=self._progress.phase,
+                            cause=restart.cause)  # fmt: skip
+                await self._daemon.ready()
+        self._metrics.proof_finished(result.ok, result.wall_s)
+        if result.ok:
+            self._progress.proofs_done += 1
+        else:
+            self._progress.proofs_failed += 1
+            self._progress.last_failure = (
+                f"{self._progress.phase} proof {result.status}: {result.error}"
+            )
+        return result
+
+    # --- a bench stretch ----------------------------------------------------------------------
+
+    async def stretch(
+        self, policy: BenchPolicy, workers: int, deadline: Callable[[], float]
+    ) -> Stretch:
+        """One stretch; a daemon restart under it ends it as interrupted (its completions kept).
+        Memory trouble propagates, the stretch so far left in ``progress.stretch``."""
+        run = StretchRun(policy, workers, deadline, daemon_seconds_per_second=self._rate_time_scale)
+        progress = self._progress
+        progress.stretch = run.stretch
+        progress.bench_planned = policy.max_proofs
+        benchout = self._shipper.listener("benchout")
+        log.info(
+            "bench.started",
+            concurrency=run.stretch.concurrency,
+            max_proofs=policy.max_proofs,
+            budget_left_s=round(deadline() - run.clock(), 1),
+        )
+
+        def on_result(index: int, result: ProofResult, stretch: Stretch) -> None:
+            progress.stretch = stretch
+            self._metrics.proof_finished(result.ok, result.wall_s)
+            if result.ok:
+                progress.proofs_done += 1
+            else:
+                progress.proofs_failed += 1
+            benchout(
+                f"proof {index + 1} of up to {policy.max_proofs} {result.status} "
+                f"{result.wall_s:.2f}s {result.error}".rstrip()
+            )
+
+        request = self.c1_request()
+        try:
+            stretch = await self._watched(
+                lambda client: run.run(client, request, self._proof_budget_s, on_result)
+            )
+        except DaemonRestarted as restart:
+            stretch = run.stretch.interrupt(restart.cause)
+            log.warning("bench.interrupted", cause=restart.cause,
+                        completed=len(stretch.completions), lost=stretch.in_flight)  # fmt: skip
+            benchout(f"bench interrupted: {restart.cause}; {stretch.in_flight} proof(s) lost")
+            await self._daemon.ready()
+        except MemoryTrouble:
+            progress.stretch = run.stretch
+            raise
+        progress.stretch = None
+        log.info("bench.stretch_done", submitted=stretch.submitted,
+                 completed=len(stretch.completions), stopped=run.stop_reason)  # fmt: skip
+        return stretch
+
+    # --- inside -------------------------------------------------------------------------------
+
+    def c1_request(self) -> pb.SubmitProofRequest:
+        if self._request is None:
+            try:
+                self._request = build_submit_request(load_c1(self._c1_file))
+            except UsageError as exc:
+                raise LifecycleFailure(exitcodes.USAGE, str(exc)) from None
+        return self._request
+
+    async def _watched(self, work: Callable[[Prover], Awaitable[T]]) -> T:
+        """Run proof work; critical memory, an OOM kill, a daemon exit or a dead keeper
+        interrupt it (the jobs of an exited daemon are lost: waiting for them is waste)."""
+        keeper_task = self._daemon.ended
+        signals = self._signals
+        signals.daemon_exited.clear()
+        async with self._client() as client:
+            job = asyncio.ensure_future(work(client))
+            trouble = asyncio.ensure_future(signals.trouble.wait())
+            exited = asyncio.ensure_future(signals.daemon_exited.wait())
+            try:
+                done, _ = await asyncio.wait(
+                    {job, trouble, exited, keeper_task}, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                trouble.cancel()
+                exited.cancel()
+            if job in done:
+                return job.result()
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await job
+            if keeper_task.done():
+                outcome = keeper_task.result()
+                raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
+            if signals.trouble.is_set():
+                raise MemoryTrouble(signals.trouble_cause)
+            raise DaemonRestarted(signals.exit_cause or "daemon exited")

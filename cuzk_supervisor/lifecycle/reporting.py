@@ -1,0 +1,325 @@
+"""Manager reporting: register, the reports (through the durable outbox), the failure report, the
+outbox task, the manager's bench clock and the look-up of a kill from the dashboard.
+
+Durable before visible: every report is queued in the state file before it is sent. A report
+that would revive a killed instance is never sent (the manager's record is looked up first);
+once the manager said this instance is gone, ``signals.gone`` is set and nothing more goes out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from tenacity import RetryCallState, retry_if_exception_type
+
+from cuzk_supervisor.adapters.logship import LogShipper
+from cuzk_supervisor.adapters.manager import ManagerClient
+from cuzk_supervisor.adapters.manager_types import (
+    InstanceGone,
+    ManagerError,
+    ManagerRejected,
+    ManagerUnavailable,
+)
+from cuzk_supervisor.adapters.outbox import Outbox
+from cuzk_supervisor.adapters.state import (
+    BENCH_DONE,
+    OUTCOME_GONE,
+    OUTCOME_OK,
+    PARAM_DONE,
+    RUNNING,
+    Report,
+    StateKeeper,
+    StateWriteError,
+    SupervisorState,
+)
+from cuzk_supervisor.cli import observe
+from cuzk_supervisor.core.benchclock import bench_deadline
+from cuzk_supervisor.core.reconcile import gone_reason, manager_time
+from cuzk_supervisor.lifecycle.retries import LifecycleRetries
+from cuzk_supervisor.lifecycle.shared import Progress, Signals
+from cuzk_supervisor.settings import Settings
+
+log = structlog.get_logger()
+
+
+class Reporter:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        label: str,
+        min_rate: float,
+        manager: ManagerClient,
+        state: StateKeeper,
+        outbox: Outbox,
+        shipper: LogShipper,
+        signals: Signals,
+        progress: Progress,
+        retries: LifecycleRetries,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.s = settings
+        self.label = label
+        self.min_rate = min_rate
+        self.manager = manager
+        self.state = state
+        self.outbox = outbox
+        self._shipper = shipper
+        self._signals = signals
+        self._progress = progress
+        self._retries = retries
+        self._clock = clock
+        self._wall = wall_clock
+        self.uuid: str | None = None
+        self.reported = False
+        """A verdict was reported (or must not be: a killed instance); no failure report."""
+        self._running_sent_at = float("inf")  # the first /running report, then pings follow
+        self._status_usable = True  # False once GET /status proved unusable (one warning)
+
+    # --- register -----------------------------------------------------------------------------
+
+    async def resend(self) -> None:
+        """What a previous run left queued goes first (briefly: the manager may be away)."""
+        drained = await self.outbox.drain(deadline_s=10)
+        if drained.sent:
+            log.info("manager.outbox_resent", reports=len(drained.sent))
+
+    async def register(self) -> None:
+        """``/register`` until it answers (the status line shows the wait); a new uuid for our
+        label means the old instance was killed: nothing of it carries on but the params."""
+        retrying = self._retries.register.controller(
+            retry_if_exception_type(ManagerUnavailable), before_sleep=self._register_waiting
+        )
+        registration = await retrying(self.manager.register, self.label, self.min_rate)
+        self._progress.register_retry_at = None
+        previous = self.state.state
+        if previous.uuid and previous.uuid != registration.uuid:
+            log.warning("manager.new_instance", old_uuid=previous.uuid, uuid=registration.uuid)
+            await self.state.update(
+                lambda st: SupervisorState(params_verified=st.params_verified, phase=st.phase)
+            )
+            self.outbox = Outbox.for_keeper(self.manager, self.state)
+        self.uuid = registration.uuid
+        await self.state.update(
+            lambda st: dataclasses.replace(
+                st, uuid=registration.uuid, runner_id=registration.runner_id, label=self.label
+            )
+        )
+        self._shipper.set_uuid(registration.uuid)
+        observe.bind(uuid=registration.uuid)
+
+    def _register_waiting(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        self._register_failed(state.upcoming_sleep)
+        log.warning("manager.register_waiting", url=self.manager.base_url, reason=str(exc))
+
+    def on_manager_retry(self, call: str, attempt: int, pause_s: float) -> None:
+        """The manager client's retry listener: a failed ``/register`` attempt inside one call."""
+        if call == "register" and self._progress.phase == "register":
+            self._register_failed(pause_s)
+
+    def _register_failed(self, pause_s: float) -> None:
+        self._progress.register_failures += 1
+        self._progress.register_retry_at = self._clock() + pause_s
+
+    # --- reports ------------------------------------------------------------------------------
+
+    async def params_done(self) -> None:
+        """``/param-done`` queued, durable, and sent by the outbox task: the warmup does not wait
+        on the manager (its clock starts when it acknowledges, see :meth:`bench_deadline`)."""
+        acked = self.outbox.latest(PARAM_DONE)
+        if acked is not None and acked.outcome == OUTCOME_OK:
+            await self._start_bench_clock(resumed=True)
+        if acked is None:
+            await self.outbox.enqueue(Report(kind=PARAM_DONE, uuid=self._uuid()))
+        self._signals.outbox_kick.set()
+
+    def answered_bench(self) -> Report | None:
+        """The ``/bench-done`` of an earlier run that the manager answered, if any."""
+        verdict = self.outbox.latest(BENCH_DONE)
+        return verdict if verdict is not None and verdict.passed is not None else None
+
+    async def bench_done(self, rate: float) -> Report:
+        """``/bench-done`` with ``rate`` (or the one a crash left queued), unless the instance
+        was killed meanwhile (InstanceGone); returns it with the manager's verdict."""
+        await self._check_alive()
+        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self._uuid(), rate=rate)
+        done = await self.send(report)
+        self.reported = True
+        return done
+
+    async def running(self) -> None:
+        await self.send(Report(kind=RUNNING, uuid=self._uuid()))
+        self._running_sent_at = self._clock()
+
+    async def send(self, report: Report) -> Report:
+        """Send a report until the manager answers; InstanceGone ends the instance."""
+
+        def waiting(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.warning("manager.report_waiting", kind=report.kind, reason=str(exc))
+
+        retrying = self._retries.report.controller(
+            retry_if_exception_type(ManagerUnavailable), before_sleep=waiting
+        )
+        try:
+            return await retrying(self.outbox.send_now, report)
+        except (InstanceGone, ManagerUnavailable):
+            raise
+        except ManagerError as exc:
+            log.error("manager.report_rejected", kind=report.kind, reason=str(exc))
+            return report
+
+    async def report_failure(self, reason: str, *, durable: bool = True) -> None:
+        """No silence: the reason to the log endpoint, and rate 0 if no rate was reported."""
+        phase = self._progress.phase
+        log.error("lifecycle.failed", reason=reason, phase=phase)
+        self._shipper.add_line("setup", f"FAILED in {phase}: {reason}")
+        if durable:
+            with contextlib.suppress(StateWriteError):
+                await self.state.update(lambda st: st.with_failure(reason))
+        if self.uuid is None or self.reported:
+            return
+        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self.uuid, rate=0.0)
+        try:
+            if durable:
+                await self.outbox.send_now(report, deadline_s=60)
+            else:
+                await self.manager.bench_done(self.uuid, 0.0, stop_s=60)
+            self.reported = True
+        except (ManagerError, StateWriteError) as exc:
+            log.error("manager.failure_unreported", reason=str(exc))
+
+    def _uuid(self) -> str:
+        assert self.uuid is not None
+        return self.uuid
+
+    def _pending_bench(self) -> Report | None:
+        report = self.outbox.latest(BENCH_DONE)
+        return report if report is not None and report.outcome is None else None
+
+    # --- the outbox task ----------------------------------------------------------------------
+
+    async def outbox_loop(self) -> None:
+        """Send what the outbox holds, in order, whenever it holds something, so that progress
+        never waits on the manager; while it is away, try again with a growing pause."""
+        kick = self._signals.outbox_kick
+        pause = 1.0
+        while True:
+            await kick.wait()
+            kick.clear()
+            while self.outbox.pending and not self._signals.gone.is_set():
+                try:
+                    result = await self.outbox.drain(deadline_s=self.s.manager_retry_s)
+                except StateWriteError as exc:
+                    log.error("manager.outbox_unsaved", reason=str(exc))
+                    result = None
+                if result is not None:
+                    await self._after_drain(result.sent)
+                    if result.error is None and result.sent:
+                        pause = 1.0
+                        continue
+                # The manager is away (back off), or the head is still being written by its
+                # sender, who sends it itself: wait, never spin (an uncontended lock and an
+                # empty drain do not yield to the event loop).
+                away = result is None or result.error is not None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(kick.wait(), pause if away else 1.0)
+                kick.clear()
+                if away:
+                    pause = min(pause * 2, 30.0)
+
+    async def _after_drain(self, sent: tuple[Report, ...]) -> None:
+        for report in sent:
+            if report.outcome == OUTCOME_GONE:
+                self._signals.mark_gone(report.detail or f"{report.kind} answered 404")
+            elif report.kind == PARAM_DONE and report.outcome == OUTCOME_OK:
+                await self._start_bench_clock()
+
+    # --- the manager's bench clock ------------------------------------------------------------
+
+    def bench_deadline(self) -> float:
+        """The end of the manager's benchmark budget, on the monotonic clock.
+
+        One clock, the manager's: it counts from its acknowledgement of /param-done (or its own
+        ``param_done_at``), kept in the state file. Until it acknowledged, its clock has not
+        started, so the whole budget is still ahead (asked again at every decision).
+        """
+        return bench_deadline(
+            now_monotonic=self._clock(),
+            now_wall=self._wall(),
+            clock_start=self.state.state.bench_clock_start,
+            budget_s=self.s.bench_budget_s,
+        )
+
+    async def _start_bench_clock(self, *, resumed: bool = False) -> None:
+        """The manager acknowledged /param-done: its 45-minute clock runs from then, or from its
+        own ``param_done_at`` when the record shows an earlier one (kept in the state file).
+        ``resumed``: acknowledged before this process, by a build that kept no clock; the local
+        params-done time is the safe (earlier) guess."""
+        if self.state.state.bench_clock_start is not None:
+            return
+        start, source = self._wall(), "acknowledged"
+        done_at = self.state.state.params_done_at
+        if resumed and done_at is not None:
+            start, source = done_at, "params done (resumed)"
+        looked_up, record = await self._record(stop_s=min(10.0, self.s.manager_retry_s))
+        stamped = manager_time(record.get("param_done_at")) if looked_up and record else None
+        if stamped is not None and stamped < start:
+            start, source = stamped, "manager param_done_at"
+        await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=start))
+        log.info("bench.clock_started", source=source, ago_s=round(self._wall() - start, 1),
+                 budget_s=self.s.bench_budget_s)  # fmt: skip
+
+    # --- the manager's view of us -------------------------------------------------------------
+
+    async def look_up_kill(self, *, stop_s: float) -> str | None:
+        """The reason the manager's record says we are gone, or None (alive, or not known)."""
+        looked_up, record = await self._record(stop_s=stop_s)
+        return gone_reason(record) if looked_up else None
+
+    def ping_due(self) -> bool:
+        since_report = self._clock() - self._running_sent_at
+        return bool(self.uuid) and since_report >= self.s.running_ping_interval_s
+
+    async def ping(self, *, stop_s: float) -> bool:
+        """A repeated (idempotent) /running as the liveness ping; False: the instance is gone."""
+        assert self.uuid is not None
+        self._running_sent_at = self._clock()
+        try:
+            await self.manager.running(self.uuid, stop_s=stop_s)
+        except InstanceGone as exc:
+            self._signals.mark_gone(f"/running answered: {exc.message}")
+            return False
+        except ManagerError as exc:
+            log.warning("manager.ping_failed", reason=str(exc))
+        return True
+
+    async def _record(self, *, stop_s: float) -> tuple[bool, Mapping[str, Any] | None]:
+        """(looked up, this instance's record in GET /status or None when it is not listed);
+        not looked up: no manager, the manager away, or no usable /status (one warning)."""
+        if self.manager.is_local or self.uuid is None or not self._status_usable:
+            return False, None
+        try:
+            return True, await self.manager.instance_record(self.uuid, stop_s=stop_s)
+        except ManagerUnavailable:
+            return False, None
+        except ManagerRejected as exc:
+            self._status_usable = False
+            detail = "kills are no longer looked up; reports go on as before"
+            log.warning("manager.status_unusable", reason=str(exc), detail=detail)
+            return False, None
+
+    async def _check_alive(self) -> None:
+        """Before a report that would revive a killed instance: is it still alive?"""
+        reason = await self.look_up_kill(stop_s=min(30.0, self.s.manager_retry_s))
+        if reason is not None:
+            self._signals.mark_gone(reason)
+            raise InstanceGone("status", self._uuid(), reason)

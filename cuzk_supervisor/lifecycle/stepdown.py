@@ -1,0 +1,125 @@
+"""Memory trouble, acted on: the next plan (fewer workers, or what was measured to fit), then the
+daemon replaced with it and the memory watch started over.
+
+The decisions are in core (``step_down`` for the plan, :mod:`cuzk_supervisor.core.relaunch` for
+the worker count, the fit and the plateau); this module asks the daemon how many partitions were
+active when memory ran out, and carries the decisions out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.core.memfit import MemoryFit
+from cuzk_supervisor.core.memory import MemoryPolicy
+from cuzk_supervisor.core.plan import GiveUpOOM, WorkerPlan, step_down
+from cuzk_supervisor.core.relaunch import expected_plateau, measured_fit, relaunch_workers
+from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy
+from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
+
+log = structlog.get_logger()
+
+
+class Watch(Protocol):
+    """What a step-down reads of the memory watch and resets in it."""
+
+    policy: RiskPolicy
+    assessment: RiskAssessment | None
+    base_bytes: int | None
+    plateau_bytes: int | None
+
+    def acknowledge(self) -> None: ...
+
+
+class Daemon(Protocol):
+    """What a step-down does to the daemon."""
+
+    @property
+    def workers(self) -> int | None: ...
+
+    def forget_failures(self) -> None: ...
+
+    async def replace(self, plan: WorkerPlan, workers: int) -> None: ...
+
+
+class StepDown:
+    def __init__(
+        self,
+        *,
+        daemon: Daemon,
+        watch: Watch,
+        signals: Signals,
+        progress: Progress,
+        memory_policy: MemoryPolicy,
+        active_partitions: Callable[[], int | None],
+    ) -> None:
+        self._daemon = daemon
+        self._watch = watch
+        self._signals = signals
+        self._progress = progress
+        self._memory_policy = memory_policy
+        self._active_partitions = active_partitions
+        """Partitions synthesizing now, from the daemon's status (blocking: run in a thread)."""
+
+    async def next_plan(self, plan: WorkerPlan, cause: str) -> tuple[WorkerPlan, MemoryFit | None]:
+        """The plan after ``cause``, and the fit it was measured from (None: one step down).
+        Out of memory at one worker is the lifecycle's end (exit 5)."""
+        running = self._daemon.workers
+        fit = await self._measured_fit(running)
+        result = step_down(
+            plan, cause, self._memory_policy, running_workers=running,
+            fitted=fit.workers if fit else None, fitted_reason=fit.reason if fit else "",
+        )  # fmt: skip
+        if isinstance(result, GiveUpOOM):
+            raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"out of memory: {result.reason}")
+        self._progress.step_downs += 1
+        log.warning(
+            "plan.step_down",
+            cause=cause,
+            full_workers=result.full_workers,
+            warmup_workers=result.warmup_workers,
+        )
+        return result, fit
+
+    async def relaunch(self, plan: WorkerPlan, fit: MemoryFit | None) -> None:
+        """Carry the adopted ``plan`` out: replace the daemon now, in any phase (it still holds
+        the abandoned proof's memory, or its keeper is restarting it with the old plan after an
+        OOM kill); only then start the watch over, so no sample of the old daemon counts against
+        the new plan."""
+        if self._daemon.workers is not None:
+            # The OOM kills that led here belong to the step-down policy, not to the crash-loop
+            # verdict.
+            self._daemon.forget_failures()
+            workers = relaunch_workers(
+                self._progress.phase,
+                full_workers=plan.full_workers,
+                warmup_workers=plan.warmup_workers,
+            )
+            await self._daemon.replace(plan, workers)
+        self._signals.trouble.clear()
+        self._watch.acknowledge()
+        # The new plan's plateau, as measured: a ramp toward it is not a march to OOM.
+        self._watch.plateau_bytes = expected_plateau(fit, plan.full_workers)
+        self._signals.acted.set()
+
+    async def _measured_fit(self, running: int | None) -> MemoryFit | None:
+        """What fits, from the memory the running plan was measured to use (None: one step)."""
+        assessment, base = self._watch.assessment, self._watch.base_bytes
+        if assessment is None or base is None or running is None:
+            return None  # nothing measured yet, or no daemon: one step down
+        active = await asyncio.to_thread(self._active_partitions)
+        fit = measured_fit(
+            limit_bytes=assessment.limit_bytes, used_bytes=assessment.used_bytes, base_bytes=base,
+            active_partitions=active, running_workers=running,
+            # Where the watch reads ok again: a plan that fits keeps the level there.
+            target_headroom=self._watch.policy.warn_exit_headroom,
+        )  # fmt: skip
+        if fit is not None:
+            log.info("memory.fit", workers=fit.workers, reason=fit.reason,
+                     plateau_bytes=fit.plateau)  # fmt: skip
+        return fit
