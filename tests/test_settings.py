@@ -1,13 +1,18 @@
 """Settings: every one reachable by flag, env and file; precedence; validation; redaction."""
 
 import argparse
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from cuzk_supervisor import settings
+from cuzk_supervisor.cli import main as cli
 from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.settings.values import _bad
 
 DECLS = settings.declarations()
 
@@ -34,8 +39,8 @@ def sample(decl):
         "int": (str(int(decl.minimum or 0) + 7), int(decl.minimum or 0) + 7),
         "float": float_sample(decl),
         "str": ("127.0.0.1:7001", "127.0.0.1:7001"),
-        "path": ("/tmp/x/y", settings.Path("/tmp/x/y")),
-        "optional_path": ("/tmp/base.toml", settings.Path("/tmp/base.toml")),
+        "path": ("/tmp/x/y", Path("/tmp/x/y")),
+        "optional_path": ("/tmp/base.toml", Path("/tmp/base.toml")),
         "list": ("a 'b c'", ("a", "b c")),
     }[decl.kind]
 
@@ -130,7 +135,7 @@ def test_bad_values_name_the_setting(env, fragment):
 
 def test_secret_is_redacted_in_errors():
     decl = next(d for d in DECLS if d.secret)
-    assert "***" in str(settings._bad(decl, "hunter2", "env"))
+    assert "***" in str(_bad(decl, "hunter2", "env"))
 
 
 def test_unknown_file_key_is_an_error(tmp_path):
@@ -159,3 +164,59 @@ def test_config_command_redacts_a_secret_set_by_env_and_exits_2_on_bad_value():
     assert bad.stderr.count("\n") == 1
     assert "bench_count" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.startswith(settings.ENV_PREFIX):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_config_json_values_keep_their_types(clean_env, capsys):
+    """Numbers stay numbers, booleans booleans, lists lists, unset is null (all were strings)."""
+    clean_env.setenv("CUZK_SUPERVISOR_MANAGER_TOKEN", "hunter2")
+    clean_env.setenv("CUZK_SUPERVISOR_DAEMON_ARGS", "--a 'b c'")
+    assert cli.main(["config", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert len(rows) == len(DECLS)
+    value = {name: row["value"] for name, row in rows.items()}
+    assert value["bench_count"] == 12
+    assert type(value["bench_count"]) is int
+    assert value["memory_margin_fraction"] == 0.25
+    assert value["daemon_stop_grace_s"] == 10.0
+    assert type(value["daemon_stop_grace_s"]) is float
+    assert value["proactive_oom"] is True
+    assert value["exit_after_run"] is False
+    assert value["daemon_base_config"] is None
+    assert value["params_expected"] == []
+    assert value["daemon_args"] == ["--a", "b c"]
+    assert value["state_dir"] == "/var/lib/cuzk-supervisor"
+    assert value["manager_token"] == "***"
+    assert rows["manager_token"]["source"] == "env CUZK_SUPERVISOR_MANAGER_TOKEN"
+    assert rows["log_level"]["group"] == "logging"
+
+
+def test_every_setting_has_a_group_that_says_what_it_is_for():
+    by_group = {}
+    for decl in DECLS:
+        assert decl.group in settings.GROUPS
+        by_group.setdefault(decl.group, set()).add(decl.name)
+    assert by_group["logging"] == {"log_level", "log_format"}  # not under files
+    assert by_group["folders"] == {"state_dir", "run_dir", "log_dir"}
+    assert {"params_expected", "params_fetch_command"} <= by_group["params"]
+    # The declaration order is the groups' order, so help and the README list them together.
+    order = [decl.group for decl in DECLS]
+    assert order == sorted(order, key=list(settings.GROUPS).index)
+
+
+@pytest.mark.parametrize("decl", DECLS, ids=[d.name for d in DECLS])
+def test_every_flag_help_is_plain_with_a_metavar_and_its_default(decl):
+    text = settings.help_text(decl)
+    assert "`" not in text
+    if decl.kind != "bool":
+        assert settings.metavar(decl) not in ("V", "")
+    shown = settings.format_value(decl, decl.default)
+    if shown:
+        assert f"default: {shown}" in text

@@ -1,6 +1,9 @@
-"""``cuzk-supervisor config``: the effective settings and where each came from.
+"""``cuzk-supervisor config``: the effective settings, where each came from, secrets redacted.
 
-Secrets are redacted. Takes the same flags, environment and ``--config-file`` as ``run``.
+Reads every setting as ``run`` does: the environment (CUZK_SUPERVISOR_*) and the settings file
+(``--config-file``). Any of ``run``'s setting flags may be added to see what it would change
+(see ``cuzk-supervisor run --help``); they are not listed here. Prints every setting as a table
+(name, value, source) or, with ``--json``, as a list of objects whose values keep their types.
 """
 
 from __future__ import annotations
@@ -15,16 +18,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "config", help="print the effective settings and their sources", description=__doc__
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    settings.add_flags(parser)
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (name, typed value, source, group)"
+    )
+    settings.add_flags(parser, (), unlisted=[d.name for d in settings.declarations()])
     parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    rows = settings.dump(settings.from_namespace(args))
+    loaded = settings.from_namespace(args)
     if args.json:
-        print(json.dumps([{"name": n, "value": v, "source": s} for n, v, s in rows], indent=2))
+        print(json.dumps(settings.dump_json(loaded), indent=2))
         return 0
+    rows = settings.dump(loaded)
     width = max(len(name) for name, _, _ in rows)
     value_width = min(48, max(len(value) for _, value, _ in rows))
     for name, value, source in rows:

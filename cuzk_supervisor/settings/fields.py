@@ -1,0 +1,354 @@
+"""``Settings``: every setting of the supervisor, one frozen object, declared group by group.
+
+Each field is declared once (``declare.setting``) with its default, help text, limits and group;
+the flags, the environment variables, the TOML keys, the ``config`` dump and the README's table
+are derived from these declarations. The checks that span settings are in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cuzk_supervisor.address import check_public, parse_address
+from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.settings.declare import DAY_S, HOUR_S, LOG_LEVELS, redact_url, setting
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- manager ------------------------------------------------------------------------------
+    label: str = setting(
+        "",
+        "instance label sent to /register (letters, digits and . _ : @ + -, at most 128); "
+        "empty: VAST_CONTAINERLABEL",
+        form="label", max_length=128, group="manager",
+    )  # fmt: skip
+    min_rate: float = setting(
+        0.0,
+        "minimum proofs/hour to pass the bench; 0: MIN_RATE, else the manager's default (50)",
+        minimum=0, maximum=100_000, group="manager", metavar="RATE",
+    )  # fmt: skip
+    manager_url: str = setting(
+        "",
+        "fleet manager base URL (http or https); empty: local run, reports only logged",
+        form="url", max_length=2048, group="manager",
+    )  # fmt: skip
+    manager_token: str = setting(
+        "",
+        "bearer token sent to the manager, for deployments behind an authenticating proxy",
+        secret=True, form="token", group="manager",
+    )  # fmt: skip
+    manager_connect_timeout_s: float = setting(
+        3.0, "connect timeout of one manager request", minimum=0.1, maximum=600, group="manager"
+    )
+    manager_read_timeout_s: float = setting(
+        10.0, "read timeout of one manager request", minimum=0.1, maximum=3600, group="manager"
+    )
+    manager_retry_s: float = setting(
+        120.0,
+        "how long one report is retried before it is left in the outbox for later",
+        minimum=1, maximum=DAY_S, group="manager",
+    )  # fmt: skip
+    status_interval_s: float = setting(
+        60.0,
+        "cadence of status lines pushed to the manager in long phases and the run phase",
+        minimum=0.1, maximum=HOUR_S, group="manager",
+    )  # fmt: skip
+    running_ping_interval_s: float = setting(
+        300.0,
+        "cadence of the repeated /running in the run phase (each one is a line in the "
+        "manager's own 5,000-line log, shared by the fleet)",
+        minimum=1, maximum=DAY_S, group="manager",
+    )  # fmt: skip
+    log_push: bool = setting(True, "push log lines to the manager's log endpoint", group="manager")
+    log_buffer_lines: int = setting(
+        20_000,
+        "log lines kept for the manager while it is away; the oldest are dropped past this",
+        minimum=100, maximum=1_000_000, group="manager", metavar="LINES",
+    )  # fmt: skip
+
+    # --- logging ------------------------------------------------------------------------------
+    log_level: str = setting(
+        "info", "supervisor log level", choices=LOG_LEVELS, group="logging", metavar="LEVEL"
+    )
+    log_format: str = setting(
+        "auto",
+        "auto: JSON lines off a terminal, colour on one",
+        choices=("auto", "json", "console"), group="logging", metavar="FORMAT",
+    )  # fmt: skip
+
+    # --- folders ------------------------------------------------------------------------------
+    state_dir: Path = setting(
+        Path("/var/lib/cuzk-supervisor"), "folder of the durable state file", group="folders"
+    )
+    run_dir: Path = setting(
+        Path("/run/cuzk-supervisor"),
+        "folder of the rendered daemon config and its unix socket",
+        group="folders",
+    )
+    log_dir: Path = setting(
+        Path("/var/log/cuzk-supervisor"), "folder of the daemon's rotating log", group="folders"
+    )
+
+    # --- the daemon ---------------------------------------------------------------------------
+    daemon_binary: str = setting(
+        "cuzk", "daemon binary (path or name on PATH)", form="program", group="daemon"
+    )
+    daemon_args: tuple[str, ...] = setting(
+        (), "extra arguments put before the daemon's own flags", group="daemon", metavar="ARGS"
+    )
+    daemon_listen: str = setting(
+        "",
+        "daemon gRPC address, ip:port or unix:///path; empty: unix socket in run_dir "
+        "(loopback only unless allow_public_listen)",
+        form="optional_address", group="daemon",
+    )  # fmt: skip
+    daemon_status_listen: str = setting(
+        "127.0.0.1:9821",
+        "daemon's HTTP /status address (loopback only unless allow_public_listen)",
+        form="address", group="daemon",
+    )  # fmt: skip
+    allow_public_listen: bool = setting(
+        False,
+        "allow a daemon_listen or daemon_status_listen that is not loopback or a unix socket "
+        "(the daemon has no auth and no TLS: anyone who reaches it can use the GPU)",
+        group="daemon",
+    )
+    daemon_param_cache: Path = setting(
+        Path("/data/zk/params"), "parameters and PCE cache folder", group="daemon"
+    )
+    daemon_base_config: Path | None = setting(
+        None, "operator's daemon TOML to merge (our keys win)", group="daemon"
+    )
+    daemon_log_level: str = setting(
+        "info",
+        "daemon log level or filter (e.g. info, or cuzk=debug,info)",
+        form="log_filter", max_length=512, group="daemon",
+    )  # fmt: skip
+    daemon_log_max_bytes: int = setting(
+        64 * 1024 * 1024, "size of the daemon log file before rotation", minimum=4096,
+        maximum=1 << 40, group="daemon",
+    )  # fmt: skip
+    daemon_log_backups: int = setting(
+        3, "rotated daemon log files kept", minimum=0, maximum=1000, group="daemon"
+    )
+
+    # --- supervision --------------------------------------------------------------------------
+    daemon_startup_deadline_s: float = setting(
+        900.0,
+        "time the daemon may take to answer GetStatus (the SRS load comes first)",
+        minimum=1, maximum=DAY_S, group="supervision",
+    )  # fmt: skip
+    daemon_stop_grace_s: float = setting(
+        10.0, "seconds between SIGTERM and SIGKILL", minimum=0, maximum=HOUR_S,
+        group="supervision",
+    )  # fmt: skip
+    daemon_liveness_interval_s: float = setting(
+        30.0,
+        "GetStatus liveness probe cadence once ready (the daemon runs nvidia-smi for each)",
+        minimum=0.1, maximum=HOUR_S, group="supervision",
+    )  # fmt: skip
+    daemon_liveness_timeout_s: float = setting(
+        20.0, "deadline of one liveness probe", minimum=0.1, maximum=HOUR_S, group="supervision"
+    )
+    daemon_liveness_failures: int = setting(
+        3, "missed probes in a row before a hung daemon is killed and restarted", minimum=1,
+        maximum=1000, group="supervision",
+    )  # fmt: skip
+    restart_backoff_initial_s: float = setting(
+        1.0, "first restart delay", minimum=0.01, maximum=HOUR_S, group="supervision"
+    )
+    restart_backoff_max_s: float = setting(
+        60.0, "restart delay cap", minimum=0.01, maximum=DAY_S, group="supervision"
+    )
+    restart_stable_after_s: float = setting(
+        600.0, "healthy this long resets the backoff", minimum=1, maximum=DAY_S,
+        group="supervision",
+    )  # fmt: skip
+    crash_loop_failures: int = setting(
+        5, "failures within the window that mean a crash loop", minimum=1, maximum=1000,
+        group="supervision",
+    )  # fmt: skip
+    crash_loop_window_s: float = setting(
+        300.0, "crash-loop window", minimum=1, maximum=DAY_S, group="supervision"
+    )
+    proactive_oom: bool = setting(
+        True, "stop and step down before the kernel's OOM killer acts", group="supervision"
+    )
+
+    # --- memory and plan ----------------------------------------------------------------------
+    workers: int = setting(
+        0, "partition_workers; 0: planned from memory", minimum=0, maximum=256, group="memory"
+    )
+    max_workers: int = setting(
+        12, "most workers planned (more is slower)", minimum=1, maximum=256, group="memory"
+    )
+    warmup_workers: int = setting(
+        2, "workers for the warmup proof", minimum=1, maximum=256, group="memory"
+    )
+    memory_base_gib: float = setting(
+        69.0, "daemon RSS with SRS and PCE loaded", minimum=0, maximum=65_536, group="memory"
+    )
+    memory_per_worker_gib: float = setting(
+        20.0, "peak RSS added by each partition worker", minimum=1, maximum=4096, group="memory"
+    )
+    memory_margin_fraction: float = setting(
+        0.25,
+        "share of the memory limit kept free (the rule's error at high worker counts)",
+        minimum=0, maximum=0.9, group="memory",
+    )  # fmt: skip
+    memory_margin_min_gib: float = setting(
+        4.0, "least memory kept free below the limit", minimum=0, maximum=65_536, group="memory"
+    )
+    plan_memory_scale: float = setting(
+        1.0,
+        "planned bytes per measured byte (1024 against the simulator's 1 MiB per GiB)",
+        minimum=0.001, maximum=1_000_000, group="memory",
+    )  # fmt: skip
+    proc_root: Path = setting(
+        Path("/proc"), "procfs root (tests point it at fixtures)", group="memory"
+    )
+    cgroup_root: Path | None = setting(
+        None, "cgroup mount root; empty: found in /proc/self/mountinfo", group="memory"
+    )
+    gpu_probe: str = setting(
+        "nvml", "GPU memory source", choices=("nvml", "sim", "none"), group="memory"
+    )
+
+    # --- proving ------------------------------------------------------------------------------
+    c1_file: Path = setting(
+        Path("/data/zk/c1.json"), "C1 input used for warmup, settle and bench proofs",
+        group="proving",
+    )  # fmt: skip
+    submit_deadline_s: float = setting(
+        60.0, "deadline of one SubmitProof call (uploads ~51 MB)", minimum=0.1, maximum=DAY_S,
+        group="proving",
+    )  # fmt: skip
+    await_deadline_s: float = setting(
+        30.0, "deadline of one AwaitProof call (awaited again when cut)", minimum=0.1,
+        maximum=DAY_S, group="proving",
+    )  # fmt: skip
+    warmup_budget_s: float = setting(
+        3600.0, "total time for the warmup proof (no PCE cache yet)", minimum=1, maximum=DAY_S,
+        group="proving",
+    )  # fmt: skip
+    proof_budget_s: float = setting(
+        1800.0, "total time for any other proof", minimum=1, maximum=DAY_S, group="proving"
+    )
+
+    # --- parameters ---------------------------------------------------------------------------
+    params_fetch_command: str = setting(
+        "",
+        "shell command that downloads the proof parameters; empty: none",
+        form="command", group="params",
+    )  # fmt: skip
+    params_expected: tuple[str, ...] = setting(
+        (),
+        "expected parameter files as NAME:BYTES (a file name in daemon_param_cache, at most "
+        "1 TiB); all present: fetch skipped",
+        form="expected_file", group="params", metavar="NAME:BYTES...",
+    )  # fmt: skip
+    params_progress_interval_s: float = setting(
+        10.0, "cadence of parameter download progress lines", minimum=0.1, maximum=HOUR_S,
+        group="params",
+    )  # fmt: skip
+    params_timeout_s: float = setting(
+        5400.0,
+        "longest the fetch command may run (the manager kills at 90 min in registered)",
+        minimum=1, maximum=DAY_S, group="params",
+    )  # fmt: skip
+
+    # --- bench --------------------------------------------------------------------------------
+    bench_count: int = setting(
+        12, "proofs in the benchmark batch", minimum=1, maximum=10_000, group="bench"
+    )
+    bench_concurrency: int = setting(
+        2, "benchmark proofs in flight", minimum=1, maximum=256, group="bench"
+    )
+    bench_budget_s: float = setting(
+        2700.0, "the manager's benchmark budget (its 45 min timeout)", minimum=1, maximum=DAY_S,
+        group="bench",
+    )  # fmt: skip
+    bench_min_proofs: int = setting(
+        3,
+        "completions a measurement needs; a bench interrupted with less reports a short rate",
+        minimum=2, maximum=1000, group="bench",
+    )  # fmt: skip
+    bench_safety: float = setting(
+        1.25,
+        "estimated times are stretched by this before they are held against the budget",
+        minimum=1, maximum=10, group="bench", metavar="FACTOR",
+    )  # fmt: skip
+    restart_after_warmup: bool = setting(
+        True,
+        "restart at full workers after the warmup (off for the budget release: it loses the PCE)",
+        group="bench",
+    )
+    rate_time_scale: float = setting(
+        1.0,
+        "daemon seconds per wall second: rates are reported in the daemon's clock (the "
+        "simulator's --time-scale; 1 on real hardware)",
+        minimum=0.001, maximum=1_000_000, group="bench",
+    )  # fmt: skip
+
+    # --- run phase ----------------------------------------------------------------------------
+    worker_commands: tuple[str, ...] = setting(
+        (), "shell commands supervised beside the daemon in the run phase", form="command",
+        group="run", metavar="COMMANDS",
+    )  # fmt: skip
+    exit_after_run: bool = setting(
+        False, "exit once the run phase is reached (demos and tests)", group="run"
+    )
+
+    # --- health server ------------------------------------------------------------------------
+    health_enabled: bool = setting(True, "serve /healthz /readyz /metrics", group="health")
+    health_listen: str = setting(
+        "127.0.0.1:9822",
+        "health server address, ip:port",
+        form="health_listen", group="health",
+    )  # fmt: skip
+    health_allow_public: bool = setting(
+        False,
+        "allow a non-loopback health_listen (e.g. 0.0.0.0 in a pod, for the kubelet's probes)",
+        group="health",
+    )
+
+    def __post_init__(self) -> None:
+        if self.warmup_workers > self.max_workers:
+            raise UsageError(
+                f"setting warmup_workers={self.warmup_workers}: must be <= max_workers "
+                f"({self.max_workers})"
+            )
+        if self.restart_backoff_max_s < self.restart_backoff_initial_s:
+            raise UsageError(
+                f"setting restart_backoff_max_s={self.restart_backoff_max_s:g}: must be >= "
+                f"restart_backoff_initial_s ({self.restart_backoff_initial_s:g})"
+            )
+        if self.manager_url and urlsplit(self.manager_url).scheme not in ("http", "https"):
+            raise UsageError(
+                f"setting manager_url={redact_url(self.manager_url)!r}: must be an http(s) URL"
+            )
+        for name in ("daemon_listen", "daemon_status_listen"):
+            # The daemon has no auth and no TLS: public only when the operator asks.
+            public_listen_warning(self, name)
+        for entry in self.params_expected:
+            _, sep, size = entry.rpartition(":")
+            if not sep or not size.isdigit():
+                raise UsageError(f"setting params_expected: {entry!r} is not NAME:BYTES")
+
+
+def public_listen_warning(s: Settings, name: str) -> str | None:
+    """For a daemon address setting: UsageError when public and not allowed, the warning to
+    log when public and allowed (``allow_public_listen``), None when loopback or unset."""
+    listen: str = getattr(s, name)
+    if not listen:
+        return None  # the unix socket in run_dir
+    return check_public(
+        name,
+        listen,
+        is_loopback=parse_address(listen).is_loopback,
+        allow_public=s.allow_public_listen,
+        allow_setting="allow_public_listen",
+    )
