@@ -7,6 +7,8 @@ is driven in simulated seconds, with no process, so every case is exact and fast
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -89,17 +91,20 @@ def run_sized(workers: int, concurrency: int, policy: BenchPolicy, budget_s: flo
     pipe = Pipeline(workers, gpu_workers(workers))
     stretch = Stretch(workers=workers, concurrency=concurrency, started_at=0.0)
     now = 0.0
-    while next_submission(stretch, now, budget_s, policy).submit:
-        pipe.submit(stretch.submitted, now)
-        stretch = stretch.submitted_one()
+
+    def fill(stretch: Stretch) -> Stretch:
+        while (decision := next_submission(stretch, now, budget_s, policy)).submit:
+            pipe.submit(stretch.submitted, now)
+            stretch = stretch.submitted_one()
+        return stretch.close(decision.reason) if decision.closes else stretch
+
+    stretch = fill(stretch)
     while stretch.in_flight:
         now = pipe.next_deadline()  # type: ignore[assignment]
         for event in pipe.advance(now):
             if isinstance(event, JobProved):
                 stretch = stretch.completed(event.at)
-        while next_submission(stretch, now, budget_s, policy).submit:
-            pipe.submit(stretch.submitted, now)
-            stretch = stretch.submitted_one()
+        stretch = fill(stretch)
     return stretch
 
 
@@ -152,6 +157,33 @@ def test_a_slow_first_completion_does_not_shrink_the_batch():
     # One interval of 42.5 s is known: a proof now ends about 2 intervals later.
     assert next_submission(stretch, 442.5, 700.0, policy).submit
     assert not next_submission(stretch, 442.5, 500.0, policy).submit
+
+
+def test_a_stretch_closed_by_the_budget_is_not_refilled_on_a_lower_estimate():
+    """Found by hypothesis (7 workers, 2 in flight): the first completion's latency (83.6 s) said
+    one more would not fit; at the second (128.35 s) the pipeline was empty and two uneven
+    completions gave an interval of 44.75 s (the steady one is 53.3 s), so two proofs went into
+    the empty pipeline, repeated the fill, and the last ended at 256.7 s against 243.2 s."""
+    policy = BenchPolicy(max_proofs=4, concurrency=2, safety=1.0)
+    stretch = Stretch(workers=7, concurrency=2, started_at=0.0, submitted=2,
+                      completions=(83.6,))  # fmt: skip
+    first = next_submission(stretch, 83.6, 243.2, policy)
+    assert not first.submit
+    assert first.closes
+    stretch = stretch.close(first.reason).completed(128.35)
+    later = next_submission(stretch, 128.35, 243.2, policy)
+    assert not later.submit
+    assert later.reason == first.reason
+    # Without the closure, the same estimate would have let it in.
+    assert next_submission(dataclasses.replace(stretch, closed=""), 128.35, 243.2, policy).submit
+
+
+def test_waiting_for_an_estimate_does_not_close_the_stretch():
+    policy = BenchPolicy(max_proofs=4, concurrency=2)
+    stretch = Stretch(workers=7, concurrency=2, started_at=0.0, submitted=2)
+    decision = next_submission(stretch, 10.0, 243.2, policy)
+    assert not decision.submit
+    assert not decision.closes
 
 
 def test_fill_is_always_submitted_even_past_the_deadline():

@@ -76,6 +76,10 @@ class Stretch:
     stalls: tuple[float, ...] = ()
     """Completions we heard of late (a stalled connection): the pipeline went underfed after
     each, so the stretch is measured in the pieces between them (:func:`split_at_stalls`)."""
+    closed: str = ""
+    """Why submitting ended for good ('' while it may go on): once one more proof did not fit
+    the budget, none goes in later, even where a later (lower) interval estimate would let it,
+    because a pipeline refilled after it drained repeats the fill and ends late."""
 
     def __post_init__(self) -> None:
         ascending = all(b >= a for a, b in itertools.pairwise(self.completions))
@@ -94,6 +98,9 @@ class Stretch:
 
     def failed_one(self) -> Stretch:
         return _replace(self, failed=self.failed + 1)
+
+    def close(self, why: str) -> Stretch:
+        return _replace(self, closed=why)
 
     def interrupt(self, why: str) -> Stretch:
         return _replace(self, interrupted=why)
@@ -152,6 +159,8 @@ def interval_estimate_s(stretch: Stretch) -> float | None:
 class SubmitDecision:
     submit: bool
     reason: str
+    closes: bool = False
+    """The stretch submits nothing more (:meth:`Stretch.close` it with the reason)."""
 
 
 def next_submission(
@@ -162,9 +171,12 @@ def next_submission(
     The first ``concurrency`` proofs always go (at least one proof runs, and a cut batch keeps
     its concurrency). After that a proof submitted now finishes about ``concurrency`` intervals
     later, when the ones ahead of it are done; it is submitted only if that, times ``safety``,
-    ends before the deadline. Proofs in flight always finish.
+    ends before the deadline. Proofs in flight always finish. The first proof that does not fit
+    closes the stretch (:attr:`Stretch.closed`).
     """
     concurrency = min(policy.concurrency, policy.max_proofs)
+    if stretch.closed:
+        return SubmitDecision(False, stretch.closed)
     if stretch.submitted >= policy.max_proofs:
         return SubmitDecision(False, f"all {policy.max_proofs} proofs submitted")
     if stretch.in_flight >= concurrency:
@@ -181,6 +193,7 @@ def next_submission(
         False,
         f"budget: one more needs about {concurrency} x {interval:.1f} s x {policy.safety:g} = "
         f"{finish - now:.1f} s, {max(0.0, deadline - now):.1f} s left",
+        closes=True,
     )
 
 

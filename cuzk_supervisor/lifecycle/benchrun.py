@@ -22,7 +22,7 @@ import structlog
 from cuzk_supervisor.adapters.provingbatch import Prover
 from cuzk_supervisor.adapters.provingresults import ProofResult
 from cuzk_supervisor.adapters.resources import MemorySnapshot
-from cuzk_supervisor.adapters.state import BenchRecord
+from cuzk_supervisor.adapters.statedoc import BenchRecord
 from cuzk_supervisor.core.bench import (
     BenchPolicy,
     RateMeasurement,
@@ -102,6 +102,8 @@ class StretchRun:
                     decision = next_submission(
                         self.stretch, self.clock(), self.deadline(), self.policy
                     )
+                    if decision.closes:
+                        self.stretch = self.stretch.close(decision.reason)
                     if not decision.submit:
                         if not self.stop_reason and "in flight" not in decision.reason:
                             self.stop_reason = decision.reason
