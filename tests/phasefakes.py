@@ -26,16 +26,10 @@ from cuzk_supervisor.adapters.outbox import Outbox
 from cuzk_supervisor.adapters.params import ExpectedFile, ParamsFailed
 from cuzk_supervisor.adapters.provingresults import ProofResult, ProofStatus
 from cuzk_supervisor.adapters.resources import MemorySnapshot
-from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    OUTCOME_OK,
-    Report,
-    StateKeeper,
-    StateWriteError,
-    SupervisorState,
-    utc_now_iso,
-)
+from cuzk_supervisor.adapters.state import StateKeeper, StateWriteError
+from cuzk_supervisor.adapters.statedoc import Report, SupervisorState, utc_now_iso
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK
 from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy
 from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.daemon.keeper import KeeperOutcome

@@ -18,10 +18,12 @@ from structlog.testing import capture_logs
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.adapters.manager_types import ManagerRejected, ManagerUnavailable
 from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import RUNNING, Report, StateKeeper, SupervisorState
+from cuzk_supervisor.adapters.state import StateKeeper
+from cuzk_supervisor.adapters.statedoc import Report, SupervisorState
 from cuzk_supervisor.core.bench import BenchPolicy
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import plan_workers
+from cuzk_supervisor.core.reports import RUNNING
 from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.core.units import GIB, MIB
 from cuzk_supervisor.lifecycle import assemble

@@ -32,17 +32,15 @@ from cuzk_supervisor.adapters.manager_types import (
     is_transient,
 )
 from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import (
+from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
+from cuzk_supervisor.adapters.statedoc import Report
+from cuzk_supervisor.core.reports import (
     BENCH_DONE,
     OUTCOME_GONE,
     OUTCOME_OK,
     OUTCOME_REJECTED,
     PARAM_DONE,
     RUNNING,
-    Report,
-    StateKeeper,
-    StateStore,
-    StateWriteError,
 )
 
 URL = "http://manager.test:8080"

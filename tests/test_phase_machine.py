@@ -19,14 +19,8 @@ from structlog.testing import capture_logs
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.adapters.manager_types import ManagerRejected
 from cuzk_supervisor.adapters.params import ParamsFailed
-from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    OUTCOME_OK,
-    PARAM_DONE,
-    RUNNING,
-    Report,
-    SupervisorState,
-)
+from cuzk_supervisor.adapters.statedoc import Report, SupervisorState
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, MemoryTrouble
 

@@ -17,23 +17,22 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from cuzk_supervisor.adapters import files
+from cuzk_supervisor.adapters.files import FileOps
 from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    MAX_FAILURES,
-    OUTCOME_OK,
-    PARAM_DONE,
-    RUNNING,
-    STATE_VERSION,
-    BenchRecord,
-    FileOps,
-    Report,
     StateFolderUnsafe,
-    StateFormatError,
     StateKeeper,
     StateStore,
     StateWriteError,
+)
+from cuzk_supervisor.adapters.statedoc import (
+    MAX_FAILURES,
+    STATE_VERSION,
+    BenchRecord,
+    Report,
     SupervisorState,
 )
+from cuzk_supervisor.adapters.statefields import StateFormatError
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 
 FIXED_NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 CORRUPT_NAME = "state.json.corrupt-20231114T221320Z"

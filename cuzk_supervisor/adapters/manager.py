@@ -60,15 +60,9 @@ from cuzk_supervisor.adapters.manager_types import (
     is_transient,
 )
 from cuzk_supervisor.adapters.outbox import DrainResult, Outbox, SaveOutbox
-from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    OUTCOME_OK,
-    PARAM_DONE,
-    RUNNING,
-    Report,
-    utc_now_iso,
-)
+from cuzk_supervisor.adapters.statedoc import Report, utc_now_iso
 from cuzk_supervisor.core.reconcile import find_record
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 
 # The client's own names, and (re-exported) the values, the wire format and the outbox that
 # importers have always found here.

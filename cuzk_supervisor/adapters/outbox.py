@@ -23,14 +23,10 @@ from cuzk_supervisor.adapters.manager_types import (
     ManagerRejected,
     ManagerUnavailable,
 )
-from cuzk_supervisor.adapters.state import (
-    OUTCOME_GONE,
-    OUTCOME_REJECTED,
-    Report,
-    StateKeeper,
-    utc_now_iso,
-)
+from cuzk_supervisor.adapters.state import StateKeeper
+from cuzk_supervisor.adapters.statedoc import Report, utc_now_iso
 from cuzk_supervisor.core.reconcile import RECONCILED_KINDS, Recorded, recorded_outcome
+from cuzk_supervisor.core.reports import OUTCOME_GONE, OUTCOME_REJECTED
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.manager import ManagerClient

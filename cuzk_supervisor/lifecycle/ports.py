@@ -16,7 +16,7 @@ from cuzk_supervisor.adapters.outbox import Outbox
 from cuzk_supervisor.adapters.params import ExpectedFile
 from cuzk_supervisor.adapters.provingresults import ProofResult
 from cuzk_supervisor.adapters.resources import MemorySnapshot
-from cuzk_supervisor.adapters.state import Report
+from cuzk_supervisor.adapters.statedoc import Report
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.core.memfit import MemoryFit
 from cuzk_supervisor.core.plan import WorkerPlan

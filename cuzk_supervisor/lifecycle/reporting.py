@@ -27,20 +27,12 @@ from cuzk_supervisor.adapters.manager_types import (
     ManagerUnavailable,
 )
 from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import (
-    BENCH_DONE,
-    OUTCOME_GONE,
-    OUTCOME_OK,
-    PARAM_DONE,
-    RUNNING,
-    Report,
-    StateKeeper,
-    StateWriteError,
-    SupervisorState,
-)
+from cuzk_supervisor.adapters.state import StateKeeper, StateWriteError
+from cuzk_supervisor.adapters.statedoc import Report, SupervisorState
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline
 from cuzk_supervisor.core.reconcile import gone_reason, manager_time
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.settings import Settings
