@@ -1,24 +1,20 @@
 """The cuzk daemon as a child we fully own: config, spawn, readiness, output, stop, exit.
 
 One ``DaemonProcess`` is one run of the daemon. It never decides what happens after an exit: it
-gathers the facts and ``exits.classify_exit`` names them; restarts are ``supervision.py``'s job.
+gathers the facts and ``exits.classify_exit`` names them; restarts are ``daemon.keeper``'s job.
+Its settings and edges are in ``daemon.spec``, the checks before a start in ``daemon.preflight``,
+the pidfile and the daemons a previous supervisor left behind in ``daemon.pidfile``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
-import shutil
 import signal
-import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
-import psutil
 import structlog
 
 from cuzk_supervisor import killtree
@@ -27,9 +23,18 @@ from cuzk_supervisor.adapters.cgroupmem import read_oom_kill_count
 from cuzk_supervisor.address import Address, parse_address
 from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
 from cuzk_supervisor.daemon import config as daemon_config
+from cuzk_supervisor.daemon import pidfile
 from cuzk_supervisor.daemon.childenv import child_environ
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.output import OutputPump, RotatingLineFile
+from cuzk_supervisor.daemon.preflight import address_in_use, resolve_binary
+from cuzk_supervisor.daemon.spec import (
+    AliveProbe,
+    DaemonSettings,
+    DaemonStartFailed,
+    ReadyProbe,
+    Spawner,
+)
 
 log = structlog.get_logger()
 
@@ -37,133 +42,6 @@ log = structlog.get_logger()
 OUTPUT_DRAIN_S = 1.0
 # How long an address must stay taken before the start counts as "address in use".
 ADDRESS_RELEASE_S = 1.0
-
-ReadyProbe = Callable[[Address, float], Awaitable[None]]
-# One GetStatus with a deadline; raises when the daemon does not answer in time.
-AliveProbe = Callable[[Address, float], Awaitable[None]]
-# asyncio.create_subprocess_exec, or reaper.Reaper.spawn which also claims the pid from the reaper.
-Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonSettings:
-    """How to run the daemon. Every field is a supervisor setting."""
-
-    binary: str = "cuzk"
-    extra_args: tuple[str, ...] = ()
-    config_path: Path = Path("/run/cuzk-supervisor/cuzk.toml")
-    base_config: Path | None = None
-    log_path: Path | None = Path("/var/log/cuzk-supervisor/cuzk.log")
-    log_max_bytes: int = 64 * 1024 * 1024
-    log_backups: int = 3
-    log_events_per_second: float = 500.0
-    startup_deadline_s: float = 900.0
-    stop_grace_s: float = 10.0
-    # Liveness after ready (the kubelet's split: a long startup budget, then a cheap probe).
-    # GetStatus runs nvidia-smi on the real daemon: not more often than every 15 s.
-    liveness_interval_s: float = 30.0
-    liveness_timeout_s: float = 20.0
-    liveness_failures: int = 3
-    cgroup_dir: Path | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
-class DaemonStartFailed(Exception):
-    """The daemon never became ready; ``exit`` says why (kind ``failed_to_start``)."""
-
-    def __init__(self, exit: DaemonExit) -> None:
-        super().__init__(exit.reason)
-        self.exit = exit
-
-
-def _resolve_binary(binary: str) -> tuple[str | None, str]:
-    """The executable's path, or None and the one-line reason it cannot be run."""
-    if os.sep in binary:
-        path = Path(binary)
-        if not path.exists():
-            return None, f"daemon binary {binary} not found"
-        if path.is_dir() or not os.access(path, os.X_OK):
-            return None, f"daemon binary {binary} is not executable"
-        return str(path), ""
-    found = shutil.which(binary)
-    if found is None:
-        return None, f"daemon binary {binary!r} not found on PATH"
-    return found, ""
-
-
-def address_in_use(address: Address) -> bool:
-    """Whether something already listens where the daemon should (checked before spawning)."""
-    if address.path is not None:
-        if not address.path.exists():
-            return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            probe.settimeout(0.5)
-            try:
-                probe.connect(str(address.path))
-            except OSError:
-                return False  # a stale socket file: the daemon removes it at start
-            return True
-    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((address.host, address.port))
-        except OSError as exc:
-            return exc.errno == errno.EADDRINUSE
-    return False
-
-
-def _pidfile(settings: DaemonSettings) -> Path:
-    return settings.config_path.with_name("cuzk.pid")
-
-
-def _stale_daemons(settings: DaemonSettings) -> list[int]:
-    """Daemons a previous supervisor left running: the one in our pidfile (if it is still that
-    process), and any process started with our config file (a SIGKILL can land between the
-    spawn and the pidfile write)."""
-    found: set[int] = set()
-    path = _pidfile(settings)
-    try:
-        pid_text, started_text = files.read_regular(path, 4096).decode().split()
-        if abs(psutil.Process(int(pid_text)).create_time() - float(started_text)) < 0.01:
-            found.add(int(pid_text))
-    except (OSError, ValueError, psutil.Error):
-        pass
-    config = str(settings.config_path)
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        with contextlib.suppress(psutil.Error):
-            cmdline = proc.info["cmdline"] or []
-            ours = "--config" in cmdline and cmdline[cmdline.index("--config") + 1 :][:1] == [
-                config
-            ]
-            if ours and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.add(proc.pid)
-    found.discard(os.getpid())
-    return sorted(found)
-
-
-def _reclaim_stale_daemon(settings: DaemonSettings) -> None:
-    """Stop a daemon a previous supervisor left running (it was SIGKILLed, not PID 1): it
-    would hold the port, the GPUs and the memory the new plan counts on."""
-    stale = _stale_daemons(settings)
-    if stale:
-        log.warning("daemon.stale_reclaimed", pids=stale, config=str(settings.config_path))
-        killtree.kill_tree(stale, settings.stop_grace_s)
-    with contextlib.suppress(OSError):
-        _pidfile(settings).unlink(missing_ok=True)
-
-
-def _write_pidfile(settings: DaemonSettings, pid: int) -> None:
-    """Record the daemon for the next supervisor; a failure is only a warning (the next one
-    also finds it by its --config argument)."""
-    path = _pidfile(settings)
-    try:
-        started = psutil.Process(pid).create_time()
-        files.atomic_write(path, f"{pid} {started}\n".encode(), files.FILE_MODE)
-    except psutil.Error:
-        pass  # already gone: nothing to record
-    except OSError as exc:
-        log.warning("daemon.pidfile_unwritable", path=str(path), reason=files.describe(exc))
 
 
 async def _grpc_alive_probe(address: Address, timeout_s: float) -> None:
@@ -259,8 +137,8 @@ class DaemonProcess:
             daemon_config.write_verified(settings.config_path, self.values, base)
         except files.WriteError as exc:
             raise self._fail(str(exc)) from None
-        await asyncio.to_thread(_reclaim_stale_daemon, settings)
-        binary, problem = _resolve_binary(settings.binary)
+        await asyncio.to_thread(pidfile.reclaim_stale_daemon, settings)
+        binary, problem = resolve_binary(settings.binary)
         if binary is None:
             raise self._fail(problem)
         if await self._address_stays_busy():
@@ -298,7 +176,7 @@ class DaemonProcess:
         except OSError as exc:
             raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
         self._started_at = time.monotonic()
-        _write_pidfile(settings, self._proc.pid)
+        pidfile.write_pidfile(settings, self._proc.pid)
         assert self._proc.stdout is not None
         assert self._proc.stderr is not None
         self._pump_tasks = [
@@ -464,7 +342,7 @@ class DaemonProcess:
         result = await self.wait()
         await self._reap_group(pgid)
         with contextlib.suppress(OSError):
-            _pidfile(self.settings).unlink(missing_ok=True)
+            pidfile.pidfile_path(self.settings).unlink(missing_ok=True)
         return result
 
     async def _reap_group(self, pgid: int) -> None:

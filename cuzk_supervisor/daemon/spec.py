@@ -1,0 +1,51 @@
+"""How to run the daemon (``DaemonSettings``), how a start fails, and the edges it is run through.
+
+Plain values shared by ``DaemonProcess``, the keeper and the worker commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuzk_supervisor.address import Address
+from cuzk_supervisor.core.exits import DaemonExit
+
+ReadyProbe = Callable[[Address, float], Awaitable[None]]
+# One GetStatus with a deadline; raises when the daemon does not answer in time.
+AliveProbe = Callable[[Address, float], Awaitable[None]]
+# asyncio.create_subprocess_exec, or reaper.Reaper.spawn which also claims the pid from the reaper.
+Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSettings:
+    """How to run the daemon. Every field is a supervisor setting."""
+
+    binary: str = "cuzk"
+    extra_args: tuple[str, ...] = ()
+    config_path: Path = Path("/run/cuzk-supervisor/cuzk.toml")
+    base_config: Path | None = None
+    log_path: Path | None = Path("/var/log/cuzk-supervisor/cuzk.log")
+    log_max_bytes: int = 64 * 1024 * 1024
+    log_backups: int = 3
+    log_events_per_second: float = 500.0
+    startup_deadline_s: float = 900.0
+    stop_grace_s: float = 10.0
+    # Liveness after ready (the kubelet's split: a long startup budget, then a cheap probe).
+    # GetStatus runs nvidia-smi on the real daemon: not more often than every 15 s.
+    liveness_interval_s: float = 30.0
+    liveness_timeout_s: float = 20.0
+    liveness_failures: int = 3
+    cgroup_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class DaemonStartFailed(Exception):
+    """The daemon never became ready; ``exit`` says why (kind ``failed_to_start``)."""
+
+    def __init__(self, exit: DaemonExit) -> None:
+        super().__init__(exit.reason)
+        self.exit = exit
