@@ -177,9 +177,11 @@ def test_a_prepared_machine_passes_with_a_warning_for_the_local_run(
     # 384 GiB cgroup below a 512 GiB host: 384 − 25 % = 288 GiB → (288 − 69) // 20 = 10.
     assert "cgroup 384 GiB" in by_name["memory"]["detail"]
     assert "10 workers (warmup 2), total_budget 210 GiB" in by_name["memory"]["detail"]
-    assert "(created)" in by_name["state_dir"]["detail"]
-    assert (machine.root / "state").is_dir()
-    assert (machine.root / "run").is_dir()
+    assert by_name["state_dir"]["detail"] == (
+        f"{machine.root / 'state'} will be created (in {machine.root}, writable)"
+    )
+    assert not (machine.root / "state").exists(), "doctor only looks"
+    assert not (machine.root / "run").exists(), "doctor only looks"
     assert not list((machine.root / "params").iterdir()), "the write probe left a file"
 
 
@@ -209,6 +211,48 @@ def test_a_missing_binary_fails_its_row(
     assert bad == [
         {"name": "daemon_binary", "verdict": "fail", "detail": f"daemon binary {missing} not found"}
     ]
+
+
+def test_doctor_creates_no_folder_on_a_clean_machine(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A temp root where none of the folders exist yet: each is reported, none is made."""
+    fresh = machine.root / "fresh"
+    folders = {
+        "state_dir": fresh / "var" / "lib" / "cuzk-supervisor",
+        "run_dir": fresh / "run" / "cuzk-supervisor",
+        "log_dir": fresh / "var" / "log" / "cuzk-supervisor",
+        "daemon_param_cache": fresh / "data" / "zk" / "params",
+    }
+    before = sorted(machine.root.rglob("*"))
+    rc, document = run_command(
+        machine, monkeypatch, capsys, **{name: str(path) for name, path in folders.items()}
+    )
+    assert rc == 0, document
+    by_name = {row["name"]: row for row in document["checks"]}
+    for name in ("state_dir", "run_dir", "log_dir"):
+        assert by_name[name]["verdict"] == "ok"
+        assert (
+            by_name[name]["detail"]
+            == f"{folders[name]} will be created (in {machine.root}, writable)"
+        )
+    assert by_name["daemon_listen"]["verdict"] == "ok"  # the socket goes in run_dir, made later
+    assert not fresh.exists()
+    assert sorted(machine.root.rglob("*")) == before, "doctor wrote something"
+
+
+def test_a_folder_under_a_read_only_parent_cannot_be_created(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(doctor.probes.os, "access", lambda path, mode, **kw: False)
+    results = machine.check(state_dir=str(machine.root / "nope" / "state"))
+    row = rows(results)["state_dir"]
+    assert row.verdict is Verdict.FAIL
+    assert (
+        row.detail
+        == f"{machine.root / 'nope' / 'state'} cannot be created: {machine.root}: not writable"
+    )
+    assert not (machine.root / "nope").exists()
 
 
 def test_a_binary_without_the_execute_bit_fails(machine: Machine) -> None:
@@ -557,7 +601,7 @@ def test_cli_end_to_end_on_a_prepared_machine(machine: Machine) -> None:
     assert document["exit_code"] == 0
     memory = next(row for row in document["checks"] if row["name"] == "memory")["detail"]
     assert "12 workers (warmup 2)" in memory, memory
-    assert (machine.root / "state").is_dir()
+    assert not (machine.root / "state").exists()
     assert out.stderr == ""
 
 

@@ -1,25 +1,49 @@
 """``cuzk-supervisor doctor``: check this machine before a run, one verdict per row.
 
-Checks the daemon binary, the GPUs (through the configured ``gpu_probe``) and their VRAM, host
-RAM and the cgroup limit with the worker plan they imply, free disk and write access at the
-param cache, the state, run and log folders, the listen addresses, the manager (when
-``manager_url`` is set) and the C1 input. Takes every setting ``run`` takes, from the same
-flags, environment and file, so it checks the configuration the run will use.
+Checks the daemon binary, the GPUs and VRAM, the memory plan, free disk, the folders, the
+addresses, the manager and the C1 file with the settings run would use: those below, and the
+memory plan's (see plan --help), params_expected, allow_public_listen, manager_token,
+manager_connect_timeout_s and health_enabled (flags as in run --help). It only looks: it makes
+no folder and changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from cuzk_supervisor import settings
-from cuzk_supervisor.cli import doctor
 from cuzk_supervisor.cli.observe import configure_logging
 
+if TYPE_CHECKING:
+    from cuzk_supervisor.cli.doctor import CheckResult, Probes
+
 EPILOG = """\
-verdicts: ok; warn (the run can go on, but look); fail (the run would not get through).
-exit status: 0 when the machine can run the benchmark (no fail row; warn rows allowed),
-1 when any check fails, 2 for bad settings or flags (nothing was checked)."""
+verdicts: ok; warn (look, but the run can go on); fail (it would not get through). Exit 0
+with no fail row, 1 with one, 2 for bad settings (nothing checked)."""
+
+# What the rows are about: listed in --help.
+CHECKED = (
+    "daemon_binary",
+    "daemon_listen",
+    "daemon_status_listen",
+    "daemon_param_cache",
+    "gpu_probe",
+    "c1_file",
+    "manager_url",
+    "health_listen",
+)
+# How the checks are made: read and taken as flags, documented by run and plan (named in the
+# description above).
+ALSO_READ = (
+    *(d.name for d in settings.select(["memory"])),
+    "params_expected",
+    "allow_public_listen",
+    "manager_token",
+    "manager_connect_timeout_s",
+    "health_enabled",
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,16 +52,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="check this machine before a run (GPUs, memory, disk, folders, ports, manager)",
         description=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--json", action="store_true", help="print JSON (checks and overall) instead of a table"
-    )
-    settings.add_flags(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    settings.add_flags(parser, ["folders"], names=CHECKED, unlisted=ALSO_READ)
     parser.set_defaults(handler=main)
 
 
-def main(args: argparse.Namespace, probes: doctor.Probes | None = None) -> int:
+def main(args: argparse.Namespace, probes: Probes | None = None) -> int:
+    # Imported here: only this command needs the checks and their probes.
+    from cuzk_supervisor.cli import doctor
+
     s = settings.from_namespace(args).settings
     # Every finding is a row; the probes' own warnings (NVML missing) would only repeat them.
     configure_logging("error")
@@ -49,7 +73,9 @@ def main(args: argparse.Namespace, probes: doctor.Probes | None = None) -> int:
     return doctor.exit_code(results)
 
 
-def format_table(results: list[doctor.CheckResult]) -> str:
+def format_table(results: list[CheckResult]) -> str:
+    from cuzk_supervisor.cli import doctor
+
     name_width = max((len(r.name) for r in results), default=4)
     lines = [f"{'check':<{name_width}}  verdict  detail"]
     lines += [f"{r.name:<{name_width}}  {r.verdict.value:<7}  {r.detail}" for r in results]

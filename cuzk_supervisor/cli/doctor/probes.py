@@ -1,0 +1,121 @@
+"""Doctor's probes of the machine: folders, addresses, and ``Probes``, the edges tests replace.
+
+Doctor only looks. A folder that exists is tried with a temp file made and removed at once; a
+folder that does not exist yet is not made: its nearest existing parent is asked whether it
+could be (``access(2)``: write and search permission, a read-only mount). Nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from cuzk_supervisor.adapters.gpu import GpuProbe
+from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.address import Address
+from cuzk_supervisor.cli.doctor.judges import FolderFacts
+from cuzk_supervisor.cli.doctor.results import UNIX_PATH_MAX
+from cuzk_supervisor.daemon.preflight import address_in_use
+from cuzk_supervisor.daemon.preflight import resolve_binary as _resolve_binary
+from cuzk_supervisor.lifecycle import assemble
+from cuzk_supervisor.settings import Settings
+
+
+class DiskUsage(Protocol):
+    @property
+    def free(self) -> int: ...
+
+
+def os_error_text(exc: OSError) -> str:
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return f"{text} ({exc.filename})" if exc.filename and exc.strerror else text
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` if it exists, else its closest existing ancestor."""
+    path = path.absolute()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(path.anchor or "/")
+
+
+def try_write(folder: Path) -> None:
+    """Create and delete a temp file in ``folder``; raises OSError when that is not possible."""
+    fd, name = tempfile.mkstemp(prefix=".cuzk-doctor-", dir=folder)
+    os.close(fd)
+    os.unlink(name)
+
+
+def could_create_in(parent: Path) -> str | None:
+    """Why a folder could not be made below ``parent`` (an existing path); None: it could."""
+    if not parent.is_dir():
+        return f"{parent}: {os.strerror(errno.ENOTDIR)}"
+    if not os.access(
+        parent, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
+    ):
+        return f"{parent}: not writable"
+    return None
+
+
+def probe_folder(path: Path) -> FolderFacts:
+    """Whether the run can write in ``path`` (or make it): looks, makes nothing."""
+    if path.is_dir():
+        try:
+            try_write(path)
+        except OSError as exc:
+            return FolderFacts(path, True, path, os_error_text(exc))
+        return FolderFacts(path, True, path)
+    if path.exists():
+        return FolderFacts(path, True, path, os.strerror(errno.ENOTDIR))
+    parent = nearest_existing(path)
+    return FolderFacts(path, False, parent, could_create_in(parent))
+
+
+def listen_problem(address: Address) -> str | None:
+    """Why the daemon (or our health server) could not listen at ``address``; None: it can."""
+    if address.path is not None:
+        if len(os.fsencode(address.path)) > UNIX_PATH_MAX:
+            return (
+                f"socket path is {len(os.fsencode(address.path))} bytes, more than the "
+                f"{UNIX_PATH_MAX} the kernel binds"
+            )
+        if address_in_use(address):
+            return "in use: a process answers on that socket"
+        folder = probe_folder(address.path.parent)
+        if folder.error is not None:
+            return f"socket folder {folder.path} is not writable: {folder.error}"
+        return None
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address.host, address.port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "in use by another process"
+            return f"cannot bind: {os_error_text(exc)}"
+    return None
+
+
+@dataclass(frozen=True)
+class Probes:
+    """The machine's edges; tests replace any of them."""
+
+    gpu_probe: Callable[[Settings], GpuProbe] = assemble.gpu_probe
+    memory_sampler: Callable[[Settings], MemorySampler] = assemble.memory_sampler
+    disk_usage: Callable[[Path], DiskUsage] = shutil.disk_usage
+    resolve_binary: Callable[[str], tuple[str | None, str]] = _resolve_binary
+    listen_problem: Callable[[Address], str | None] = listen_problem
+    http_transport: httpx.BaseTransport | None = None
+    clock: Callable[[], float] = field(default=time.monotonic)

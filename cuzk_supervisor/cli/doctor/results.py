@@ -1,0 +1,93 @@
+"""Doctor's results: a ``CheckResult`` per row, the overall verdict and exit status, the JSON
+report, and the figures the disk and manager checks hold a machine to."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from cuzk_supervisor import exitcodes
+from cuzk_supervisor.core.units import GIB
+
+# --- figures ----------------------------------------------------------------------------------
+
+PCE_FILES_BYTES = 25 * GIB
+"""The budget release writes ~25 GiB of PCE files into ``[srs] param_cache`` on its first proof
+(cuzk.md §2); the workers release keeps its PCE there too."""
+
+PARAMS_BYTES = 100 * GIB
+"""The 32 GiB-sector proof parameters (and their caches) are over 100 GiB on disk once fetched;
+files that ``params_expected`` lists and that are already there at full size are subtracted."""
+
+REQUIRED_FREE_BYTES = PCE_FILES_BYTES + PARAMS_BYTES
+"""Free bytes the param cache's file system needs before a run on a fresh machine: the PCE
+files plus the parameters. What is already present is subtracted (``disk_need``)."""
+
+MANAGER_TIMEOUT_S = 5.0
+"""Longest the manager check waits (connect and read each); the setting's connect timeout wins
+when it is shorter. A doctor run should take seconds, not a manager's full retry budget."""
+
+UNIX_PATH_MAX = 107
+"""Longest unix socket path the kernel binds (``sun_path`` is 108 bytes with the NUL)."""
+
+# --- results ----------------------------------------------------------------------------------
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    verdict: Verdict
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "verdict": self.verdict.value, "detail": self.detail}
+
+
+def ok(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, Verdict.OK, detail)
+
+
+def warn(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, Verdict.WARN, detail)
+
+
+def fail(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, Verdict.FAIL, detail)
+
+
+def overall(results: Iterable[CheckResult]) -> Verdict:
+    """The worst verdict (``ok`` for no checks at all)."""
+    verdicts = {r.verdict for r in results}
+    if Verdict.FAIL in verdicts:
+        return Verdict.FAIL
+    return Verdict.WARN if Verdict.WARN in verdicts else Verdict.OK
+
+
+def exit_code(results: Iterable[CheckResult]) -> int:
+    """0 when the machine can run the benchmark (``warn`` rows allowed), else 1 (FAILURE)."""
+    return exitcodes.FAILURE if overall(results) is Verdict.FAIL else exitcodes.OK
+
+
+def report(results: Sequence[CheckResult]) -> dict[str, Any]:
+    """The JSON document ``doctor --json`` prints."""
+    return {
+        "overall": overall(results).value,
+        "exit_code": exit_code(results),
+        "checks": [r.to_dict() for r in results],
+    }
+
+
+def gib(n_bytes: float) -> str:
+    """``"24 GiB"`` for (nearly) whole GiB, one decimal otherwise; MiB below 1 GiB."""
+    if abs(n_bytes) < GIB:
+        return f"{n_bytes / (1 << 20):.1f} MiB"
+    value = n_bytes / GIB
+    return f"{round(value)} GiB" if abs(value - round(value)) < 0.05 else f"{value:.1f} GiB"
