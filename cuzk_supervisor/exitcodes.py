@@ -10,7 +10,8 @@ USAGE = 2
 # Interrupted by a signal: 128 + the signal number (143 for SIGTERM, 130 for SIGINT).
 SIGNAL_BASE = 128
 # The daemon failed to start: binary missing or not executable, address in use, never ready, or
-# its config, socket folder or log file cannot be written (run or log folder full or unwritable).
+# its config, socket folder or log file cannot be written (run or log folder full or unwritable);
+# for ``prove``: no daemon answered at the address within its ready deadline.
 DAEMON_FAILED_TO_START = 3
 # The daemon crash-looped: too many failures within the restart policy's window.
 DAEMON_CRASH_LOOP = 4

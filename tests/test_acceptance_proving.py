@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
 import re
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 from simhelpers import SimProcess, free_tcp_port, write_config
@@ -147,14 +150,34 @@ async def test_failed_proof_returns_the_daemons_message_after_one_attempt(starte
     assert submissions(sim, "doomed") == 1
 
 
+def prove_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cuzk_supervisor", "prove", *args]
+
+
+def prove_env(**settings: str) -> dict[str, str]:
+    """The environment with no supervisor settings of the host's, plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_SUPERVISOR_")}
+    return {**env, **{f"CUZK_SUPERVISOR_{k.upper()}": v for k, v in settings.items()}}
+
+
+def json_events(stderr: str) -> list[dict]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def stamp(event: dict) -> float:
+    return datetime.fromisoformat(event["timestamp"]).timestamp()
+
+
 def test_prove_batch_rate_within_two_percent_of_the_sims_steady_state(started, c1):
     sim = started()
-    base = [sys.executable, "-m", "cuzk_supervisor", "prove", "--addr", sim.listen, "--c1", str(c1)]
+    base = prove_argv("--addr", sim.listen, "--c1-file", str(c1))
     # The first proofs after a start are slow (no PCE, cold start): warm up outside the batch.
-    subprocess.run([*base, "--count", "2"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [*base, "--count", "2"], env=prove_env(), check=True, capture_output=True, timeout=60
+    )
     out = subprocess.run(
-        [*base, "--count", "6", "--concurrency", "2", "--await-deadline", "0.5", "--json"],
-        check=True, capture_output=True, text=True, timeout=120,
+        [*base, "--count", "6", "--concurrency", "2", "--await-deadline-s", "0.5", "--json"],
+        env=prove_env(), check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     summary = json.loads(out.stdout)
     assert summary["completed"] == 6
@@ -162,21 +185,89 @@ def test_prove_batch_rate_within_two_percent_of_the_sims_steady_state(started, c
     measured = summary["proofs_per_hour"] / 100.0
     expected = steady_rate(sim)
     assert measured == pytest.approx(expected, rel=0.02)
+    # prove measures that scale itself, from the daemon's own total_ms: the rate in daemon time
+    # is the sim's steady state, with no scale given to it.
+    assert summary["daemon_seconds_per_second"] == pytest.approx(100.0, rel=0.02)
+    assert summary["daemon_proofs_per_hour"] == pytest.approx(expected, rel=0.02)
+
+
+def test_prove_against_a_closed_port_exits_3_naming_the_address(c1):
+    address = f"127.0.0.1:{free_tcp_port()}"
+    # The timeout is a hang guard, not a speed check.
+    out = subprocess.run(
+        prove_argv("--addr", address, "--c1-file", str(c1), "--ready-deadline-s", "2"),
+        env=prove_env(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr
+    assert out.stdout == ""
+    assert "Traceback" not in out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("cuzk-supervisor prove:")]
+    assert len(errors) == 1, out.stderr
+    assert errors[0].startswith("cuzk-supervisor prove: error: ")
+    assert address in errors[0]
+
+
+def test_prove_against_a_slow_proof_reports_progress_at_least_every_ten_seconds(tmp_path, c1):
+    # A first proof at time scale 25: about 360 daemon seconds, 14 s of wall time, during which
+    # the daemon says nothing. prove says something at least every 10 s (the timestamps of its
+    # own events), with the partitions the daemon's HTTP status lists, and measures the scale.
+    status_listen = f"127.0.0.1:{free_tcp_port()}"
+    config = write_config(
+        tmp_path,
+        synthesis={"partition_workers": 2},
+        srs={"param_cache": str(tmp_path / "params")},
+        daemon={"status_listen": status_listen},
+    )
+    sim = SimProcess.start(listen=f"127.0.0.1:{free_tcp_port()}", config=config, time_scale=25)
+    try:
+        # Everything from the environment: the C1 file, the daemon's address and its status.
+        env = prove_env(
+            c1_file=str(c1), daemon_listen=sim.listen, daemon_status_listen=status_listen
+        )
+        out = subprocess.run(
+            prove_argv("--json"), env=env, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+    finally:
+        sim.kill()
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["completed"] == 1
+    assert summary["wall_s"] > 10  # slow enough for the check to mean something
+    events = json_events(out.stderr)
+    names = [e["event"] for e in events]
+    assert names[0] == "prove.started"
+    assert names[-1] == "prove.summary"
+    progress = [e for e in events if e["event"] == "prove.progress"]
+    assert len(progress) >= 2
+    stamps = [stamp(e) for e in events]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(stamps)]
+    assert max(gaps) <= 10.0, list(zip(names[1:], gaps, strict=True))
+    assert all(p["running"] == 1 and p["proof"] == 1 for p in progress)
+    known = [p for p in progress if "partitions_total" in p]
+    assert known, progress
+    assert all(p["partitions_total"] == 10 for p in known)
+    done = [p["partitions_done"] for p in known]
+    assert done == sorted(done)
+    assert summary["daemon_seconds_per_second"] == pytest.approx(25.0, rel=0.05)
+    assert summary["daemon_proofs_per_hour"] == pytest.approx(
+        3600 / (summary["proofs"][0]["total_ms"] / 1000), rel=0.05
+    )
 
 
 def test_bad_input_is_a_one_line_error_with_exit_2(tmp_path):
     bad = tmp_path / "c1.json"
     bad.write_text("not json")
     cases = [
-        ["--addr", "127.0.0.1:1", "--c1", str(bad)],
-        ["--addr", "127.0.0.1:1", "--c1", str(tmp_path / "missing.json")],
-        ["--addr", "localhost:1", "--c1", str(bad)],
-        ["--addr", "127.0.0.1:1", "--c1", str(bad), "--kind", "nonsense"],
+        ["--addr", "127.0.0.1:1", "--c1-file", str(bad)],
+        ["--addr", "127.0.0.1:1", "--c1-file", str(tmp_path / "missing.json")],
+        ["--addr", "localhost:1", "--c1-file", str(bad)],
+        ["--addr", "127.0.0.1:1", "--c1-file", str(bad), "--kind", "nonsense"],
     ]
     for args in cases:
         out = subprocess.run(
-            [sys.executable, "-m", "cuzk_supervisor", "prove", *args],
-            capture_output=True, text=True, timeout=30, check=False,
+            prove_argv(*args), env=prove_env(), capture_output=True, text=True, timeout=30,
+            check=False,
         )  # fmt: skip
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.count("\n") == 1, out.stderr

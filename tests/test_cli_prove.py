@@ -1,11 +1,16 @@
-"""``cuzk-supervisor prove``: bad input is exit 2 with one line; a good run prints per-proof
-lines and a summary, against the in-process fake daemon."""
+"""``cuzk-supervisor prove``: bad input is exit 2 with one line; a daemon that never answers is
+exit 3 naming its address; a good run prints per-proof lines and a summary with the rate in wall
+and daemon time; its settings are the product's (flags, environment, config file); progress is
+reported while proofs run (events off a terminal, a live line on one). Against the in-process
+fake daemon; the same against the simulator is in test_acceptance_proving.py."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +19,15 @@ import pytest
 import structlog
 from fakedaemon import Behaviour, FakeDaemon, free_port
 
+from cuzk_supervisor.adapters.provingresults import (
+    BatchResult,
+    DaemonTimings,
+    ProofResult,
+    ProofStatus,
+    summarize_batch,
+)
 from cuzk_supervisor.cli import main as cli
+from cuzk_supervisor.cli.commands import proveprogress, provereport
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,6 +40,13 @@ def _restore_logging():
     structlog.configure(**old)
 
 
+@pytest.fixture(autouse=True)
+def _no_settings_from_the_host(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("CUZK_SUPERVISOR_"):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def c1_file(tmp_path) -> Path:
     path = tmp_path / "c1.json"
@@ -36,24 +56,47 @@ def c1_file(tmp_path) -> Path:
 
 
 def fast_flags(*extra: str) -> list[str]:
-    return ["--await-deadline", "0.1", "--submit-deadline", "2", "--budget", "10", *extra]
+    return [
+        "--await-deadline-s", "0.1", "--submit-deadline-s", "2", "--proof-budget-s", "10", *extra
+    ]  # fmt: skip
+
+
+def events(err: str, name: str | None = None) -> list[dict]:
+    found = []
+    for line in err.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if name is None or event["event"] == name:
+                found.append(event)
+    return found
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_SUPERVISOR_")}
+    return {**env, **extra}
+
+
+# --- input and flags --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("case", "argv"),
     [
-        ("missing file", ["--addr", "127.0.0.1:9", "--c1", "{tmp}/nope.json"]),
-        ("not json", ["--addr", "127.0.0.1:9", "--c1", "{tmp}/garbage.json"]),
-        ("bad address", ["--addr", "localhost:9820", "--c1", "{c1}"]),
-        ("bad address no port", ["--addr", "127.0.0.1", "--c1", "{c1}"]),
-        ("unknown kind", ["--addr", "127.0.0.1:9", "--c1", "{c1}", "--kind", "c3"]),
-        ("count 0", ["--addr", "127.0.0.1:9", "--c1", "{c1}", "--count", "0"]),
-        ("concurrency 0", ["--addr", "127.0.0.1:9", "--c1", "{c1}", "--concurrency", "0"]),
-        ("budget 0", ["--addr", "127.0.0.1:9", "--c1", "{c1}", "--budget", "0"]),
+        ("missing file", ["--addr", "127.0.0.1:9", "--c1-file", "{tmp}/nope.json"]),
+        ("not json", ["--addr", "127.0.0.1:9", "--c1-file", "{tmp}/garbage.json"]),
+        ("bad address", ["--addr", "localhost:9820", "--c1-file", "{c1}"]),
+        ("bad address no port", ["--addr", "127.0.0.1", "--c1-file", "{c1}"]),
+        ("unknown kind", ["--addr", "127.0.0.1:9", "--c1-file", "{c1}", "--kind", "c3"]),
+        ("count 0", ["--addr", "127.0.0.1:9", "--c1-file", "{c1}", "--count", "0"]),
+        ("concurrency 0", ["--addr", "127.0.0.1:9", "--c1-file", "{c1}", "--concurrency", "0"]),
+        ("budget 0", ["--addr", "127.0.0.1:9", "--c1-file", "{c1}", "--proof-budget-s", "0"]),
+        ("ready 0", ["--addr", "127.0.0.1:9", "--c1-file", "{c1}", "--ready-deadline-s", "0"]),
         (
             "await deadline nan",
-            ["--addr", "127.0.0.1:9", "--c1", "{c1}", "--await-deadline", "nan"],
+            ["--addr", "127.0.0.1:9", "--c1-file", "{c1}", "--await-deadline-s", "nan"],
         ),
+        ("bad log level", ["--addr", "127.0.0.1:9", "--c1-file", "{c1}", "--log-level", "loud"]),
+        ("missing config file", ["--addr", "127.0.0.1:9", "--config-file", "{tmp}/none.toml"]),
     ],
 )
 def test_bad_input_is_exit_2_with_one_line(case, argv, c1_file, tmp_path, capsys):
@@ -69,38 +112,67 @@ def test_bad_input_is_exit_2_with_one_line(case, argv, c1_file, tmp_path, capsys
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "old",
+    [
+        ["--c1", "{c1}"],
+        ["--budget", "10"],
+        ["--await-deadline", "1"],
+        ["--submit-deadline", "1"],
+        ["--ready-deadline", "1"],
+    ],
+)
+def test_the_old_flag_names_are_refused(old, c1_file, capsys):
+    # One name per setting, the product's: --c1 is not taken as an abbreviation of --c1-file.
+    argv = ["prove", "--addr", "127.0.0.1:9", "--c1-file", str(c1_file)]
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*argv, *(a.format(c1=c1_file) for a in old)])
+    assert exited.value.code == 2
+    assert f"unrecognized arguments: {old[0]}" in capsys.readouterr().err
+
+
+def test_the_help_names_the_shared_settings():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    text = sub.choices["prove"].format_help()
+    for flag in (
+        "--c1-file",
+        "--proof-budget-s",
+        "--await-deadline-s",
+        "--submit-deadline-s",
+        "--config-file",
+        "--log-level",
+    ):
+        assert flag in text
+    assert "CUZK_SUPERVISOR_" in text
+    assert "default: 1800" in text  # proof_budget_s's own default, not a 3600 of its own
+    assert "--budget " not in text
+    assert "--c1 " not in text
+
+
 def test_bad_c1_through_the_real_entry_point_is_one_line(tmp_path):
+    missing = tmp_path / "missing.json"
+    argv = ["prove", "--addr", "127.0.0.1:9", "--c1-file", str(missing)]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cuzk_supervisor",
-            "prove",
-            "--addr",
-            "127.0.0.1:9",
-            "--c1",
-            str(tmp_path / "missing.json"),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+        [sys.executable, "-m", "cuzk_supervisor", *argv],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"cuzk-supervisor prove: error: cannot read C1 file {tmp_path / 'missing.json'}: "
-        "No such file or directory"
+        f"cuzk-supervisor prove: error: cannot read C1 file {missing}: No such file or directory"
     ]
+
+
+# --- proving ----------------------------------------------------------------------------------
 
 
 async def test_good_run_prints_one_line_per_proof_and_a_summary(c1_file, capsys):
     async with FakeDaemon(Behaviour(proof_s=0.25)) as fake:
-        argv = ["prove", "--addr", str(fake.address), "--c1", str(c1_file)]
+        argv = ["prove", "--addr", str(fake.address), "--c1-file", str(c1_file)]
         argv += fast_flags("--count", "3", "--concurrency", "2")
         rc = await asyncio.to_thread(cli.main, argv)
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert rc == 0
     lines = out.strip().splitlines()
     assert len(lines) == 4, out
@@ -114,16 +186,21 @@ async def test_good_run_prints_one_line_per_proof_and_a_summary(c1_file, capsys)
         assert "daemon " in line
     assert lines[3].startswith("summary: 3 completed, 0 failed, wall ")
     assert "proofs/hour" in lines[3]
+    assert "proofs/hour in daemon time" in lines[3]
     assert "submissions 3, uploads cut 0)" in lines[3]
     assert all(" submissions 1" in line for line in proof_lines)
     assert len(set(fake.enqueued)) == 3
     assert fake.max_running <= 2
     assert fake.input_sizes == [c1_file.stat().st_size] * 3
+    # Off a terminal every event is a JSON line on stderr, each once.
+    (summary,) = events(err, proveprogress.EVENT_SUMMARY)
+    assert (summary["completed"], summary["failed"]) == (3, 0)
+    assert len(events(err, proveprogress.EVENT_STARTED)) == 1
 
 
-async def test_json_summary(c1_file, capsys):
-    async with FakeDaemon(Behaviour(proof_s=0.05)) as fake:
-        argv = ["prove", "--addr", str(fake.address), "--c1", str(c1_file), "--json"]
+async def test_json_summary_has_the_rate_in_wall_and_daemon_time(c1_file, capsys):
+    async with FakeDaemon(Behaviour(proof_s=0.3)) as fake:
+        argv = ["prove", "--addr", str(fake.address), "--c1-file", str(c1_file), "--json"]
         argv += fast_flags("--count", "2")
         rc = await asyncio.to_thread(cli.main, argv)
     out, _ = capsys.readouterr()
@@ -134,14 +211,20 @@ async def test_json_summary(c1_file, capsys):
     assert sorted(p["job_id"] for p in document["proofs"]) == sorted(fake.enqueued)
     assert all(p["ok"] and p["submissions"] == 1 for p in document["proofs"])
     assert (document["submissions"], document["uploads_cut"]) == (2, 0)
+    # The fake's clock is the wall clock: its total_ms says one daemon second per second.
+    assert document["daemon_seconds_per_second"] == pytest.approx(1.0, rel=0.2)
+    assert document["daemon_proofs_per_hour"] == pytest.approx(
+        2 / document["daemon_wall_s"] * 3600, rel=0.01
+    )
 
 
 async def test_a_submit_cut_before_it_landed_is_reported_apart_from_submissions(c1_file, capsys):
     # The first submit never lands (cut by its deadline); the await says NOT_FOUND; the second
     # lands. The daemon saw one submission: the JSON says so, and the cut one apart.
     async with FakeDaemon(Behaviour(proof_s=0.05, submit_hang=1)) as fake:
-        argv = ["prove", "--addr", str(fake.address), "--c1", str(c1_file), "--json"]
-        argv += ["--await-deadline", "0.1", "--submit-deadline", "0.3", "--budget", "10"]
+        argv = ["prove", "--addr", str(fake.address), "--c1-file", str(c1_file), "--json"]
+        argv += ["--await-deadline-s", "0.1", "--submit-deadline-s", "0.3"]
+        argv += ["--proof-budget-s", "10"]
         rc = await asyncio.to_thread(cli.main, argv)
     out, _ = capsys.readouterr()
     assert rc == 0
@@ -154,23 +237,234 @@ async def test_a_submit_cut_before_it_landed_is_reported_apart_from_submissions(
 
 async def test_failed_proof_is_exit_1_with_the_daemons_message(c1_file, capsys):
     async with FakeDaemon(Behaviour(fail_message="synthesis failed: bad C1")) as fake:
-        argv = ["prove", "--addr", str(fake.address), "--c1", str(c1_file), *fast_flags()]
+        argv = ["prove", "--addr", str(fake.address), "--c1-file", str(c1_file), *fast_flags()]
         rc = await asyncio.to_thread(cli.main, argv)
     out, _ = capsys.readouterr()
     assert rc == 1
     assert " failed " in out
     assert "synthesis failed: bad C1" in out
     assert "summary: 0 completed, 1 failed" in out
+    assert "daemon time unknown" in out
 
 
-async def test_daemon_not_answering_is_exit_1_with_one_line(c1_file, capsys):
-    argv = ["prove", "--addr", f"127.0.0.1:{free_port()}", "--c1", str(c1_file)]
-    argv += fast_flags("--ready-deadline", "0.5")
+async def test_daemon_not_answering_is_exit_3_naming_the_address(c1_file, capsys, monkeypatch):
+    monkeypatch.setattr(proveprogress, "PROGRESS_INTERVAL_S", 0.1)
+    address = f"127.0.0.1:{free_port()}"
+    argv = ["prove", "--addr", address, "--c1-file", str(c1_file)]
+    argv += fast_flags("--ready-deadline-s", "0.6")
     rc = await asyncio.to_thread(cli.main, argv)
     out, err = capsys.readouterr()
-    assert rc == 1
+    assert rc == 3
     assert out == ""
-    error_lines = [line for line in err.splitlines() if "error:" in line]
+    error_lines = [line for line in err.splitlines() if line.startswith("cuzk-supervisor prove")]
     assert len(error_lines) == 1
+    assert error_lines[0].startswith("cuzk-supervisor prove: error: ")
+    assert address in error_lines[0]
     assert "not ready" in error_lines[0]
     assert "Traceback" not in err
+    # Not silent while it waits: events that name the address.
+    waiting = events(err, proveprogress.EVENT_WAITING)
+    assert waiting
+    assert all(w["address"] == address for w in waiting)
+
+
+# --- settings: environment, file, default address ---------------------------------------------
+
+
+async def test_environment_gives_the_c1_file_and_the_daemons_address(c1_file, capsys, monkeypatch):
+    async with FakeDaemon(Behaviour(proof_s=0.05)) as fake:
+        monkeypatch.setenv("CUZK_SUPERVISOR_C1_FILE", str(c1_file))
+        monkeypatch.setenv("CUZK_SUPERVISOR_DAEMON_LISTEN", str(fake.address))
+        monkeypatch.setenv("CUZK_SUPERVISOR_AWAIT_DEADLINE_S", "0.1")
+        rc = await asyncio.to_thread(cli.main, ["prove", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    document = json.loads(out)
+    assert document["address"] == str(fake.address)
+    assert document["completed"] == 1
+    assert fake.input_sizes == [c1_file.stat().st_size]
+    # Cut every 0.1 s (the environment's await deadline, not the default 30 s).
+    assert document["proofs"][0]["await_attempts"] >= 1
+
+
+async def test_without_addr_it_asks_the_socket_in_run_dir(c1_file, tmp_path, capsys, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    async with FakeDaemon(Behaviour(proof_s=0.05), unix_path=run_dir / "cuzk.sock") as fake:
+        monkeypatch.setenv("CUZK_SUPERVISOR_RUN_DIR", str(run_dir))
+        argv = ["prove", "--c1-file", str(c1_file), "--json", *fast_flags()]
+        rc = await asyncio.to_thread(cli.main, argv)
+    out, _ = capsys.readouterr()
+    assert rc == 0
+    assert json.loads(out)["address"] == f"unix://{(run_dir / 'cuzk.sock').resolve()}"
+    assert len(fake.completed) == 1
+
+
+async def test_config_file_gives_the_c1_file_and_the_proof_budget(c1_file, tmp_path, capsys):
+    config = tmp_path / "supervisor.toml"
+    config.write_text(f'c1_file = "{c1_file}"\nproof_budget_s = 1\nawait_deadline_s = 0.2\n')
+    async with FakeDaemon(Behaviour(proof_s=3.0)) as fake:
+        argv = ["prove", "--addr", str(fake.address), "--config-file", str(config), "--json"]
+        rc = await asyncio.to_thread(cli.main, argv)
+    out, _ = capsys.readouterr()
+    assert rc == 1
+    (proof,) = json.loads(out)["proofs"]
+    assert proof["status"] == "budget_exhausted"
+    assert "(budget 1 s)" in proof["error"]
+    assert fake.input_sizes == [c1_file.stat().st_size]
+
+
+async def test_a_flag_wins_over_the_environment(c1_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CUZK_SUPERVISOR_C1_FILE", str(tmp_path / "not-this-one.json"))
+    async with FakeDaemon(Behaviour(proof_s=0.05)) as fake:
+        argv = ["prove", "--addr", str(fake.address), "--c1-file", str(c1_file), *fast_flags()]
+        rc = await asyncio.to_thread(cli.main, argv)
+    capsys.readouterr()
+    assert rc == 0
+    assert len(fake.completed) == 1
+
+
+# --- progress ---------------------------------------------------------------------------------
+
+
+async def test_progress_events_while_a_proof_runs(c1_file, capsys, monkeypatch):
+    # The cadence shortened (5 s in use) so a short proof shows several.
+    monkeypatch.setattr(proveprogress, "PROGRESS_INTERVAL_S", 0.2)
+    async with FakeDaemon(Behaviour(proof_s=1.5)) as fake:
+        argv = ["prove", "--addr", str(fake.address), "--c1-file", str(c1_file), *fast_flags()]
+        rc = await asyncio.to_thread(cli.main, argv)
+    _, err = capsys.readouterr()
+    assert rc == 0
+    ticks = events(err, proveprogress.EVENT_PROGRESS)
+    assert len(ticks) >= 3, err
+    assert all((t["proof"], t["count"], t["running"]) == (1, 1, 1) for t in ticks)
+    ages = [t["proof_elapsed_s"] for t in ticks]
+    assert ages == sorted(ages)
+    assert ages[-1] > ages[0]
+    assert all("partitions_done" not in t for t in ticks)  # the fake has no HTTP status
+
+
+def test_a_live_line_on_a_terminal(c1_file):
+    async def scenario() -> tuple[int, str]:
+        async with FakeDaemon(Behaviour(proof_s=2.5)) as fake:
+            return await asyncio.to_thread(run_on_a_terminal, str(fake.address))
+
+    def run_on_a_terminal(address: str) -> tuple[int, str]:
+        controller, terminal = pty.openpty()
+        argv = ["prove", "--addr", address, "--c1-file", str(c1_file), *fast_flags()]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cuzk_supervisor", *argv],
+            cwd=REPO, env=child_env(), stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal,
+        )  # fmt: skip
+        os.close(terminal)
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            screen += chunk
+        os.close(controller)
+        return proc.wait(timeout=60), screen.decode(errors="replace")
+
+    rc, screen = asyncio.run(scenario())
+    assert rc == 0, screen
+    assert "\r\x1b[Kproof 1/1 running " in screen
+    lines = [line.rsplit("\r\x1b[K", 1)[-1] for line in screen.split("\r\n") if line]
+    assert lines[-2].startswith("proof 1/1 ")
+    assert " ok " in lines[-2]
+    assert lines[-1].startswith("summary: 1 completed, 0 failed")
+    assert '"event"' not in screen  # no JSON lines for a person (info is off on a terminal)
+
+
+# --- the pure parts ---------------------------------------------------------------------------
+
+
+def result(start: float, landed: float, end: float, total_ms: int, ok: bool = True) -> ProofResult:
+    return ProofResult(
+        job_id=f"job-{start}",
+        status=ProofStatus.COMPLETED if ok else ProofStatus.FAILED,
+        started_at=start,
+        finished_at=end,
+        timings=DaemonTimings(total_ms=total_ms),
+        landed_at=landed,
+    )
+
+
+def test_daemon_time_is_measured_from_the_daemons_own_total_ms():
+    # Two proofs, each 3.6 s of wall time after landing and 360 s of daemon time: x100.
+    results = [result(0.0, 0.1, 3.7, 360_000), result(3.7, 3.8, 7.4, 360_000)]
+    batch_wall = 7.4
+    measured = provereport.daemon_time(results, batch_wall)
+    assert measured is not None
+    assert measured.seconds_per_second == pytest.approx(100.0)
+    assert measured.wall_s == pytest.approx(740.0)
+    assert measured.proofs_per_hour == pytest.approx(2 / 740.0 * 3600)
+
+
+def test_daemon_time_leaves_failed_proofs_out_and_is_none_without_figures():
+    failed = result(0.0, 0.1, 1.1, 999_000, ok=False)
+    assert provereport.daemon_time([failed], 1.1) is None
+    assert provereport.daemon_time([result(0.0, 0.1, 1.1, 0)], 1.1) is None
+    measured = provereport.daemon_time([failed, result(0.0, 0.0, 2.0, 4_000)], 2.0)
+    assert measured is not None
+    assert measured.seconds_per_second == pytest.approx(2.0)
+    assert measured.proofs_per_hour == pytest.approx(1 / 4.0 * 3600)
+
+
+def test_summary_line_gives_both_rates():
+    results = (result(0.0, 0.0, 1.0, 100_000),)
+    batch = BatchResult(results=results, summary=summarize_batch(results, 1))
+    line = provereport.summary_line(batch, provereport.daemon_time(results, 1.0))
+    assert "3600.00 proofs/hour;" in line
+    assert "daemon time 100.0 s (x100.00), 36.00 proofs/hour in daemon time" in line
+
+
+def test_partitions_from_the_daemons_status_document():
+    document = {
+        "pipelines": [
+            {"job_id": "a", "partitions": [{"index": 0, "state": "done"}, {"state": "proving"}]},
+            {"job_id": "b", "partitions": []},
+            {"job_id": 3, "partitions": [{"state": "done"}]},
+            "junk",
+        ]
+    }
+    assert proveprogress.parse_partitions(document) == {"a": (1, 2)}
+    assert proveprogress.parse_partitions({"pipelines": "no"}) == {}
+    assert proveprogress.parse_partitions([]) == {}
+    assert proveprogress.read_partitions("unix:///run/x.sock") == {}
+    assert proveprogress.read_partitions(f"127.0.0.1:{free_port()}") == {}
+
+
+def test_progress_fields_and_text():
+    tracker = proveprogress.Tracker(prover=None)  # type: ignore[arg-type]
+    tracker.running = {"a": 10.0}
+    tracker.completed = 1
+    fields = proveprogress.progress_fields(
+        now=75.0, started=0.0, count=3, tracker=tracker, partitions={"a": (4, 10), "z": (9, 9)}
+    )
+    assert fields == {
+        "elapsed_s": 75.0,
+        "count": 3,
+        "done": 1,
+        "failed": 0,
+        "running": 1,
+        "proof": 2,
+        "proof_elapsed_s": 65.0,
+        "partitions_done": 4,
+        "partitions_total": 10,
+        "eta_s": 150.0,
+    }
+    assert proveprogress.progress_text(fields) == (
+        "proof 2/3 running 1m05s · partitions 4/10 · 1 done · elapsed 1m15s · eta 2m30s"
+    )
+    waiting = proveprogress.waiting_fields(address="127.0.0.1:9", waited_s=12.34, deadline_s=30)
+    assert (
+        proveprogress.waiting_text(waiting) == "waiting for the daemon at 127.0.0.1:9: 12s of 30s"
+    )
+    assert [proveprogress.duration(s) for s in (0.4, 59, 60, 3599, 3720)] == [
+        "0s", "59s", "1m00s", "59m59s", "1h02m"
+    ]  # fmt: skip
+    assert proveprogress.PROGRESS_INTERVAL_S <= 5.0  # the README promises at least every 10 s
