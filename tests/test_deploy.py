@@ -694,8 +694,9 @@ def test_probes_ask_the_health_server_what_they_mean(container):
 
 
 async def test_probe_paths_exist_on_the_real_health_server(container):
-    from cuzk_supervisor.serve.health import HealthServer, StartupLatch
+    from cuzk_supervisor.serve.health import HealthServer
     from cuzk_supervisor.serve.metrics import SupervisorMetrics
+    from cuzk_supervisor.serve.probes import StartupLatch
 
     source = SimpleNamespace(phase="warmup", daemon_ready=False, last_failure="")
     latch = StartupLatch()

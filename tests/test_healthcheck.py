@@ -21,8 +21,9 @@ import pytest
 from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor.cli.commands.healthcheck import probe_url
-from cuzk_supervisor.serve.health import HealthServer, StartupLatch
+from cuzk_supervisor.serve.health import HealthServer
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.serve.probes import StartupLatch
 
 
 @dataclass

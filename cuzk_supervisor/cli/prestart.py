@@ -19,7 +19,7 @@ from cuzk_supervisor.adapters.inputfile import read_toml
 from cuzk_supervisor.adapters.proofinput import load_c1
 from cuzk_supervisor.daemon.config import DaemonConfigValues, render
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.serve.health import check_listen
+from cuzk_supervisor.serve.endpoint import check_listen
 from cuzk_supervisor.settings import Settings
 
 # An operator's daemon config is a page of TOML; a megabyte is not one.

@@ -14,13 +14,12 @@ starve the probes:
 - a client that disconnects early (before, during or after its request) is counted in
   ``cuzk_supervisor_health_connections_dropped_total{reason}``, never logged with a traceback.
 
-Liveness, startup and readiness are kept apart, as the kubelet does: ``/healthz`` only says the
-event loop is turning (a slow warmup is not a dead supervisor), ``/startupz`` says the slow start
-(params, plan, warmup) is over, ``/readyz`` says the instance is proving.
-
 The answers come from a ``HealthSource`` (phase, daemon readiness, last failure) and a
 ``SupervisorMetrics``, so the server is tested without a lifecycle; ``LifecycleSource`` adapts the
-real one.
+real one. This module is the server (connections, deadlines, eviction, routes); what the probes
+report is :mod:`~cuzk_supervisor.serve.probes`, the HTTP framing
+:mod:`~cuzk_supervisor.serve.httpwire`, the listen address and route names
+:mod:`~cuzk_supervisor.serve.endpoint`.
 """
 
 from __future__ import annotations
@@ -28,94 +27,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import structlog
 
-from cuzk_supervisor.address import check_public
-from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.serve.endpoint import ROUTES, HealthServerError, check_listen
+from cuzk_supervisor.serve.httpwire import (
+    MAX_HEAD_BYTES,
+    ClientGone,
+    http_response,
+    json_response,
+    read_head,
+)
 from cuzk_supervisor.serve.metrics import CONTENT_TYPE, SupervisorMetrics
-
-if TYPE_CHECKING:
-    from cuzk_supervisor.lifecycle.machine import Lifecycle
+from cuzk_supervisor.serve.probes import HealthSource, Heartbeat, StartupLatch
 
 log = structlog.get_logger()
 
-DEFAULT_LISTEN = "127.0.0.1:9822"
-JSON_TYPE = "application/json"
-# Request line and headers together; a probe or a scraper sends a few hundred bytes.
-MAX_HEAD_BYTES = 8192
 # After answering, read and drop at most this much of what the client still sends (a request
 # body), so that closing does not turn unread bytes into a RST that can eat our response.
 MAX_DRAIN_BYTES = 65536
-# The phases after warmup: entering one means the daemon answered proofs after the slow start
-# (params fetched, plan made, PCE built), which is what /startupz reports.
-# "finished": a terminal verdict stands (nothing more will start); /readyz says why.
-STARTUP_PASSED_PHASES = frozenset({"restart", "settle", "bench", "report", "run", "finished"})
-ROUTES = ("/healthz", "/startupz", "/readyz", "/metrics")
-
-
-class HealthServerError(UsageError):
-    """The health server cannot listen where it was told to (bad, public or busy address)."""
-
-
-class HealthSource(Protocol):
-    """What ``/readyz`` reports. Read-only properties: plain attributes satisfy it too."""
-
-    @property
-    def phase(self) -> str: ...
-
-    @property
-    def daemon_ready(self) -> bool: ...
-
-    @property
-    def last_failure(self) -> str: ...
-
-
-class LifecycleSource:
-    """``HealthSource`` over the lifecycle: read at request time, nothing copied."""
-
-    def __init__(self, lifecycle: Lifecycle) -> None:
-        self._lifecycle = lifecycle
-
-    @property
-    def phase(self) -> str:
-        return self._lifecycle.progress.phase
-
-    @property
-    def daemon_ready(self) -> bool:
-        keeper = self._lifecycle.keeper
-        return keeper is not None and keeper.is_ready
-
-    @property
-    def last_failure(self) -> str:
-        return self._lifecycle.last_failure
-
-
-class StartupLatch:
-    """Passes once the lifecycle enters a phase after warmup, and never turns back.
-
-    Fed by the lifecycle's ``phase_listeners`` (``latch.on_phase``). A restarted supervisor that
-    resumes straight into the run phase (the benchmark was already reported) passes on entering
-    it, after its daemon answered the readiness check.
-    """
-
-    def __init__(self) -> None:
-        self.passed = False
-        self.phase = "start"
-
-    def on_phase(self, phase: str) -> None:
-        self.phase = phase
-        if phase in STARTUP_PASSED_PHASES:
-            self.passed = True
 
 
 @dataclass(slots=True)
@@ -125,80 +62,6 @@ class _Connection:
     since: float
     reading_head: bool = True
     evicted: bool = False
-
-
-class Heartbeat:
-    """Measures how late the event loop runs a task that should wake every ``interval_s``.
-
-    ``lag_s()`` is the larger of how late the last beat woke and how overdue the next one is
-    now. It can only be read by code running in the same loop, so it sees a loop that is slow or
-    was blocked for a while; a loop wedged for good cannot answer at all, and then the prober's
-    own timeout is the signal.
-    """
-
-    def __init__(
-        self, interval_s: float = 0.5, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        if interval_s <= 0:
-            raise ValueError("heartbeat interval must be > 0")
-        self.interval_s = interval_s
-        self._clock = clock
-        self._last: float | None = None
-        self._late = 0.0
-
-    def beat(self) -> None:
-        now = self._clock()
-        if self._last is not None:
-            self._late = max(0.0, now - self._last - self.interval_s)
-        self._last = now
-
-    def lag_s(self) -> float:
-        if self._last is None:
-            return float("inf")  # never beat: not started, so not alive
-        overdue = self._clock() - self._last - self.interval_s
-        return max(self._late, overdue, 0.0)
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            self.beat()
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``ip:port`` or ``[ipv6]:port`` -> (ip, port); port 0 asks the kernel for a free one."""
-    raw = text.strip()
-    host, sep, port_text = raw.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host:
-        raise HealthServerError(
-            f"bad health_listen {text!r}: expected ip:port, e.g. {DEFAULT_LISTEN}"
-        )
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        raise HealthServerError(
-            f"bad health_listen {text!r}: {host!r} is not an IP address (no host names)"
-        ) from None
-    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise HealthServerError(f"bad health_listen {text!r}: port must be 0-65535")
-    return str(ip), int(port_text)
-
-
-def check_listen(listen: str, *, allow_public: bool = False) -> tuple[str, int]:
-    """``parse_listen`` plus the loopback rule; binds nothing, so a command can refuse a bad
-    setting before it starts anything."""
-    host, port = parse_listen(listen)
-    # The metrics name the machine's GPUs and its state; nothing here is for the world.
-    check_public(
-        "health_listen",
-        listen,
-        is_loopback=ipaddress.ip_address(host).is_loopback,
-        allow_public=allow_public,
-        allow_setting="health_allow_public",
-        error=HealthServerError,
-    )
-    return host, port
 
 
 class HealthServer:
@@ -370,7 +233,7 @@ class HealthServer:
             async with asyncio.timeout(self.request_timeout_s):
                 try:
                     async with asyncio.timeout(self.head_timeout_s):
-                        head = await _read_head(reader)
+                        head = await read_head(reader)
                 except TimeoutError:
                     self._drop("head_timeout")
                     writer.transport.abort()
@@ -384,7 +247,7 @@ class HealthServer:
             self._drop("timeout")
             writer.transport.abort()
             return
-        except (_ClientGone, OSError):
+        except (ClientGone, OSError):
             # It left (FIN or RST) before it had its answer: nothing to log, only to count.
             self._drop("disconnect")
             writer.transport.abort()
@@ -406,16 +269,18 @@ class HealthServer:
 
     def _answer(self, head: bytes | HTTPStatus) -> bytes:
         if head is HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
-            return _response(head, b"request head too large\n")
+            return http_response(head, b"request head too large\n")
         if isinstance(head, HTTPStatus):
-            return _response(head, b"incomplete request\n")
+            return http_response(head, b"incomplete request\n")
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = request_line.split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            return _response(HTTPStatus.BAD_REQUEST, b"bad request line\n")
+            return http_response(HTTPStatus.BAD_REQUEST, b"bad request line\n")
         method, target, _ = parts
         if method != "GET":
-            return _response(HTTPStatus.METHOD_NOT_ALLOWED, b"only GET\n", extra={"Allow": "GET"})
+            return http_response(
+                HTTPStatus.METHOD_NOT_ALLOWED, b"only GET\n", extra={"Allow": "GET"}
+            )
         path = target.split("?", 1)[0]
         if path == "/healthz":
             return self._healthz()
@@ -425,7 +290,7 @@ class HealthServer:
             return self._readyz()
         if path == "/metrics":
             return self._metrics()
-        return _response(HTTPStatus.NOT_FOUND, f"not found: try {', '.join(ROUTES)}\n".encode())
+        return http_response(HTTPStatus.NOT_FOUND, f"not found: try {', '.join(ROUTES)}\n".encode())
 
     # --- routes --------------------------------------------------------------------------------
 
@@ -438,12 +303,12 @@ class HealthServer:
         }
         if not ok:
             body["reason"] = f"event loop heartbeat late by more than {self.stale_after_s:g}s"
-        return _json(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, body)
+        return json_response(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, body)
 
     def _startupz(self) -> bytes:
         phase = self.source.phase
         if self.startup.passed:
-            return _json(HTTPStatus.OK, {"started": True, "phase": phase})
+            return json_response(HTTPStatus.OK, {"started": True, "phase": phase})
         body = {
             "started": False,
             "phase": phase,
@@ -451,19 +316,19 @@ class HealthServer:
             "after warmup (params, plan and warmup done)",
             "last_failure": self.source.last_failure,
         }
-        return _json(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
 
     def _readyz(self) -> bytes:
         phase = self.source.phase
         daemon_ready = self.source.daemon_ready
         if phase == "run" and daemon_ready:
-            return _json(HTTPStatus.OK, {"phase": phase, "daemon_ready": True})
+            return json_response(HTTPStatus.OK, {"phase": phase, "daemon_ready": True})
         body = {
             "phase": phase,
             "daemon_ready": daemon_ready,
             "last_failure": self.source.last_failure,
         }
-        return _json(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
 
     def _metrics(self) -> bytes:
         if self._refresh is not None:
@@ -471,43 +336,4 @@ class HealthServer:
                 self._refresh()
             except Exception:  # stale gauges beat no metrics at all
                 log.exception("health.metrics_refresh_failed")
-        return _response(HTTPStatus.OK, self.metrics.render(), content_type=CONTENT_TYPE)
-
-
-class _ClientGone(Exception):
-    """The client closed before sending a request."""
-
-
-async def _read_head(reader: asyncio.StreamReader) -> bytes | HTTPStatus:
-    """The request head, or the error status to answer with."""
-    try:
-        return await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError:
-        return HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            raise _ClientGone from None
-        return HTTPStatus.BAD_REQUEST
-
-
-def _json(status: HTTPStatus, body: dict[str, Any]) -> bytes:
-    return _response(status, json.dumps(body).encode() + b"\n", content_type=JSON_TYPE)
-
-
-def _response(
-    status: HTTPStatus,
-    body: bytes,
-    *,
-    content_type: str = "text/plain; charset=utf-8",
-    extra: dict[str, str] | None = None,
-) -> bytes:
-    headers = {
-        "Content-Type": content_type,
-        "Content-Length": str(len(body)),
-        "Cache-Control": "no-store",
-        "Connection": "close",
-        **(extra or {}),
-    }
-    head = f"HTTP/1.1 {status.value} {status.phrase}\r\n"
-    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    return head.encode("latin-1") + b"\r\n" + body
+        return http_response(HTTPStatus.OK, self.metrics.render(), content_type=CONTENT_TYPE)

@@ -221,7 +221,7 @@ def _form_problem(form: str, text: str) -> str | None:
         except UsageError as exc:
             return str(exc)
     elif form == "health_listen":
-        from cuzk_supervisor.serve.health import parse_listen
+        from cuzk_supervisor.serve.endpoint import parse_listen
 
         try:
             parse_listen(text)

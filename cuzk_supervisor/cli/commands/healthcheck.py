@@ -17,7 +17,7 @@ import urllib.request
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.serve.health import ROUTES, parse_listen
+from cuzk_supervisor.serve.endpoint import ROUTES, parse_listen
 
 HEALTHY = 0
 UNHEALTHY = 1  # Docker's HEALTHCHECK: 0 healthy, 1 unhealthy (2 is reserved)

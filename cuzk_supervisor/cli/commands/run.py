@@ -25,8 +25,9 @@ from cuzk_supervisor.core.labels import label_warning
 from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.wiring import build_lifecycle, resolve_label, resolve_min_rate
 from cuzk_supervisor.runtime import Runtime, run_supervised
-from cuzk_supervisor.serve.health import HealthServer, LifecycleSource, StartupLatch
+from cuzk_supervisor.serve.health import HealthServer
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
 from cuzk_supervisor.settings import Settings
 
 STATE_FILE = "state.json"
