@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 
 from cuzk_supervisor.adapters.logpush import MAX_BODY_BYTES
 from cuzk_supervisor.adapters.manager import ManagerClient
+from cuzk_supervisor.adapters.manager_away import AwayWarnings
 from cuzk_supervisor.adapters.manager_types import (
     HttpRetryPolicy,
     InstanceGone,
@@ -263,6 +264,103 @@ async def test_a_real_server_that_never_answers_times_out_and_is_retried():
     assert accepted >= 2
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _failure_lines(logs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(event, level, call) of each line about a failed request."""
+    events = ("manager.retry", "manager.unavailable")
+    return [(e["event"], e["log_level"], e["call"]) for e in logs if e["event"] in events]
+
+
+async def test_the_first_failure_is_a_warning_naming_the_url_then_one_a_minute(manager):
+    """Issue 14.3: a person sees at once where the supervisor tries to go, then a steady
+    reminder, whichever calls fail meanwhile; info lines between (never a flood of warnings)."""
+    clock = FakeClock()
+    manager.fail("/register", *([httpx.ConnectError] * 3))
+    manager.fail("/param-done", *([httpx.ConnectError] * 3))
+    retry = dataclasses.replace(FAST, register_stop_s=0.2, report_stop_s=0.2)
+    manager.on_request = lambda _: setattr(clock, "now", clock.now + 10)  # 10 s per attempt
+    async with manager.client(retry=retry, clock=clock) as client:
+        with capture_logs() as logs:
+            await client.register("C.1", 30)  # attempts at +10, +20 fail, +30 answers
+            manager.fail("/register", *([httpx.ConnectError] * 1000))
+            with pytest.raises(ManagerUnavailable):
+                await client.register("C.1", 30, stop_s=0.05)
+    lines = _failure_lines(logs)
+    assert lines[0] == ("manager.retry", "warning", "register")
+    first = next(e for e in logs if e["event"] == "manager.retry")
+    assert first["url"] == URL
+    assert [level for _, level, _ in lines[1:3]] == ["info", "info"]
+    back = [e for e in logs if e["event"] == "manager.back"]
+    assert len(back) == 1
+    assert back[0]["url"] == URL
+    # After the answer, a new outage is told at once again.
+    after = lines[3:]
+    assert after[0][1] == "warning"
+
+
+async def test_one_outage_is_one_warning_across_calls(manager):
+    """A second call that fails in the same outage is not a second warning (before issue 14.3
+    each call's first failure was one: a warning every status interval)."""
+    clock = FakeClock()
+    for path in ("/param-done", "/running"):
+        manager.fail(path, *([httpx.ConnectError] * 1000))
+    manager.on_request = lambda _: setattr(clock, "now", clock.now + 0.01)
+    retry = dataclasses.replace(FAST, report_stop_s=0.1)
+    async with manager.client(retry=retry, clock=clock) as client:
+        with capture_logs() as logs:
+            for call in (lambda: client.param_done("u-1"), lambda: client.running("u-1")):
+                with pytest.raises(ManagerUnavailable):
+                    await call()
+    lines = _failure_lines(logs)
+    assert {call for _, _, call in lines} == {PARAM_DONE, RUNNING}
+    assert clock.now - 1000 < 60  # all within the first minute of the outage
+    assert [level for _, level, _ in lines] == ["warning"] + ["info"] * (len(lines) - 1)
+
+
+def test_away_warnings_keep_a_steady_cadence_and_say_when_it_is_back():
+    clock = FakeClock()
+    away = AwayWarnings(URL, every_s=60, clock=clock)
+    with capture_logs() as logs:
+        for at, step in (
+            (0, lambda: away.gave_up("register", 3, 300.0, "ConnectError")),
+            (10, lambda: away.gave_up(PARAM_DONE, 2, 1.0, "ConnectError")),
+            (59, lambda: away.gave_up("status", 2, 1.0, "ConnectError")),
+            (61, lambda: away.gave_up(RUNNING, 2, 1.0, "ConnectError")),
+            (70, lambda: away.gave_up(RUNNING, 2, 1.0, "ConnectError")),
+            (125, lambda: away.gave_up(RUNNING, 2, 1.0, "ConnectError")),
+            (126, lambda: away.answered(RUNNING)),
+            (127, lambda: away.answered(RUNNING)),  # not away: nothing to say
+            (128, lambda: away.gave_up("register", 1, 1.0, "ConnectError")),
+        ):
+            clock.now = 1000.0 + at
+            step()
+    assert [(e["event"], e["log_level"], e.get("away_s")) for e in logs] == [
+        ("manager.unavailable", "warning", 0.0),
+        ("manager.unavailable", "info", 10.0),
+        ("manager.unavailable", "info", 59.0),
+        ("manager.unavailable", "warning", 61.0),
+        ("manager.unavailable", "info", 70.0),
+        ("manager.unavailable", "warning", 125.0),
+        ("manager.back", "info", 126.0),
+        ("manager.unavailable", "warning", 0.0),  # a new outage is told at once
+    ]
+    assert all(e["url"] == URL for e in logs)
+    assert not away.away or logs[-1]["event"] == "manager.unavailable"
+
+
+def test_the_warning_cadence_is_a_setting_of_the_retry_values():
+    assert ManagerRetry().warn_every_s == 60.0
+    with pytest.raises(ValueError, match="warn_every_s"):
+        ManagerRetry(warn_every_s=0)
+
+
 def test_only_transient_errors_are_retried():
     request = httpx.Request("POST", URL)
     assert is_transient(httpx.ConnectError("x", request=request))
@@ -372,7 +470,35 @@ async def test_without_a_manager_reports_are_only_logged():
     skipped = [e for e in logs if e["event"] == "manager.report_skipped"]
     assert [e["call"] for e in skipped] == ["register", PARAM_DONE, BENCH_DONE, RUNNING]
     assert skipped[2]["payload"] == {"uuid": "local-C.9", "rate": 1.0}
-    assert "assumed passed" in skipped[2]["note"]
+    assert skipped[2]["judged"] is False
+    assert "passed" not in skipped[2]  # nobody judged it: nothing is said about a verdict
+    assert "passed" not in skipped[2]["note"]
+
+
+async def test_a_local_failure_report_is_never_called_a_pass():
+    """Issue 14.7: with no manager, the rate-0 failure report used to log ``passed=True ...
+    assumed passed``; a failure is now a failure (False), and nothing claims a pass."""
+    async with ManagerClient(None) as client:
+        with capture_logs() as logs:
+            verdict = await client.bench_done("local-C.9", 0.0)
+    assert verdict.passed is False
+    assert not verdict.checked
+    (line,) = [e for e in logs if e["event"] == "manager.report_skipped"]
+    assert "passed" not in line
+    assert "failure report" in line["note"]
+    assert "pass" not in line["note"]
+
+
+async def test_a_repeated_local_report_is_logged_once():
+    """Issue 14.7: the /running ping of a local run logged ``report_skipped`` at every
+    interval; the same report again is debug only, a different one is logged."""
+    async with ManagerClient(None) as client:
+        with capture_logs() as logs:
+            for _ in range(5):
+                await client.running("local-C.9")
+            await client.param_done("local-C.9")
+    levels = [(e["call"], e["log_level"]) for e in logs if e["event"] == "manager.report_skipped"]
+    assert levels == [(RUNNING, "info"), *[(RUNNING, "debug")] * 4, (PARAM_DONE, "info")]
 
 
 def test_a_manager_url_needs_a_scheme():

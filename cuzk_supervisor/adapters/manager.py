@@ -8,18 +8,21 @@ Rules (DESIGN.md principles 5 and 6, incidents I2 and I5):
 - A 404 on ``/param-done``, ``/bench-done`` or ``/running`` means the manager no longer knows a
   live instance (killed, destroyed): :class:`InstanceGone`, this instance is finished.
   ``passed: false`` from ``/bench-done`` is a value, ``BenchVerdict(passed=False)``.
-- No manager configured (``base_url=None``) is a local run: each report is logged as
-  ``manager.report_skipped`` and answered with a synthetic success.
+- No manager configured (``base_url=None``) is a local run: a report is logged once as
+  ``manager.report_skipped`` (the same report again, e.g. the ``/running`` ping, only at debug)
+  and answered locally. Nobody judges a rate there: a measured rate goes on, unjudged
+  (``BenchVerdict(checked=False)``); a failure report (rate 0) is never called a pass.
+- While the manager is away, a warning names its URL at the first failed request and then at a
+  steady cadence, whatever the calls (:mod:`cuzk_supervisor.adapters.manager_away`).
 - Reports other than register go through the :class:`Outbox`, stored in the state file: a
   report is written to disk before it is sent, and removed only after the manager acknowledged
   it. A crash in between leaves it queued: delivery is at least once. That is safe with the
   real manager: ``/param-done`` and ``/running`` are idempotent, and ``/bench-done`` applied
   twice with the same rate gives the same verdict. Still, a report found queued at start is
-  first looked up in the manager's ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`), because
-  a
-  ``/bench-done`` sent again would revive an instance the manager killed meanwhile; only what
-  the manager has not recorded is sent again. A report is removed right after its first 2xx,
-  so it is sent at most once per acknowledgement.
+  first looked up in the manager's ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`),
+  because a ``/bench-done`` sent again would revive an instance the manager killed meanwhile;
+  only what the manager has not recorded is sent again. A report is removed right after its
+  first 2xx, so it is sent at most once per acknowledgement.
 
 Retrying a POST whose answer was lost (a read timeout) may apply it twice for the same reasons
 above; that is why read timeouts are retried too.
@@ -28,6 +31,7 @@ above; that is why read timeouts are retried too.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -109,6 +113,7 @@ class ManagerClient:
         retry: ManagerRetry | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = base_url.rstrip("/") if base_url else None
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
@@ -116,7 +121,8 @@ class ManagerClient:
         self.timeouts = timeouts if timeouts is not None else ManagerTimeouts()
         self.retry = retry if retry is not None else ManagerRetry()
         self._http: httpx.AsyncClient | None = None
-        self._away = AwayWarnings(self.base_url)
+        self._skipped_reports: set[tuple[str, str]] = set()
+        self._away = AwayWarnings(self.base_url, every_s=self.retry.warn_every_s, clock=clock)
         if self.base_url is not None:
             self._http = httpx.AsyncClient(
                 base_url=self.base_url,
@@ -160,7 +166,7 @@ class ManagerClient:
         if self._http is None:
             # Stable across restarts, so a resumed local run keeps its identity.
             registration = Registration(uuid=f"local-{label}", runner_id=0, local=True)
-            log.info("manager.report_skipped", call="register", payload=payload, answer="local")
+            self._skipped("register", payload, answer="local")
             return registration
         data = await self._post_json(
             "register", "/register", payload, stop_s, require={"uuid": str, "runner_id": int}
@@ -181,14 +187,15 @@ class ManagerClient:
         """``POST /bench-done``. A failed verdict is a value; the manager destroys the instance."""
         payload = {"uuid": uuid, "rate": rate}
         if self._http is None:
-            log.info(
-                "manager.report_skipped",
-                call=BENCH_DONE,
-                payload=payload,
-                passed=True,
-                note="no manager configured: the rate was not checked, assumed passed",
+            # A rate 0 is the failure report (reference/manager-api.md): never a pass.
+            failure = not rate > 0
+            note = (
+                "no manager configured: the failure report (rate 0) was not sent"
+                if failure
+                else "no manager configured: the rate was not judged against a min_rate"
             )
-            return BenchVerdict(passed=True, rate=rate, checked=False)
+            self._skipped(BENCH_DONE, payload, judged=False, note=note)
+            return BenchVerdict(passed=not failure, rate=rate, checked=False)
         data = await self._report(
             BENCH_DONE, "/bench-done", payload, stop_s, require={"passed": bool}
         )
@@ -257,7 +264,7 @@ class ManagerClient:
         require: Mapping[str, type] | None = None,
     ) -> dict[str, Any]:
         if self._http is None:
-            log.info("manager.report_skipped", call=call, payload=payload, answer="ok")
+            self._skipped(call, payload, answer="ok")
             return {"ok": True}
         expected = {"ok": bool, **(require or {})}
         try:
@@ -266,6 +273,15 @@ class ManagerClient:
             if exc.status == 404:
                 raise InstanceGone(call, str(payload.get("uuid")), exc.message) from None
             raise
+
+    def _skipped(self, call: str, payload: Mapping[str, Any], **fields: Any) -> None:
+        """Local run: a report is logged once; the same report again only at debug."""
+        key = (call, json.dumps(payload, sort_keys=True, default=str))
+        first = key not in self._skipped_reports
+        self._skipped_reports.add(key)
+        (log.info if first else log.debug)(
+            "manager.report_skipped", call=call, payload=dict(payload), **fields
+        )
 
     async def _post_json(
         self,
@@ -321,15 +337,10 @@ class ManagerClient:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            log.warning(
-                "manager.unavailable",
-                call=call,
-                url=self.base_url,
-                attempts=attempts,
-                waited_s=round(time.monotonic() - started, 3),
-                reason=describe_failure(exc),
-            )
+            waited_s = time.monotonic() - started
+            self._away.gave_up(call, attempts, waited_s, describe_failure(exc))
             raise ManagerUnavailable(call, attempts, describe_failure(exc)) from exc
+        self._away.answered(call)
         if response.status_code >= 400:
             raise ManagerRejected(call, response.status_code, error_message(response))
         if attempts > 1:

@@ -82,6 +82,10 @@ class ManagerRetry:
     """param-done, bench-done, running: the report stays in the outbox when this runs out."""
     log_stop_s: float = 5.0
     """Log push: short, so a dead manager does not hold the shipper (it keeps the lines)."""
+    warn_every_s: float = 60.0
+    """While the manager is away, a warning naming its URL at most this often, whatever the
+    call (info between): the first failure after an answer is always a warning
+    (:mod:`cuzk_supervisor.adapters.manager_away`)."""
 
     def __post_init__(self) -> None:
         require_fields(self, (f.name for f in dataclasses.fields(self)), POSITIVE)
@@ -210,4 +214,5 @@ class BenchVerdict:
     passed: bool
     rate: float
     checked: bool = True
-    """False when no manager is configured: ``passed`` is assumed, not computed."""
+    """False when no manager is configured: nobody judged the rate. ``passed`` is then True for a
+    measured rate (the run goes on) and False for the failure report (rate 0)."""
