@@ -20,14 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from cuzk_supervisor.adapters.logship import (
-    LogBuffer,
-    LogShipper,
-    ShipperSettings,
-    dropped_warning,
-    event_to_line,
-    shipping_processor,
-)
+from cuzk_supervisor.adapters.logbuffer import LogBuffer, dropped_warning
+from cuzk_supervisor.adapters.loglines import event_to_line, shipping_processor
+from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
 from cuzk_supervisor.adapters.manager import (
     MAX_BODY_BYTES,
     ManagerClient,

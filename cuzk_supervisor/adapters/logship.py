@@ -14,8 +14,10 @@
   dead manager never piles up work.
 - No manager configured: the shipper is a no-op sink.
 
-The pieces that decide (:class:`LogBuffer`, :func:`event_to_line`, :func:`dropped_warning`) are
-pure and tested without I/O.
+This module is the shipper (its settings, the producer side and the sending task). The pieces
+that decide are pure and tested without I/O: the buffer and the dropped-lines warning
+(:mod:`~cuzk_supervisor.adapters.logbuffer`), the event-to-line rendering and the structlog
+processor (:mod:`~cuzk_supervisor.adapters.loglines`).
 """
 
 from __future__ import annotations
@@ -23,42 +25,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
+from cuzk_supervisor.adapters.logbuffer import LogBuffer, dropped_warning
+from cuzk_supervisor.adapters.loglines import SUPERVISOR_SOURCE
 from cuzk_supervisor.adapters.logpush import MAX_BODY_BYTES, normalize_line
 from cuzk_supervisor.adapters.manager import ManagerClient
 from cuzk_supervisor.adapters.manager_types import ManagerRejected, ManagerUnavailable
 
-__all__ = [
-    "LogBuffer",
-    "LogShipper",
-    "ShipperSettings",
-    "ShipperStats",
-    "dropped_warning",
-    "event_to_line",
-    "shipping_processor",
-]
+__all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
 
 log = structlog.get_logger("supervisor.logship")
 
-SUPERVISOR_SOURCE = "setup"
-"""The dashboard tab for the supervisor's own lines (the old scripts sent theirs as `setup`)."""
 MIB = 1024 * 1024
-
-Entry = tuple[int, str, int]
-"""(sequence number, text, size in a body including its newline)."""
-
-
-def dropped_warning(count: int) -> str:
-    return f"dropped {count} lines while the manager was unreachable"
 
 
 # --- settings -----------------------------------------------------------------------------------
@@ -96,149 +80,6 @@ class ShipperSettings:
         # One line (up to a whole body) must always fit in the buffer.
         if self.max_buffer_bytes < self.max_body_bytes:
             raise ValueError("max_buffer_bytes must be >= max_body_bytes")
-
-
-# --- the buffer (pure) --------------------------------------------------------------------------
-
-
-class LogBuffer:
-    """Lines waiting to be sent, per source, bounded in lines and bytes; drops the oldest.
-
-    Each line has a global sequence number, so "oldest" is across sources. Eviction looks at
-    the head of each source's queue: O(number of sources), a handful.
-    """
-
-    def __init__(self, max_lines: int, max_bytes: int) -> None:
-        self.max_lines = max_lines
-        self.max_bytes = max_bytes
-        self._queues: dict[str, deque[Entry]] = {}
-        self._source_bytes: dict[str, int] = {}
-        self._seq = 0
-        self.lines = 0
-        self.bytes = 0
-        self.dropped = 0
-        """Lines dropped and not yet reported to the manager."""
-        self.dropped_total = 0
-
-    def add(self, source: str, text: str, size: int) -> int:
-        """Append one normalised line; return how many old lines were dropped to make room."""
-        self._seq += 1
-        queue = self._queues.get(source)
-        if queue is None:
-            queue = self._queues[source] = deque()
-            self._source_bytes[source] = 0
-        queue.append((self._seq, text, size))
-        self._source_bytes[source] += size
-        self.lines += 1
-        self.bytes += size
-        return self._evict()
-
-    def source_lines(self, source: str) -> int:
-        queue = self._queues.get(source)
-        return len(queue) if queue is not None else 0
-
-    def source_bytes(self, source: str) -> int:
-        return self._source_bytes.get(source, 0)
-
-    def sources_by_age(self) -> list[str]:
-        """Sources with lines waiting, the one holding the oldest line first."""
-        return [s for s, _ in sorted(self._queues.items(), key=lambda item: item[1][0][0])]
-
-    def take(self, source: str, max_body_bytes: int) -> list[Entry]:
-        """Remove and return the oldest lines of ``source`` that fit one body."""
-        queue = self._queues.get(source)
-        taken: list[Entry] = []
-        size = 0
-        while queue and (not taken or size + queue[0][2] <= max_body_bytes):
-            entry = queue.popleft()
-            taken.append(entry)
-            size += entry[2]
-        self._account(source, len(taken), size)
-        return taken
-
-    def restore(self, source: str, entries: list[Entry]) -> int:
-        """Put back a batch that could not be sent, at the front; return lines dropped."""
-        if not entries:
-            return 0
-        queue = self._queues.get(source)
-        if queue is None:
-            queue = self._queues[source] = deque()
-            self._source_bytes[source] = 0
-        queue.extendleft(reversed(entries))
-        size = sum(entry[2] for entry in entries)
-        self._source_bytes[source] += size
-        self.lines += len(entries)
-        self.bytes += size
-        return self._evict()
-
-    def acknowledge_dropped(self, count: int) -> None:
-        self.dropped -= min(count, self.dropped)
-
-    def _evict(self) -> int:
-        evicted = 0
-        while self.lines > self.max_lines or self.bytes > self.max_bytes:
-            source = min(self._queues, key=lambda s: self._queues[s][0][0])
-            _, _, size = self._queues[source].popleft()
-            self._account(source, 1, size)
-            evicted += 1
-        self.dropped += evicted
-        self.dropped_total += evicted
-        return evicted
-
-    def _account(self, source: str, lines: int, size: int) -> None:
-        self.lines -= lines
-        self.bytes -= size
-        self._source_bytes[source] -= size
-        if not self._queues[source]:
-            # Keep the dict small: a source with nothing waiting is forgotten.
-            del self._queues[source]
-            del self._source_bytes[source]
-
-
-# --- structlog adapter (pure) -------------------------------------------------------------------
-
-_HEAD_KEYS = ("timestamp", "level", "event")
-
-
-def _fmt_value(value: Any) -> str:
-    if isinstance(value, str):
-        if value and not any(c in value for c in ' "=\n\r\t'):
-            return value
-        return json.dumps(value, ensure_ascii=False)
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def event_to_line(event_dict: Mapping[str, Any]) -> str:
-    """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``."""
-    parts = [str(event_dict[key]) for key in _HEAD_KEYS if event_dict.get(key) is not None]
-    parts.extend(
-        f"{key}={_fmt_value(value)}"
-        for key, value in event_dict.items()
-        if key not in _HEAD_KEYS and not key.startswith("_")
-    )
-    return " ".join(parts)
-
-
-def shipping_processor(
-    shipper: LogShipper, source: str = SUPERVISOR_SOURCE
-) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
-    """A structlog processor feeding every event to ``shipper``; the event passes unchanged.
-
-    Put it after ``add_log_level`` and ``TimeStamper`` and before the renderer.
-    """
-
-    def processor(
-        logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
-    ) -> MutableMapping[str, Any]:
-        # Logging must never fail because of shipping.
-        with contextlib.suppress(Exception):
-            shipper.add_line(source, event_to_line(event_dict))
-        return event_dict
-
-    return processor
 
 
 # --- the shipper --------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 import structlog
 
 from cuzk_supervisor import exitcodes, settings
-from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings, shipping_processor
+from cuzk_supervisor.adapters.loglines import shipping_processor
+from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
 from cuzk_supervisor.adapters.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
 from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
 from cuzk_supervisor.cli import prestart

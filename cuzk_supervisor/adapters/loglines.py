@@ -1,0 +1,62 @@
+"""Log events as lines for the manager's dashboard: :func:`event_to_line` renders one
+structlog event as one readable line, and :func:`shipping_processor` is the structlog processor
+that feeds every event to a :class:`~cuzk_supervisor.adapters.logship.LogShipper` (under
+:data:`SUPERVISOR_SOURCE`, the supervisor's own tab). Pure apart from handing the line over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.logship import LogShipper
+
+SUPERVISOR_SOURCE = "setup"
+"""The dashboard tab for the supervisor's own lines (the old scripts sent theirs as `setup`)."""
+
+
+_HEAD_KEYS = ("timestamp", "level", "event")
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, str):
+        if value and not any(c in value for c in ' "=\n\r\t'):
+            return value
+        return json.dumps(value, ensure_ascii=False)
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def event_to_line(event_dict: Mapping[str, Any]) -> str:
+    """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``."""
+    parts = [str(event_dict[key]) for key in _HEAD_KEYS if event_dict.get(key) is not None]
+    parts.extend(
+        f"{key}={_fmt_value(value)}"
+        for key, value in event_dict.items()
+        if key not in _HEAD_KEYS and not key.startswith("_")
+    )
+    return " ".join(parts)
+
+
+def shipping_processor(
+    shipper: LogShipper, source: str = SUPERVISOR_SOURCE
+) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
+    """A structlog processor feeding every event to ``shipper``; the event passes unchanged.
+
+    Put it after ``add_log_level`` and ``TimeStamper`` and before the renderer.
+    """
+
+    def processor(
+        logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        # Logging must never fail because of shipping.
+        with contextlib.suppress(Exception):
+            shipper.add_line(source, event_to_line(event_dict))
+        return event_dict
+
+    return processor
