@@ -33,3 +33,12 @@ def test_a_machine_too_small_is_refused_with_the_shortfall():
     assert out.returncode == 5
     assert "short by" in out.stdout
     assert "cgroup 64 GiB" in out.stdout
+
+
+def test_plan_memory_scale_is_applied():
+    """plan lists --plan-memory-scale; it plans with it, as run and doctor do."""
+    out = plan("--host-gib", "0.5", "--gpu-probe", "none", "--plan-memory-scale", "1024", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    document = json.loads(out.stdout)
+    assert document["inputs"]["memory_scale"] == 1024
+    assert document["full_workers"] == 12  # a 512 GiB host, once scaled

@@ -132,13 +132,11 @@ def _daemon_cmd(tmp_path, *extra, faults=(), listen=None, binary=None, grace=3.0
         "--daemon-param-cache", str(tmp_path / "params"),
         "--run-dir", str(tmp_path / "run"),
         "--log-dir", str(tmp_path / "run"),
-        "--state-dir", str(tmp_path / "state"),
         "--daemon-stop-grace-s", f"{grace:g}",
         "--daemon-startup-deadline-s", "20",
         "--restart-backoff-initial-s", "0.1",
         "--restart-backoff-max-s", "1",
         "--log-format", "json",
-        "--gpu-probe", "none",
     ]  # fmt: skip
     if binary is None:
         args += ["--daemon-binary", sys.executable]

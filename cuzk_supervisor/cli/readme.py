@@ -24,7 +24,11 @@ def render(text: str) -> str:
         if not pattern.search(text):
             raise ValueError(f"README has no {name} block")
         body = make()
-        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
+
+        def replace(match: re.Match[str], body: str = body) -> str:
+            return match.group(1) + body + "\n" + match.group(2)
+
+        text = pattern.sub(replace, text)
     return text
 
 

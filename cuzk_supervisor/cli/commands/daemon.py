@@ -2,8 +2,9 @@
 
 Renders its config, starts it in its own process group, carries its output, restarts it with
 backoff when it dies, and stops with a crash-loop verdict when it keeps dying. SIGTERM, SIGINT,
-SIGHUP and SIGQUIT stop it (SIGTERM, grace, SIGKILL) and exit 128 + signal. Takes the same
-settings as ``run`` (see ``config``); ``--workers`` is required here.
+SIGHUP and SIGQUIT stop it (SIGTERM, grace, SIGKILL) and exit 128 + signal. Takes the settings
+of the daemon, its supervision, the supervisor's log, its run and log folders and the memory
+plan (which checks ``--workers`` against the memory limit); ``--workers`` is required here.
 """
 
 from __future__ import annotations
@@ -25,12 +26,21 @@ from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.runtime import Runtime, run_supervised
 from cuzk_supervisor.settings import Settings
 
+# Settings of those groups the daemon command does not read: no OOM step-down (that is the
+# lifecycle's), no GPU probe (the plan here is a check of --workers against memory only).
+DAEMON_UNUSED = ("proactive_oom", "gpu_probe")
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "daemon", help="keep only the daemon up as a supervised child", description=__doc__
     )
-    settings.add_flags(parser)
+    settings.add_flags(
+        parser,
+        ["logging", "daemon", "supervision", "memory"],
+        names=("run_dir", "log_dir"),
+        without=DAEMON_UNUSED,
+    )
     parser.set_defaults(handler=main)
 
 
@@ -54,7 +64,9 @@ def main(args: argparse.Namespace) -> int:
     if isinstance(plan, PlanRefusal):
         raise UsageError(f"cannot plan {s.workers} workers: {plan.reason}")
     values = DaemonConfigValues(
-        **plan.config_values(),
+        partition_workers=plan.partition_workers,
+        total_budget_gib=plan.total_budget_gib,
+        max_parallel_synthesis=plan.max_parallel_synthesis,
         listen=assemble.daemon_listen(s),
         status_listen=s.daemon_status_listen,
         param_cache=str(s.daemon_param_cache),

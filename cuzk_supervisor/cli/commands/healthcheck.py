@@ -29,16 +29,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "healthcheck",
         help="probe the running supervisor's health server (the container's HEALTHCHECK)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     probe = parser.add_argument_group("probe")
     probe.add_argument(
-        "--path", default="/healthz", choices=ROUTES, help="endpoint to ask (default /healthz)"
+        "--path",
+        default="/healthz",
+        choices=ROUTES,
+        metavar="PATH",
+        help=f"endpoint to ask: {', '.join(ROUTES)} (default: /healthz)",
     )
     probe.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)"
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the answer (default: 5)",
     )
-    settings.add_flags(parser)
+    settings.add_flags(parser, names=("health_enabled", "health_listen"))
     parser.set_defaults(handler=main)
 
 

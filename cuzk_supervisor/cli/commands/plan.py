@@ -11,7 +11,7 @@ import argparse
 import json
 
 from cuzk_supervisor import exitcodes, settings
-from cuzk_supervisor.adapters.gpu import NvmlProbe, StaticProbe, total_vram
+from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, StaticProbe, total_vram
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
@@ -23,14 +23,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "plan", help="print the worker plan for this machine and why", description=__doc__
     )
+    what_if = parser.add_argument_group("what if (another machine)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--host-gib", type=float, help="what if the host had this much RAM")
-    parser.add_argument("--cgroup-gib", type=float, help="what if the cgroup limit were this")
-    parser.add_argument("--gpus", type=int, help="what if there were this many GPUs")
-    parser.add_argument(
-        "--vram-gib", type=float, default=24.0, help="VRAM per GPU for --gpus (default 24)"
+    what_if.add_argument(
+        "--host-gib", type=float, metavar="GIB", help="the host's RAM (default: measured)"
     )
-    settings.add_flags(parser)
+    what_if.add_argument(
+        "--cgroup-gib", type=float, metavar="GIB", help="the cgroup limit (default: measured)"
+    )
+    what_if.add_argument(
+        "--gpus", type=int, metavar="N", help="this many GPUs (default: the ones gpu_probe sees)"
+    )
+    what_if.add_argument(
+        "--vram-gib", type=float, default=24.0, metavar="GIB",
+        help="VRAM per GPU for --gpus (default: 24)",
+    )  # fmt: skip
+    settings.add_flags(parser, ["memory"])
     parser.set_defaults(handler=main)
 
 
@@ -41,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
     snapshot = assemble.memory_sampler(s).sample()
     host = int(args.host_gib * GIB) if args.host_gib else snapshot.host_total
     cgroup = int(args.cgroup_gib * GIB) if args.cgroup_gib else snapshot.cgroup_limit
+    probe: GpuProbe
     if args.gpus is not None:
         probe = StaticProbe.uniform(args.gpus, args.vram_gib)
     elif s.gpu_probe == "nvml":
@@ -53,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
         cgroup_limit_bytes=cgroup,
         gpu_vram_total_bytes=tuple(d.total_bytes for d in devices),
         workers_override=s.workers or None,
+        memory_scale=s.plan_memory_scale,
     )
     result = plan_workers(inputs, assemble.memory_policy(s))
     if args.json:
