@@ -1,13 +1,37 @@
-"""Structured logging setup (structlog): JSON lines off a terminal, readable colour on one."""
+"""Structured logging setup (structlog): JSON lines off a terminal; on one, a person's view.
+
+Off a terminal (or with ``log_format=json``) every event is one JSON line on stderr, as it
+always was. On a terminal, the commands that ask for it (``run``, ``sim``, ``prove``: a
+:class:`TerminalView`) show the view of :mod:`cuzk_supervisor.cli.view` (drawn by
+:mod:`cuzk_supervisor.cli.screen`, which loads rich: imported only then) and write the JSON lines
+to their events file instead (``log_dir/supervisor.log``, rotated as the daemon's log is). The
+view sees every event from info up, whatever ``log_level`` says; what reaches the events file
+and the manager is still held to ``log_level``. Other commands on a terminal, and
+``log_format=console``, get structlog's colour console.
+"""
 
 from __future__ import annotations
 
+import argparse
+import atexit
+import dataclasses
 import logging
 import sys
+import threading
+import time
 from collections.abc import Sequence
-from typing import TextIO
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
+
+from cuzk_supervisor.cli.view import ViewModel, ViewOptions
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.cli.screen import Screen
+    from cuzk_supervisor.daemon.output import RotatingLineFile
+    from cuzk_supervisor.settings import Settings
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -15,6 +39,8 @@ _LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+EVENTS_FILE = "supervisor.log"
+"""The events file in ``log_dir`` while the terminal view is shown (JSON lines)."""
 
 
 # Process-wide context (phase, uuid) added to every event. Not contextvars: tasks copy those when
@@ -35,37 +61,185 @@ def _add_context(
     return event_dict
 
 
+@dataclass(frozen=True, slots=True)
+class TerminalView:
+    """What a command shows on a terminal (see the module docstring)."""
+
+    options: ViewOptions
+    events_file: Path | None = None
+    events_max_bytes: int = 64 * 1024 * 1024
+    events_backups: int = 3
+    force: bool = False
+    """Show it on a stream that is not a terminal (tests)."""
+
+
+def add_view_flags(parser: argparse.ArgumentParser) -> None:
+    """``--verbose`` for the commands that show the terminal view."""
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="on a terminal, also show the daemon's output lines and every other event "
+        "(as log_level=debug does); off a terminal nothing changes",
+    )
+
+
+def lifecycle_view(
+    s: Settings, *, command: str, min_rate: float, verbose: bool = False
+) -> TerminalView:
+    """The view of ``run`` and ``sim``, its events file beside the daemon's log."""
+    events = s.log_dir / EVENTS_FILE
+    logs = (("events", str(events)), ("daemon", str(s.log_dir / "cuzk.log")),
+            ("state", str(s.state_dir / "state.json")))  # fmt: skip
+    options = ViewOptions(command=command, verbose=verbose, time_scale=s.rate_time_scale,
+                          min_rate=min_rate, logs=logs)  # fmt: skip
+    return TerminalView(options, events, s.daemon_log_max_bytes, max(1, s.daemon_log_backups))
+
+
+class _Shown:
+    """The view installed in this process: the model, the screen, the events file."""
+
+    def __init__(self, view: TerminalView, out: TextIO, level: str) -> None:
+        from cuzk_supervisor.cli.screen import Screen  # rich: only when the view is shown
+
+        verbose = view.options.verbose or level == "debug"
+        self.model = ViewModel(dataclasses.replace(view.options, verbose=verbose))
+        self.screen: Screen = Screen(out)
+        self.view = view
+        self.lock = threading.RLock()
+        self.json = structlog.processors.JSONRenderer()
+        self._file: RotatingLineFile | None = None
+        self._file_failed = view.events_file is None
+
+    def tap(self, logger: Any, method: str, event_dict: structlog.typing.EventDict) -> Any:
+        """Processor: the view sees the event; it goes on unchanged."""
+        with self.lock:
+            try:
+                self.screen.apply(self.model.feed(event_dict))
+            except Exception as exc:  # the view must never break logging
+                self.screen.console.print(f"(terminal view: {type(exc).__name__}: {exc})")
+        return event_dict
+
+    def write(self, logger: Any, method: str, event_dict: structlog.typing.EventDict) -> Any:
+        """Final processor: the JSON line to the events file, nothing to the terminal."""
+        line = self.json(logger, method, event_dict)
+        with self.lock:
+            target = self._events_file()
+            if target is not None:
+                target.write_lines([f"{line}\n".encode()])
+        raise structlog.DropEvent
+
+    def _events_file(self) -> RotatingLineFile | None:
+        if self._file is None and not self._file_failed:
+            from cuzk_supervisor.adapters.files import WriteError
+            from cuzk_supervisor.daemon.output import RotatingLineFile
+
+            assert self.view.events_file is not None
+            try:  # opened at the first event, after every check before the start has passed
+                self._file = RotatingLineFile(
+                    self.view.events_file, self.view.events_max_bytes, self.view.events_backups
+                )
+            except WriteError as exc:
+                self._file_failed = True
+                self.screen.console.print(f"   events are not kept: {exc}", style="yellow")
+        return self._file
+
+    def finish(self, code: int) -> None:
+        with self.lock:
+            self.screen.apply(self.model.close(code, time.time()))
+            self.screen.close()
+
+
+_SHOWN: _Shown | None = None
+_EVER_SHOWN = False
+
+
+def view_shown() -> bool:
+    """Whether this process has shown the terminal view (its own lines then say it all)."""
+    return _EVER_SHOWN
+
+
+def finish_view(code: int) -> int:
+    """The closing summary (rate, plan, logs, exit code); returns ``code``. No view: nothing."""
+    global _SHOWN
+    shown, _SHOWN = _SHOWN, None
+    if shown is not None:
+        shown.finish(code)
+    return code
+
+
+@atexit.register
+def _stop_live() -> None:  # an exit that did not pass finish_view: leave the terminal tidy
+    if _SHOWN is not None:
+        _SHOWN.screen.close()
+
+
+def _level_gate(threshold: int) -> structlog.typing.Processor:
+    def gate(logger: Any, method: str, event_dict: structlog.typing.EventDict) -> Any:
+        if _LEVELS.get(str(event_dict.get("level")), logging.CRITICAL) < threshold:
+            raise structlog.DropEvent
+        return event_dict
+
+    return gate
+
+
 def configure_logging(
     level: str = "info",
     stream: TextIO | None = None,
     json: bool | None = None,
     extra_processors: Sequence[structlog.typing.Processor] = (),
+    *,
+    view: TerminalView | None = None,
 ) -> None:
     """Configure structlog once for the process.
 
-    ``json=None`` picks JSON lines unless ``stream`` is a terminal. Filtered-out levels cost one
-    integer comparison (``make_filtering_bound_logger``).
+    ``json=None`` picks JSON lines unless ``stream`` is a terminal; there, ``view`` (if given) is
+    shown, else structlog's console. Filtered-out levels cost one integer comparison
+    (``make_filtering_bound_logger``).
     """
+    global _SHOWN, _EVER_SHOWN
     out = stream if stream is not None else sys.stderr
     if level not in _LEVELS:
         raise ValueError(f"log level {level!r} is not one of {', '.join(_LEVELS)}")
-    use_json = (not out.isatty()) if json is None else json
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer()
-        if use_json
-        else structlog.dev.ConsoleRenderer(colors=out.isatty())
-    )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            _add_context,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+    if _SHOWN is not None:  # configured again (tests): the old view ends here
+        _SHOWN.screen.close()
+        _SHOWN = None
+    tty = out.isatty()
+    head: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        _add_context,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if view is not None and json is None and (tty or view.force):
+        _SHOWN = shown = _Shown(view, out, level)
+        _EVER_SHOWN = True
+        processors = [
+            *head,
+            shown.tap,  # the view sees info and up, whatever the level
+            _level_gate(_LEVELS[level]),
+            structlog.processors.format_exc_info,
+            *extra_processors,
+            shown.write,
+        ]
+        threshold = min(_LEVELS[level], logging.INFO)
+    else:
+        use_json = (not tty) if json is None else json
+        renderer: structlog.typing.Processor = (
+            structlog.processors.JSONRenderer()
+            if use_json
+            else structlog.dev.ConsoleRenderer(colors=tty)
+        )
+        processors = [
+            *head,
             structlog.processors.format_exc_info,
             *extra_processors,  # e.g. the log shipper: after the timestamp, before rendering
             renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        ]
+        threshold = _LEVELS[level]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )

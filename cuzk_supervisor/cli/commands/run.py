@@ -20,7 +20,7 @@ from cuzk_supervisor.adapters.loglines import shipping_processor
 from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
 from cuzk_supervisor.adapters.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
 from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
-from cuzk_supervisor.cli import prestart
+from cuzk_supervisor.cli import observe, prestart
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.labels import label_warning
 from cuzk_supervisor.lifecycle import assemble
@@ -39,12 +39,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "run", help="the entrypoint: the whole lifecycle, then keep proving", description=__doc__
     )
     settings.add_flags(parser)
+    observe.add_view_flags(parser)
     parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     loaded = settings.from_namespace(args)
-    return run_lifecycle(loaded.settings, os.environ)
+    return run_lifecycle(loaded.settings, os.environ, verbose=args.verbose)
 
 
 def check_inputs(s: Settings, environ: Mapping[str, str]) -> list[str]:
@@ -58,6 +59,8 @@ def run_lifecycle(
     environ: Mapping[str, str],
     *,
     on_phase: Callable[[str], None] | None = None,
+    command: str = "run",
+    verbose: bool = False,
 ) -> int:
     warnings = check_inputs(s, environ)
     label = resolve_label(s, environ)
@@ -75,7 +78,10 @@ def run_lifecycle(
         ShipperSettings(max_buffer_lines=s.log_buffer_lines),
     )
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
-    configure_logging(s.log_level, json=json_logs, extra_processors=[shipping_processor(shipper)])
+    view = observe.lifecycle_view(s, command=command, min_rate=min_rate, verbose=verbose)
+    configure_logging(
+        s.log_level, json=json_logs, extra_processors=[shipping_processor(shipper)], view=view
+    )
     for warning in warnings:
         structlog.get_logger().warning("settings.public_listen", detail=warning)
     unmatchable = label_warning(label, s.manager_url)  # once, at start (run and sim)
@@ -123,4 +129,4 @@ def run_lifecycle(
             ):
                 return await lifecycle.run()
 
-    return run_supervised(body, cleanup_grace_s=s.daemon_stop_grace_s)
+    return observe.finish_view(run_supervised(body, cleanup_grace_s=s.daemon_stop_grace_s))

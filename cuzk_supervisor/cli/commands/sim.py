@@ -31,6 +31,7 @@ from typing import Any
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.address import free_loopback_port
+from cuzk_supervisor.cli import observe
 from cuzk_supervisor.cli.commands.run import run_lifecycle
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
@@ -110,6 +111,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="forget the previous demo's state and manager database first",
     )
     settings.add_flags(parser)
+    observe.add_view_flags(parser)
     _mark_flag_only(parser)
     parser.set_defaults(handler=main)
 
@@ -235,11 +237,13 @@ def main(args: argparse.Namespace) -> int:
         started = time.monotonic()
         code = run_lifecycle(
             s, os.environ,
-            on_phase=lambda phase: print(
+            on_phase=lambda phase: None if observe.view_shown() else print(
                 f"sim: {time.monotonic() - started:6.1f}s  phase {phase}", flush=True
             ),
+            command="sim", verbose=args.verbose,
         )  # fmt: skip
-        print(f"sim: finished with exit code {code} after {time.monotonic() - started:.1f}s")
+        if not observe.view_shown():  # the terminal view ended with its own summary
+            print(f"sim: finished with exit code {code} after {time.monotonic() - started:.1f}s")
         return code
     finally:
         if manager is not None:

@@ -1,0 +1,201 @@
+"""The terminal view's mapping: structlog events to what a person sees.
+
+Pure: no I/O, no clock, no terminal library. :meth:`ViewModel.feed` takes one event dict as the
+structlog chain has it (``event``, ``level``, ``timestamp`` and the fields) and returns what the
+screen does: print a :class:`Line` above the live area, or show a :class:`Status` there (or
+:data:`CLEAR` it). Times come from the events' own timestamps, so a recorded run replays the
+same. A phase's line is printed when the phase ends, with what it came to (one line per phase);
+``run`` is printed when it begins (it lasts). Warnings and errors are one readable line each, a
+repeat of the same one in a phase is counted instead of printed. The children's output lines
+(the daemon's, the fetch command's) are shown only when ``verbose``; so is every other event.
+The rich rendering is :mod:`cuzk_supervisor.cli.screen`; :mod:`cuzk_supervisor.cli.observe`
+wires both into structlog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuzk_supervisor.cli.viewevents import HANDLERS, SUFFIX_HANDLERS
+from cuzk_supervisor.cli.viewtext import (
+    CLEAR,
+    DOING,
+    EXPECTED_DAEMON_S,
+    Action,
+    Line,
+    PhaseState,
+    Status,
+    ViewOptions,
+    describe,
+    duration,
+    event_time,
+    exit_words,
+    is_child_line,
+    size,
+)
+
+__all__ = ["CLEAR", "Action", "Line", "Status", "ViewModel", "ViewOptions"]
+
+
+@dataclass
+class ViewModel:
+    """What the screen shows, worked out from the events seen so far (see the module doc)."""
+
+    options: ViewOptions = field(default_factory=ViewOptions)
+    phase: PhaseState | None = None
+    last_phase: str = "start"
+    started: float | None = None
+    now: float | None = None
+    workers: int | None = None
+    plan_workers: tuple[int, int] = (0, 0)
+    """(warmup, full) of the latest plan."""
+    plan: str = ""
+    rate: float | None = None
+    verdict: str = ""
+    failure: str = ""
+    fetch: dict[str, float] = field(default_factory=dict)
+    bench: dict[str, float] = field(default_factory=dict)
+    prove: dict[str, float] = field(default_factory=dict)
+    """prove: count, done, failed, running, since, eta, at, waited_since, deadline."""
+    waiting: str = ""
+    headroom: str = ""
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    repeats: int = 0
+    shown: Status | None = None
+    closed: bool = False
+
+    # --- events -------------------------------------------------------------------------------
+
+    def feed(self, event: Mapping[str, Any]) -> list[Action]:
+        t = event_time(event)
+        self.now = t if t is not None else self.now
+        if self.started is None:
+            self.started = self.now
+        name = str(event.get("event", ""))
+        out: list[Action] = []
+        if is_child_line(event):
+            if self.options.verbose:
+                out.append(Line("child", f"{event['source']}: {name}"))
+            return out
+        handler = HANDLERS.get(name) or SUFFIX_HANDLERS.get(name.rpartition(".")[2])
+        if handler is not None:
+            out.extend(handler(self, event))
+        elif event.get("level") in ("warning", "error", "critical"):
+            out.extend(self.problem(event))
+        told = any(isinstance(a, Line) for a in out) or name == "phase.entered"
+        if not told and self.options.verbose:
+            out.append(Line("event", describe(event)))
+        return out + self._restatus()
+
+    def close(self, exit_code: int, now: float | None) -> list[Action]:
+        """The end of the process: the open phase's line, then the summary."""
+        if self.closed:
+            return []
+        self.closed = True
+        now = now if now is not None else self.now
+        out: list[Action] = [CLEAR]
+        if self.options.command == "prove":
+            return out
+        if self.phase is not None and self.phase.name != "run":
+            out.append(self.phase_line(now, mark="stopped"))
+        if self.rate is not None and (self.rate > 0 or not self.failure):
+            out.append(Line("summary", f"{self.rate:.1f} proofs/hour{self.verdict}", label="rate"))
+        if self.failure:
+            out.append(Line("summary", self.failure, label="failed"))
+        if self.plan:
+            out.append(Line("summary", self.plan, label="plan"))
+        for index, (what, path) in enumerate(self.options.logs):
+            out.append(Line("summary", f"{what:<7}{path}", label="" if index else "logs"))
+        took = f" after {duration(now - self.started)}" if now and self.started else ""
+        out.append(Line("summary", f"{exit_code} ({exit_words(exit_code)}){took}", label="exit"))
+        return out
+
+    # --- pieces -------------------------------------------------------------------------------
+
+    def note(self, text: str) -> list[Action]:
+        if self.phase is not None:
+            self.phase.note = text
+        return []
+
+    def phase_line(self, now: float | None, mark: str) -> Line:
+        assert self.phase is not None
+        p, self.phase = self.phase, None
+        took = now - p.since if now is not None and p.since is not None else None
+        text = p.failed or p.note
+        mark = "failed" if p.failed else p.mark or mark
+        return Line("phase", text, phase=p.name, mark=mark, took_s=took)
+
+    def problem(self, event: Mapping[str, Any], text: str = "") -> list[Action]:
+        text = text or describe(event)
+        key = (str(event.get("event", "")), text)
+        if key in self.seen:
+            self.repeats += 1
+            return []
+        self.seen.add(key)
+        kind = "warning" if event.get("level") == "warning" else "error"
+        return [Line(kind, text)]
+
+    def fail(self, reason: str) -> list[Action]:
+        where = self.phase.name if self.phase is not None else self.last_phase
+        self.failure = f"in {where}: {reason}"
+        if self.phase is None:
+            return [Line("error", reason)]
+        self.phase.failed = reason
+        return [self.phase_line(self.now, mark="failed")]
+
+    def _restatus(self) -> list[Action]:
+        status = None if self.closed else self._status()
+        if status == self.shown:
+            return []
+        self.shown = status
+        return [status if status is not None else CLEAR]
+
+    def _status(self) -> Status | None:
+        if self.options.command == "prove":
+            return self._prove_status()
+        if self.phase is None:
+            return None
+        name, since = self.phase.name, self.phase.since
+        at = f" at {self.workers} workers" if self.workers else ""
+        text = DOING.get(name, name).format(at=at)
+        extra: dict[str, Any] = {}
+        if name == "register" and self.waiting:
+            text = f"waiting for the manager: {self.waiting}"
+        elif name == "params" and self.fetch.get("total"):
+            text = "downloading the proof parameters"
+            extra = {"done": self.fetch.get("done", 0.0), "total": self.fetch["total"],
+                     "unit": "bytes", "eta_s": self.fetch.get("eta"),
+                     "eta_at": self.fetch.get("at"), "rate": self.fetch_rate()}  # fmt: skip
+        elif name in EXPECTED_DAEMON_S:
+            extra = {"expected_s": EXPECTED_DAEMON_S[name] / max(self.options.time_scale, 1e-9)}
+        elif name == "bench" and self.bench.get("planned"):
+            rate = self.bench.get("rate")
+            extra = {"done": self.bench.get("done", 0.0), "total": self.bench["planned"],
+                     "unit": "proofs", "eta_s": self.bench.get("eta"),
+                     "eta_at": self.bench.get("at"),
+                     "rate": f"{rate:.1f} proofs/h so far" if rate else ""}  # fmt: skip
+        if self.headroom:
+            text += f", {self.headroom}"
+        if self.repeats:
+            text += f" ({self.repeats} repeated warnings not shown)"
+        return Status(phase=name, text=text, since=since, **extra)
+
+    def fetch_rate(self) -> str:
+        rate = self.fetch.get("rate")
+        return f"{size(rate)}/s" if rate else ""
+
+    def _prove_status(self) -> Status | None:
+        p = self.prove
+        if "since" not in p:  # not proving yet: connecting, waiting for the daemon
+            since = p.get("waited_since", self.started)
+            return Status("prove", self.waiting or "starting", since=since,
+                          expected_s=p.get("deadline") or None, expected_is_limit=True)  # fmt: skip
+        failed, running = int(p.get("failed", 0)), int(p.get("running", 0))
+        text = f"{running} running" + (f", {failed} failed" if failed else "")
+        if self.waiting:
+            text += f", {self.waiting}"
+        return Status("prove", text, since=p["since"], done=p.get("done", 0.0),
+                      total=p.get("count") or None, unit="proofs", eta_s=p.get("eta"),
+                      eta_at=p.get("at"))  # fmt: skip

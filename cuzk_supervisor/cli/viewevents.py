@@ -1,0 +1,321 @@
+"""The terminal view's handlers: one per event it turns into more than a generic line.
+
+Each takes the :class:`~cuzk_supervisor.cli.view.ViewModel` and the event, updates the model and
+returns the lines to print (the live line is worked out by the model after every event). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from cuzk_supervisor.cli.viewtext import (
+    Action,
+    Line,
+    PhaseState,
+    describe,
+    duration,
+    plan_head,
+    short,
+    size,
+)
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.cli.view import ViewModel
+
+Handler = Callable[["ViewModel", Mapping[str, Any]], list[Action]]
+
+
+def _phase_entered(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    out: list[Action] = []
+    if m.phase is not None:
+        out.append(m.phase_line(m.now, mark="done"))
+    name = str(e.get("phase", ""))
+    m.phase = PhaseState(name, m.now)
+    m.last_phase = name
+    warm, full = m.plan_workers
+    m.workers = (warm if name == "warmup" else full if name in _FULL else 0) or m.workers
+    m.waiting, m.repeats = "", 0
+    m.seen = {key for key in m.seen if key[0] == "manager.register_waiting"}
+    if name == "run":
+        words = f"proving at {m.workers} workers" if m.workers else "proving"
+        out.append(Line("phase", f"{words}; the daemon is kept up", phase="run", mark="running"))
+    return out
+
+
+_FULL = frozenset({"restart", "settle", "bench", "run"})
+
+
+def _registered(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    return m.note(f"runner {e.get('runner_id')}, instance {e.get('uuid')}")
+
+
+def _skipped(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if e.get("call") == "register":
+        return m.note("local run: no manager URL, nothing is reported")
+    if e.get("call") == "bench_done":
+        m.verdict = " (not checked: no manager)"
+    return []
+
+
+def _register_waiting(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.waiting = f"{e.get('url') or 'the manager'} did not answer ({e.get('reason', '')})"
+    return m.problem(e, f"manager at {e.get('url')} did not answer: {e.get('reason', '')}")
+
+
+def _fetch_started(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.fetch = {"total": float(e.get("total_bytes") or 0), "done": 0.0}
+    return []
+
+
+def _fetch_progress(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.fetch.update(
+        done=float(e.get("done_bytes") or 0), total=float(e.get("total_bytes") or 0),
+        rate=float(e.get("rate_bytes_s") or 0), at=m.now or 0.0,
+    )  # fmt: skip
+    if e.get("eta_s") is not None:
+        m.fetch["eta"] = float(e["eta_s"])
+    if e.get("event") == "params.fetched":
+        took = f" in {duration(e.get('elapsed_s'))}" if e.get("elapsed_s") is not None else ""
+        rate = f" ({m.fetch_rate()})" if m.fetch_rate() else ""
+        return m.note(f"{size(e.get('done_bytes'))} fetched{took}{rate}")
+    return []
+
+
+def _plan_made(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.plan_workers = (int(e.get("warmup_workers") or 0), int(e.get("full_workers") or 0))
+    gpus = re.search(r"(\d+) GPU", str(e.get("summary", "")))
+    if e.get("full_workers") is not None and e.get("total_budget_gib") is not None:
+        m.plan = (f"{e['full_workers']} workers (warmup {e.get('warmup_workers')}), daemon "
+                  f"memory budget {e['total_budget_gib']} GiB"
+                  + (f", {gpus.group(1)} GPU(s)" if gpus else ""))  # fmt: skip
+    else:
+        m.plan = plan_head(e.get("summary"))
+    return m.note(m.plan)
+
+
+def _step_down(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    text = (f"stepped down to {e.get('full_workers')} workers (warmup "
+            f"{e.get('warmup_workers')}): {e.get('cause', '')}")  # fmt: skip
+    return [Line("warning", text)]
+
+
+def _one_proof(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.workers = int(e.get("workers") or 0) or m.workers
+    return m.note(f"1 proof in {duration(e.get('wall_s'))} at {e.get('workers')} workers")
+
+
+def _replaced(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.workers = int(e.get("workers") or 0) or m.workers
+    return []
+
+
+def _daemon_ready(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if "startup_s" not in e or m.phase is None or m.phase.name != "restart":
+        return []
+    return m.note(f"daemon ready at {m.workers} workers in {duration(e.get('startup_s'))}")
+
+
+def _proof(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if e.get("event") == "proof.completed":
+        if m.phase is not None and m.phase.name == "bench":
+            m.bench["done"] = m.bench.get("done", 0) + 1
+        return []
+    return _said("proof {status}: {error}")(m, e)
+
+
+def _prove(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    """``prove``'s own events: what it asked for, how long it waited, how far it got."""
+    name, now = e.get("event"), m.now or 0.0
+    if name == "prove.started":
+        m.prove = {"count": float(e.get("count") or 0)}
+        m.waiting = f"asking the daemon at {e.get('address')}"
+    elif name == "prove.waiting":
+        m.prove.update(waited_since=now - float(e.get("waited_s") or 0),
+                       deadline=float(e.get("deadline_s") or 0))  # fmt: skip
+        m.waiting = f"waiting for the daemon at {e.get('address')} to answer"
+    elif name == "prove.progress":
+        m.prove.update(
+            since=now - float(e.get("elapsed_s") or 0), done=float(e.get("done") or 0),
+            count=float(e.get("count") or m.prove.get("count", 0)),
+            failed=float(e.get("failed") or 0), running=float(e.get("running") or 0),
+        )  # fmt: skip
+        if e.get("eta_s") is not None:
+            m.prove.update(eta=float(e["eta_s"]), at=now)
+        parts = e.get("partitions_done"), e.get("partitions_total")
+        m.waiting = f"partitions {parts[0]}/{parts[1]}" if None not in parts else ""
+    return []
+
+
+def _bench_started(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.bench = {"planned": float(e.get("max_proofs") or 0), "done": 0.0}
+    return []
+
+
+def _status(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if e.get("headroom_gib") is not None:
+        m.headroom = f"{float(e['headroom_gib']):.1f} GiB memory headroom ({e.get('risk', '?')})"
+    if "bench_done" in e:
+        m.bench.update(planned=float(e.get("bench_planned") or m.bench.get("planned", 0)))
+        if e.get("rate_so_far") is not None:
+            m.bench["rate"] = float(e["rate_so_far"])
+        if e.get("eta_s") is not None:
+            m.bench.update(eta=float(e["eta_s"]), at=m.now or 0.0)
+    return []
+
+
+def _stretch_done(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if m.phase is not None and m.phase.mark == "stopped":
+        return []  # interrupted: its note says how
+    return m.note(f"{e.get('completed')} of {e.get('submitted')} proofs done ({e.get('stopped')})")
+
+
+def _interrupted(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if m.phase is not None:
+        m.phase.mark = "stopped"
+    lost = f", {e.get('lost')} in flight lost" if e.get("lost") else ""
+    return m.note(f"interrupted after {e.get('completed')} proofs{lost}")
+
+
+def _keeper(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    """``<name>.restart_scheduled``, ``.crash_loop``, ``.start_failed`` of a kept process."""
+    who, _, what = str(e.get("event", "")).rpartition(".")
+    if what == "restart_scheduled":
+        return [Line("warning", f"{who} restarts in {duration(e.get('delay_s'))} "
+                                f"(attempt {e.get('attempt')})")]  # fmt: skip
+    if what == "crash_loop":
+        return m.problem(e, f"{who} crash loop: {e.get('verdict', '')}")
+    return m.problem(e, f"{who} failed to start: {e.get('exit_reason', '')}")
+
+
+def _daemon_exited(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if e.get("level") not in ("warning", "error"):
+        return []
+    return m.problem(e, f"daemon {e.get('exit_kind')}: {e.get('exit_reason', '')}")
+
+
+def _bench_result(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.rate = float(e.get("rate") or 0)
+    how = e.get("measurement")
+    reason = how.get("reason") if isinstance(how, Mapping) else ""
+    return m.note(f"{m.rate:.1f} proofs/hour" + (f" ({reason})" if reason else ""))
+
+
+def _verdict(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if e.get("event") == "bench.failed" or e.get("passed") is False:
+        m.verdict = f" - failed: below min_rate {m.options.min_rate:g}"
+        if m.failure:  # a rate 0 sent for a failure already shown
+            return []
+        reason = f"{float(e.get('rate') or 0):.1f} proofs/hour is below min_rate"
+        out = m.fail(reason)
+        m.failure = ""  # the rate line says it
+        return out
+    if not m.verdict:
+        m.verdict = f" - passed (min_rate {m.options.min_rate:g})"
+    if m.phase is not None and m.rate is not None:
+        m.phase.note = f"{m.rate:.1f} proofs/hour{m.verdict}"
+    return []
+
+
+def _failed(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    return m.fail(str(e.get("reason") or e.get("event")))
+
+
+def _gone(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    return m.fail(f"the manager killed this instance: {e.get('reason', '')}")
+
+
+def _finished(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    m.failure = f"an earlier run ended with exit {e.get('exit_code')}: {e.get('reason', '')}"
+    return [Line("warning", f"{m.failure} ({e.get('detail', '')})")]
+
+
+def _stopping(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    return [Line("note", f"stopping on {e.get('signal')}")]
+
+
+def _ignore(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    return []
+
+
+def _said(template: str) -> Any:
+    """A warning or error in words: ``template`` formatted with the event's fields."""
+
+    def handler(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+        try:
+            text = template.format_map(_Blank(e))
+        except (ValueError, IndexError):
+            text = describe(e)
+        return m.problem(e, text)
+
+    return handler
+
+
+class _Blank(dict[str, Any]):
+    """An event's fields for ``str.format_map``: lists as ``1, 2``; a missing field as ``?``."""
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        return short(value) or value if isinstance(value, list | tuple) else value
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+HANDLERS: dict[str, Handler] = {
+    "phase.entered": _phase_entered,
+    "manager.registered": _registered,
+    "manager.report_skipped": _skipped,
+    "manager.register_waiting": _register_waiting,
+    "params.fetch_started": _fetch_started,
+    "params.progress": _fetch_progress,
+    "params.fetched": _fetch_progress,
+    "params.present": lambda m, e: m.note(f"{e.get('files')} files present"),
+    "params.already_verified": lambda m, e: m.note("already verified"),
+    "params.no_fetch": lambda m, e: m.note("nothing to fetch"),
+    "plan.made": _plan_made,
+    "plan.step_down": _step_down,
+    "warmup.done": _one_proof,
+    "settle.done": _one_proof,
+    "daemon.replaced": _replaced,
+    "daemon.ready": _daemon_ready,
+    "proof.submitted": _ignore,
+    "proof.completed": _proof,
+    "proof.failed": _proof,
+    "bench.started": _bench_started,
+    "status": _status,
+    "bench.stretch_done": _stretch_done,
+    "bench.result": _bench_result,
+    "manager.bench_verdict": _verdict,
+    "bench.passed": _verdict,
+    "bench.failed": _verdict,
+    "lifecycle.failed": _failed,
+    "manager.instance_gone": _gone,
+    "lifecycle.finished": _finished,
+    "supervisor.stopping": _stopping,
+    "prove.started": _prove,
+    "prove.waiting": _prove,
+    "prove.progress": _prove,
+    "prove.summary": _ignore,  # prove prints its summary itself
+    "manager.report_queued": _ignore,
+    "manager.report_done": _ignore,
+    "bench.interrupted": _interrupted,
+    "daemon.exited": _daemon_exited,
+    "proof.attempt_failed": _ignore,  # proof.failed said it
+    "proof.daemon_restarted": _ignore,  # daemon.exited said it; the proof is sent again
+    "bench.no_time_to_measure_again": _said(
+        "no time left in the bench budget to measure again ({stretches} tries)"
+    ),
+    "manager.unavailable": _said("manager at {url} did not answer {call}: {reason}"),
+    # Its own "level" field is lost under the log level (structlog's add_log_level wins).
+    "memory.risk_changed": _said("memory risk changed (was {previous}): {reason}"),
+    "memory.risk_critical": _said("memory critical: {reason}"),
+    "pid1.tree_killed": _said("processes left at the end needed SIGKILL: pids {killed}"),
+}
+SUFFIX_HANDLERS: dict[str, Handler] = {
+    "restart_scheduled": _keeper,
+    "crash_loop": _keeper,
+    "start_failed": _keeper,
+}
+"""By the last part of the name: the events of any kept process (the daemon, a worker)."""

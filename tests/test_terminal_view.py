@@ -1,0 +1,613 @@
+"""Issue 14.1: the terminal view of run, sim and prove.
+
+The mapping (cuzk_supervisor.cli.view) is pure and tested here on event dicts; the rendering
+(cli.screen) on a rich console writing to a string; the wiring (cli.observe) through structlog.
+The slow tests drive ``sim --exit-after-run`` on a pseudo-terminal, read the whole screen through
+a small terminal emulator (what a person sees after the run), and run it again off a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import structlog
+from simhelpers import free_tcp_port
+
+from cuzk_supervisor.cli import observe
+from cuzk_supervisor.cli.view import CLEAR, Line, Status, ViewModel, ViewOptions
+from cuzk_supervisor.cli.viewtext import PHASES, describe, duration, exit_words, size
+
+T0 = 1_800_000_000.0
+
+
+def ev(event: str, at: float = 0.0, level: str = "info", **fields):
+    stamp = datetime.fromtimestamp(T0 + at, UTC).isoformat().replace("+00:00", "Z")
+    return {"event": event, "level": level, "timestamp": stamp, **fields}
+
+
+def daemon_line(text: str, at: float = 0.0):
+    return ev(text, at, source="cuzk", stream="stdout")
+
+
+def happy_path() -> list[dict]:
+    """The events of one demo run that the view uses, in order, with daemon lines among them."""
+    events = [
+        ev("supervisor.started", 0, as_pid1=False, subreaper=True),
+        ev("phase.entered", 0.1, phase="register"),
+        ev("manager.registered", 0.2, label="C.1", uuid="u-1", runner_id=1),
+        ev("phase.entered", 0.3, phase="params"),
+        ev("params.fetch_started", 0.3, total_bytes=42_000_000),
+        ev(
+            "params.progress",
+            0.8,
+            done_bytes=21_000_000,
+            total_bytes=42_000_000,
+            rate_bytes_s=42_000_000,
+            eta_s=0.5,
+            elapsed_s=0.5,
+        ),
+        ev(
+            "params.fetched",
+            1.3,
+            done_bytes=42_000_000,
+            total_bytes=42_000_000,
+            rate_bytes_s=42_000_000,
+            eta_s=0,
+            elapsed_s=1.0,
+        ),
+        ev("phase.entered", 1.4, phase="plan"),
+        ev(
+            "plan.made",
+            1.4,
+            summary="12 partition workers (warmup 2), total_budget 238GiB, "
+            "1 GPU(s): 900 fit by 69 + 20 x W",
+            full_workers=12,
+            warmup_workers=2,
+            total_budget_gib=238,
+        ),
+        ev("phase.entered", 1.5, phase="warmup"),
+        daemon_line("INFO cuzk_daemon: cuzk-daemon starting", 1.6),
+        ev("proof.submitted", 2.0, job_id="j0", attempt=1),
+        ev("proof.completed", 5.0, job_id="j0", wall_s=3.0),
+        ev("warmup.done", 5.0, wall_s=3.0, workers=2),
+        ev("phase.entered", 5.1, phase="restart"),
+        ev("daemon.replaced", 5.1, workers=12),
+        ev("daemon.ready", 6.0, pid=2, startup_s=0.9),
+        ev("phase.entered", 6.1, phase="settle"),
+        ev("settle.done", 6.8, wall_s=0.7, workers=12),
+        ev("phase.entered", 6.9, phase="bench"),
+        ev("bench.started", 6.9, concurrency=2, max_proofs=4, budget_left_s=20),
+    ]
+    for n in range(4):
+        events.append(daemon_line(f"INFO cuzk_core::engine: proof completed job {n}", 7.4 + n))
+        events.append(ev("proof.completed", 7.5 + n, job_id=f"b{n}", wall_s=0.8))
+        if n == 1:
+            status = {"headroom_gib": 22.4, "risk": "ok", "bench_done": 2, "bench_planned": 4}
+            events.append(ev("status", 8.6, phase="bench", rate_so_far=84.6, eta_s=2.0, **status))
+    events += [
+        ev("bench.stretch_done", 10.6, submitted=4, completed=4, stopped="all 4 proofs submitted"),
+        ev("phase.entered", 10.7, phase="report"),
+        ev(
+            "bench.result",
+            10.7,
+            rate=84.164,
+            completed=4,
+            measurement={"reason": "steady: 4 proofs over 3.0 s"},
+        ),
+        ev("manager.bench_verdict", 10.8, rate=84.164, passed=True),
+        ev("bench.passed", 10.8, rate=84.164),
+        ev("phase.entered", 10.9, phase="run"),
+    ]
+    return events
+
+
+def feed_all(model: ViewModel, events) -> list:
+    return [action for event in events for action in model.feed(event)]
+
+
+def lines(actions, kind: str | None = None) -> list[Line]:
+    return [a for a in actions if isinstance(a, Line) and (kind is None or a.kind == kind)]
+
+
+# --- the mapping ---------------------------------------------------------------------------------
+
+
+def test_one_line_per_phase_in_order_each_with_what_it_came_to():
+    model = ViewModel(ViewOptions(command="sim", min_rate=30))
+    shown = lines(feed_all(model, happy_path()))
+    assert [(line.phase, line.mark) for line in shown] == [
+        *((phase, "done") for phase in PHASES[:-1]),
+        ("run", "running"),
+    ]
+    by_phase = {line.phase: line for line in shown}
+    assert by_phase["register"].text == "runner 1, instance u-1"
+    assert by_phase["params"].text == "40.1 MiB fetched in 1.0s (40.1 MiB/s)"
+    assert by_phase["plan"].text == "12 workers (warmup 2), daemon memory budget 238 GiB, 1 GPU(s)"
+    assert by_phase["warmup"].text == "1 proof in 3.0s at 2 workers"
+    assert by_phase["restart"].text == "daemon ready at 12 workers in 0.9s"
+    assert by_phase["bench"].text == "4 of 4 proofs done (all 4 proofs submitted)"
+    assert by_phase["report"].text == "84.2 proofs/hour - passed (min_rate 30)"
+    assert by_phase["run"].text == "proving at 12 workers; the daemon is kept up"
+    assert by_phase["warmup"].took_s == pytest.approx(3.6)
+
+
+def test_daemon_lines_are_not_shown_unless_verbose():
+    quiet = lines(feed_all(ViewModel(ViewOptions()), happy_path()))
+    assert not [line for line in quiet if "cuzk_" in line.text]
+    verbose = lines(feed_all(ViewModel(ViewOptions(verbose=True)), happy_path()), "child")
+    assert verbose[0].text == "cuzk: INFO cuzk_daemon: cuzk-daemon starting"
+    assert len(verbose) == 5
+
+
+def test_verbose_shows_every_other_event_too():
+    shown = lines(feed_all(ViewModel(ViewOptions(verbose=True)), happy_path()), "event")
+    assert "supervisor.started (as_pid1 False, subreaper True)" in [line.text for line in shown]
+
+
+def test_the_closing_summary_has_rate_plan_logs_and_exit():
+    logs = (("events", "/l/supervisor.log"), ("daemon", "/l/cuzk.log"))
+    model = ViewModel(ViewOptions(min_rate=30, logs=logs))
+    feed_all(model, happy_path())
+    closing = model.close(0, T0 + 12.0)
+    assert closing[0] is CLEAR
+    summary = [(line.label, line.text) for line in lines(closing)]
+    assert summary == [
+        ("rate", "84.2 proofs/hour - passed (min_rate 30)"),
+        ("plan", "12 workers (warmup 2), daemon memory budget 238 GiB, 1 GPU(s)"),
+        ("logs", "events /l/supervisor.log"),
+        ("", "daemon /l/cuzk.log"),
+        ("exit", "0 (ok) after 12s"),
+    ]
+    assert model.close(0, T0 + 13.0) == []  # once
+
+
+def test_params_show_bytes_rate_and_eta():
+    model = ViewModel()
+    feed_all(model, happy_path()[:6])
+    status = model.shown
+    assert status is not None
+    assert (status.phase, status.unit, status.done, status.total) == (
+        "params", "bytes", 21_000_000, 42_000_000,
+    )  # fmt: skip
+    assert status.rate == "40.1 MiB/s"
+    assert (status.eta_s, status.eta_at) == (0.5, pytest.approx(T0 + 0.8))
+
+
+def test_warmup_and_settle_show_elapsed_against_the_usual_time_in_wall_seconds():
+    model = ViewModel(ViewOptions(time_scale=100))
+    events = happy_path()
+    feed_all(model, events[: events.index(ev("phase.entered", 1.5, phase="warmup")) + 1])
+    status = model.shown
+    assert status is not None
+    assert status.phase == "warmup"
+    assert status.expected_s == pytest.approx(3.6)  # 6 minutes of daemon time at 100x
+    assert status.since == pytest.approx(T0 + 1.5)
+    assert "at 2 workers" in status.text
+    model.feed(ev("phase.entered", 2.0, phase="settle"))
+    assert model.shown is not None
+    assert model.shown.expected_s == pytest.approx(0.9)
+
+
+def test_bench_shows_proofs_done_of_planned_rate_so_far_and_eta():
+    model = ViewModel()
+    events = happy_path()
+    cut = next(i for i, e in enumerate(events) if e["event"] == "status") + 1
+    feed_all(model, events[:cut])
+    status = model.shown
+    assert status is not None
+    assert (status.phase, status.unit, status.done, status.total) == ("bench", "proofs", 2, 4)
+    assert status.rate == "84.6 proofs/h so far"
+    assert (status.eta_s, status.eta_at) == (2.0, pytest.approx(T0 + 8.6))
+    assert "22.4 GiB memory headroom (ok)" in status.text
+
+
+def test_a_warning_is_one_readable_line_and_a_repeat_is_counted_not_printed():
+    model = ViewModel()
+    model.feed(ev("phase.entered", 0, phase="plan"))
+    warning = ev("manager.unavailable", 1, "warning", call="register", url="http://m",
+                 attempts=3, reason="ConnectError: refused")  # fmt: skip
+    first = lines(model.feed(warning))
+    assert [(line.kind, line.text) for line in first] == [
+        ("warning", "manager at http://m did not answer register: ConnectError: refused")
+    ]
+    again = model.feed({**warning, "timestamp": ev("x", 2)["timestamp"]})
+    assert lines(again) == []
+    assert model.shown is not None
+    assert "(1 repeated warnings not shown)" in model.shown.text
+
+
+def test_an_unknown_warning_shows_its_reason_and_a_few_fields():
+    line = lines(ViewModel().feed(ev("gpu.odd", 0, "error", reason="lost", gpu=1, exception="tb")))
+    assert [(x.kind, x.text) for x in line] == [("error", "gpu.odd: lost (gpu 1)")]
+
+
+def test_a_failure_closes_its_phase_as_failed_and_says_why_in_the_summary():
+    model = ViewModel()
+    model.feed(ev("phase.entered", 0, phase="warmup"))
+    crashed = model.feed(ev("daemon.exited", 1, "warning", exit_kind="crashed",
+                            exit_reason="exited with code 1"))  # fmt: skip
+    assert [x.text for x in lines(crashed)] == ["daemon crashed: exited with code 1"]
+    failed = model.feed(ev("lifecycle.failed", 2, "error", reason="daemon: crash loop"))
+    assert [(x.phase, x.mark, x.text) for x in lines(failed)] == [
+        ("warmup", "failed", "daemon: crash loop")
+    ]
+    assert failed[-1] is CLEAR  # nothing live after the end
+    summary = {x.label: x.text for x in lines(model.close(4, T0 + 3))}
+    assert summary["failed"] == "in warmup: daemon: crash loop"
+    assert summary["exit"] == "4 (daemon crash loop) after 3.0s"
+
+
+def test_a_rate_below_min_rate_fails_the_report_line():
+    model = ViewModel(ViewOptions(min_rate=50))
+    feed_all(model, [ev("phase.entered", 0, phase="report"), ev("bench.result", 0, rate=20.0)])
+    shown = lines(model.feed(ev("manager.bench_verdict", 1, rate=20.0, passed=False)))
+    assert [(x.phase, x.mark) for x in shown] == [("report", "failed")]
+    summary = {x.label: x.text for x in lines(model.close(6, T0 + 1))}
+    assert summary["rate"] == "20.0 proofs/hour - failed: below min_rate 50"
+
+
+def test_a_signal_stops_the_open_phase():
+    model = ViewModel()
+    feed_all(model, [ev("phase.entered", 0, phase="bench"), ev("supervisor.stopping", 1,
+                                                                 signal="SIGTERM")])  # fmt: skip
+    closing = lines(model.close(143, T0 + 2))
+    assert (closing[0].phase, closing[0].mark) == ("bench", "stopped")
+    assert closing[-1].text == "143 (stopped by SIGTERM) after 2.0s"
+
+
+def test_an_interrupted_bench_says_so_on_its_line():
+    model = ViewModel()
+    events = [
+        ev("phase.entered", 0, phase="bench"),
+        ev("bench.interrupted", 1, "warning", cause="daemon crashed", completed=3, lost=2),
+        ev("bench.stretch_done", 1, submitted=5, completed=3, stopped=""),
+    ]
+    feed_all(model, events)
+    line = lines(model.feed(ev("phase.entered", 2, phase="settle")))[0]
+    assert (line.phase, line.mark, line.text) == (
+        "bench", "stopped", "interrupted after 3 proofs, 2 in flight lost",
+    )  # fmt: skip
+
+
+def test_a_known_warning_reads_as_words_with_its_fields():
+    killed = ev("pid1.tree_killed", 0, "warning", terminated=0, killed=(25038,), survivors=())
+    assert [x.text for x in lines(ViewModel().feed(killed))] == [
+        "processes left at the end needed SIGKILL: pids 25038"
+    ]
+
+
+def test_waiting_for_the_manager_is_in_the_live_line():
+    model = ViewModel()
+    model.feed(ev("phase.entered", 0, phase="register"))
+    waiting = ev("manager.register_waiting", 1, "warning", url="http://m", reason="refused")
+    assert [x.text for x in lines(model.feed(waiting))] == [
+        "manager at http://m did not answer: refused"
+    ]
+    assert model.shown is not None
+    assert model.shown.text.startswith("waiting for the manager: http://m did not answer")
+
+
+def test_the_live_line_is_sent_only_when_it_changes():
+    model = ViewModel()
+    first = model.feed(ev("phase.entered", 0, phase="plan"))
+    assert [type(a) for a in first] == [Status]
+    assert model.feed(ev("manager.report_done", 1)) == []
+
+
+def test_prove_shows_its_wait_then_its_proofs_and_leaves_the_summary_to_prove():
+    model = ViewModel(ViewOptions(command="prove"))
+    model.feed(ev("prove.started", 0, address="127.0.0.1:9", count=3, concurrency=1))
+    model.feed(ev("prove.waiting", 5, address="127.0.0.1:9", waited_s=5.0, deadline_s=30.0))
+    waiting = model.shown
+    assert waiting is not None
+    assert (waiting.text, waiting.since, waiting.expected_s, waiting.expected_is_limit) == (
+        "waiting for the daemon at 127.0.0.1:9 to answer", pytest.approx(T0), 30.0, True,
+    )  # fmt: skip
+    progress = ev("prove.progress", 20, elapsed_s=10.0, count=3, done=1, failed=0, running=1,
+                  proof=2, proof_elapsed_s=4.0, partitions_done=4, partitions_total=10,
+                  eta_s=20.0)  # fmt: skip
+    assert lines(model.feed(progress)) == []
+    status = model.shown
+    assert status is not None
+    assert (status.done, status.total, status.unit, status.since) == (
+        1, 3, "proofs", pytest.approx(T0 + 10),
+    )  # fmt: skip
+    assert status.text == "1 running, partitions 4/10"
+    assert (status.eta_s, status.eta_at) == (20.0, pytest.approx(T0 + 20))
+    failed = model.feed(ev("proof.failed", 21, "warning", status="failed", error="FAILED: boom"))
+    assert [x.text for x in lines(failed)] == ["proof failed: FAILED: boom"]
+    assert model.close(1, T0 + 30) == [CLEAR]
+
+
+def test_words_and_numbers():
+    assert (size(512), size(42_000_000), size(3 * 1024**4)) == ("512 B", "40.1 MiB", "3.0 TiB")
+    assert (duration(0.72), duration(42), duration(365), duration(7400)) == (
+        "0.7s", "42s", "6m05s", "2h03m",
+    )  # fmt: skip
+    assert (exit_words(0), exit_words(130), exit_words(99)) == ("ok", "stopped by SIGINT", "failed")
+    assert describe(ev("x.y", detail="d", n=1, pids=[1, 2], big=list(range(9)))) == (
+        "x.y: d (n 1, pids 1, 2)"
+    )
+
+
+# --- the rendering -------------------------------------------------------------------------------
+
+
+def rendered(text) -> str:
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(text)
+    return out.getvalue().rstrip("\n")
+
+
+def screen(width: int = 120):
+    from cuzk_supervisor.cli.screen import Screen
+
+    out = io.StringIO()
+    s = Screen(out)
+    s.console.width = width
+    return s, out
+
+
+def test_the_live_line_shows_bar_figures_and_words():
+    s, _ = screen()
+    status = Status("params", "downloading", since=T0, done=21e6, total=42e6, unit="bytes",
+                    eta_s=10.0, eta_at=T0 + 1, rate="40.1 MiB/s")  # fmt: skip
+    text = rendered(s.status(status, T0 + 4))
+    assert "params" in text
+    assert "20.0 MiB of 40.1 MiB · 40.1 MiB/s · ETA 7.0s · 4.0s  downloading" in text
+    late = rendered(s.status(Status("warmup", "warmup proof", since=T0, expected_s=3.6), T0 + 5))
+    assert "5.0s of about 3.6s, longer than usual  warmup proof" in late
+    wait = Status("prove", "waiting", since=T0, expected_s=30, expected_is_limit=True)
+    assert "12s of at most 30s  waiting" in rendered(s.status(wait, T0 + 12))
+
+
+def test_the_live_line_fits_the_width():
+    s, _ = screen(width=60)
+    text = s.status(Status("bench", "benchmark " * 20, since=T0, done=1, total=12,
+                           unit="proofs"), T0 + 1)  # fmt: skip
+    assert len(text.plain) <= 59
+
+
+def test_phase_warning_and_summary_lines():
+    s, _ = screen()
+    phase = rendered(s.line(Line("phase", "1 proof in 3.0s", phase="warmup", mark="done",
+                                 took_s=3.6)))  # fmt: skip
+    assert phase == " ✓ warmup     3.6s  1 proof in 3.0s"
+    assert rendered(s.line(Line("warning", "memory ok -> warn"))) == "   ⚠ memory ok -> warn"
+    assert rendered(s.line(Line("summary", "84.2 proofs/hour", label="rate"))) == (
+        "\n rate   84.2 proofs/hour"
+    )
+
+
+# --- the wiring ----------------------------------------------------------------------------------
+
+
+def test_on_a_terminal_the_view_prints_and_the_json_goes_to_the_events_file(tmp_path):
+    out = io.StringIO()
+    shipped: list[str] = []
+
+    def ship(logger, method, event_dict):
+        shipped.append(event_dict["event"])
+        return event_dict
+
+    events = tmp_path / "log" / "supervisor.log"
+    view = observe.TerminalView(ViewOptions(), events_file=events, force=True)
+    observe.configure_logging("warning", stream=out, extra_processors=[ship], view=view)
+    try:
+        log = structlog.get_logger()
+        log.info("phase.entered", phase="plan")
+        log.info(daemon_line("INFO cuzk_daemon: ready")["event"], source="cuzk", stream="stdout")
+        log.warning("memory.risk_changed", previous="ok", level="warn", reason="slope")
+        log.info("phase.entered", phase="warmup")
+    finally:
+        observe.finish_view(0)
+    screen_text = out.getvalue()
+    assert "plan" in screen_text
+    assert "memory risk changed (was ok): slope" in screen_text
+    assert "cuzk_daemon" not in screen_text
+    assert "exit   0 (ok)" in screen_text
+    # The events file and the manager get what log_level lets through, as JSON lines.
+    written = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [e["event"] for e in written] == ["memory.risk_changed"]
+    assert shipped == ["memory.risk_changed"]
+    assert observe.view_shown()
+
+
+def test_off_a_terminal_the_json_lines_stay_as_they_are():
+    out = io.StringIO()
+    view = observe.TerminalView(ViewOptions())
+    observe.configure_logging("info", stream=out, view=view)
+    structlog.get_logger().info("phase.entered", phase="plan")
+    assert observe.finish_view(3) == 3
+    (line,) = out.getvalue().splitlines()
+    assert json.loads(line)["event"] == "phase.entered"
+
+
+def test_rich_is_not_imported_by_the_entrypoint():
+    """structlog.dev tries ``import rich`` (cuzk_supervisor.logimport makes that fail at once):
+    -X importtime lists that try as a bare ``rich``, as it lists colorama's; nothing is loaded."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cuzk_supervisor", "run", "--help"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "import time:" in done.stderr
+    assert [line for line in done.stderr.splitlines() if re.search(r"\brich\.", line)] == []
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from cuzk_supervisor.cli import main, observe; "
+         "main.build_parser(); print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert loaded.stdout.strip() == "[]"
+
+
+# --- end to end on a pseudo-terminal -------------------------------------------------------------
+
+COLUMNS, ROWS = 120, 50
+_CSI = re.compile(r"\x1b\[([0-9;?]*)([ -/]*)([@-~])")
+_OSC = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+def emulate(data: str, width: int = COLUMNS) -> list[str]:
+    """What a terminal shows after ``data`` (scrollback included): text, CR, LF, backspace, cursor
+    up/down/column, erase in line; colours and modes are ignored."""
+    rows: list[list[str]] = [[]]
+    row = col = 0
+    i = 0
+    while i < len(data):
+        ch = data[i]
+        if ch == "\x1b":
+            if (m := _CSI.match(data, i)) is not None:
+                params, final = m.group(1), m.group(3)
+                n = int(params) if params.isdigit() else 1
+                if final == "A":
+                    row = max(0, row - n)
+                elif final == "B":
+                    row += n
+                elif final == "G":
+                    col = n - 1
+                elif final == "K":
+                    line = rows[row] if row < len(rows) else []
+                    mode = int(params or 0)
+                    if mode == 2:
+                        line.clear()
+                    elif mode == 0:
+                        del line[col:]
+                i = m.end()
+            elif (m := _OSC.match(data, i)) is not None:
+                i = m.end()
+            else:
+                i += 2
+            while len(rows) <= row:
+                rows.append([])
+            continue
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            row += 1
+        elif ch == "\b":
+            col = max(0, col - 1)
+        elif ch >= " ":
+            if col >= width:
+                row, col = row + 1, 0
+            while len(rows) <= row:
+                rows.append([])
+            line = rows[row]
+            line.extend(" " * (col - len(line)))
+            if col < len(line):
+                line[col] = ch
+            else:
+                line.append(ch)
+            col += 1
+        while len(rows) <= row:
+            rows.append([])
+        i += 1
+    shown = ["".join(r).rstrip() for r in rows]
+    while shown and not shown[-1]:
+        shown.pop()
+    return shown
+
+
+def test_the_emulator_follows_a_live_line_and_its_erasure():
+    assert emulate("a\r\nb\x1b[2K\rc\x1b[1Ad\r\n\r\ne") == ["ad", "c", "e"]
+
+
+def sim_command(sim_dir: Path) -> list[str]:
+    health = f"127.0.0.1:{free_tcp_port()}"
+    return [sys.executable, "-m", "cuzk_supervisor", "sim", "--fresh", "--exit-after-run",
+            "--sim-dir", str(sim_dir), "--health-listen", health]  # fmt: skip
+
+
+def clean_env() -> dict[str, str]:
+    drop = ("CUZK_SUPERVISOR_", "CUZK_SIM_", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["TERM"] = "xterm-256color"
+    return env
+
+
+def run_on_a_terminal(command: list[str], timeout_s: float = 120) -> tuple[int, str]:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
+    proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=clean_env(),
+                            start_new_session=True)  # fmt: skip
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer has closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait()
+        os.close(master)
+    return code, b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.fixture(scope="module")
+def terminal_run(tmp_path_factory) -> tuple[int, list[str]]:
+    code, raw = run_on_a_terminal(sim_command(tmp_path_factory.mktemp("tty") / "sim"))
+    return code, [line for line in emulate(raw) if line.strip()]
+
+
+@pytest.mark.slow
+def test_sim_on_a_terminal_shows_a_person_s_view(terminal_run):
+    code, shown = terminal_run
+    report = "\n".join(shown)
+    assert code == 0, report
+    assert len(shown) <= 40, report
+    for phase in PHASES:
+        assert any(re.match(rf"^ [✓▶] {phase}\b", line) for line in shown), (phase, report)
+    assert any(re.match(r"^ rate +\d+\.\d proofs/hour - passed", line) for line in shown), report
+    assert any(line.startswith(" exit   0 (ok)") for line in shown), report
+    daemon = [line for line in shown if re.search(r"cuzk_(core|daemon|sim)\b|\bINFO\b", line)]
+    assert daemon == [], report
+
+
+@pytest.mark.slow
+def test_sim_on_a_terminal_shows_no_warning(terminal_run):
+    _, shown = terminal_run
+    assert [line for line in shown if "⚠" in line or "✗" in line] == [], "\n".join(shown)
+
+
+@pytest.mark.slow
+def test_sim_off_a_terminal_gives_json_lines_each_event_once(tmp_path):
+    done = subprocess.run(sim_command(tmp_path / "sim"), capture_output=True, text=True,
+                          timeout=120, env=clean_env(), check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines_ = done.stderr.splitlines()
+    events = [json.loads(line) for line in lines_]  # every line is one JSON event
+    assert len(set(lines_)) == len(lines_)
+    assert [e["phase"] for e in events if e["event"] == "phase.entered"] == list(PHASES)
+    assert "phase run" in done.stdout
+    assert not (tmp_path / "sim" / "log" / observe.EVENTS_FILE).exists()
