@@ -273,8 +273,8 @@ async def test_metrics_shows_what_the_typed_methods_set(metrics, client):
     assert at("cuzk_supervisor_start_time_seconds") > 0
     assert at("cuzk_supervisor_phase", phase="bench") == 1
     assert at("cuzk_supervisor_phase", phase="start") == 0
-    assert at("cuzk_supervisor_daemon_restarts_total", kind="oom_killed") == 1
-    assert at("cuzk_supervisor_daemon_restarts_total", kind="crashed") == 0
+    assert at("cuzk_supervisor_daemon_exits_total", kind="oom_killed") == 1
+    assert at("cuzk_supervisor_daemon_exits_total", kind="crashed") == 0
     assert at("cuzk_supervisor_proofs_completed_total") == 1
     assert at("cuzk_supervisor_proofs_failed_total") == 1
     assert at("cuzk_supervisor_proof_duration_seconds_count") == 1
@@ -283,8 +283,9 @@ async def test_metrics_shows_what_the_typed_methods_set(metrics, client):
     assert at("cuzk_supervisor_memory_headroom_bytes") == 7 * GIB
     assert at("cuzk_supervisor_oom_risk_level") == 2
     assert at("cuzk_supervisor_gpu_memory_used_bytes", gpu="0", name="NVIDIA H200") == 20 * GIB
-    assert at("cuzk_supervisor_gpu_memory_total_bytes", gpu="0", name="NVIDIA H200") == 141 * GIB
+    assert at("cuzk_supervisor_gpu_memory_capacity_bytes", gpu="0", name="NVIDIA H200") == 141 * GIB
     assert at("cuzk_supervisor_manager_outbox_depth") == 2
+    assert not [name for name, _ in samples if name.endswith("_created")]
 
 
 async def test_metrics_refresh_runs_per_scrape_and_a_failing_one_is_survived(source, metrics):

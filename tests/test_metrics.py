@@ -17,7 +17,7 @@ FAMILIES = {
     "cuzk_supervisor_up": "gauge",
     "cuzk_supervisor_start_time_seconds": "gauge",
     "cuzk_supervisor_phase": "gauge",
-    "cuzk_supervisor_daemon_restarts": "counter",
+    "cuzk_supervisor_daemon_exits": "counter",
     "cuzk_supervisor_proofs_completed": "counter",
     "cuzk_supervisor_proofs_failed": "counter",
     "cuzk_supervisor_proof_duration_seconds": "histogram",
@@ -25,8 +25,10 @@ FAMILIES = {
     "cuzk_supervisor_memory_headroom_bytes": "gauge",
     "cuzk_supervisor_oom_risk_level": "gauge",
     "cuzk_supervisor_gpu_memory_used_bytes": "gauge",
-    "cuzk_supervisor_gpu_memory_total_bytes": "gauge",
+    "cuzk_supervisor_gpu_memory_capacity_bytes": "gauge",
+    "cuzk_supervisor_grpc_reconnects": "counter",
     "cuzk_supervisor_manager_outbox_depth": "gauge",
+    "cuzk_supervisor_health_connections_dropped": "counter",
 }
 
 
@@ -54,6 +56,51 @@ def test_every_metric_is_present_with_its_type_from_the_start():
     families = {f.name: f.type for f in text_string_to_metric_families(text)}
     for name, kind in FAMILIES.items():
         assert families.get(name) == kind, name
+
+
+def test_the_old_misleading_names_are_gone():
+    """daemon_restarts_total counted exits (a clean exit is no restart); gpu_memory_total_bytes
+    was a gauge with a counter's suffix."""
+    metrics = SupervisorMetrics()
+    metrics.daemon_exit(ExitKind.CLEAN)
+    metrics.gpus([device(0, "NVIDIA H200", 12, 141)])
+    text = metrics.render().decode()
+    assert "cuzk_supervisor_daemon_exits_total" in text
+    assert "cuzk_supervisor_gpu_memory_capacity_bytes" in text
+    assert "daemon_restarts" not in text
+    assert "gpu_memory_total" not in text
+
+
+def every_kind_of_update(metrics: SupervisorMetrics) -> None:
+    metrics.daemon_exit(ExitKind.CRASHED)
+    metrics.proof_finished(True, 2.0)
+    metrics.proof_finished(False, 1.0)
+    metrics.grpc_reconnect()
+    metrics.health_connection_dropped("disconnect")
+    metrics.gpus([device(0, "NVIDIA H200", 12, 141)])
+
+
+def test_no_created_series_for_any_counter_or_histogram():
+    metrics = SupervisorMetrics()
+    every_kind_of_update(metrics)
+    text = metrics.render().decode()
+    assert "_created" not in text
+    families = list(text_string_to_metric_families(text))
+    assert {f.type for f in families} >= {"counter", "histogram", "gauge"}
+    assert not [s.name for f in families for s in f.samples if s.name.endswith("_created")]
+
+
+def test_no_created_series_even_with_prometheus_clients_switch_on(monkeypatch):
+    """The process-wide switch (PROMETHEUS_DISABLE_CREATED_SERIES, enable_created_metrics())
+    does not bring them back: our exposition leaves them out itself."""
+    monkeypatch.setattr(prometheus_client.metrics, "_use_created", True)
+    metrics = SupervisorMetrics()
+    every_kind_of_update(metrics)
+    assert b"_created" in prometheus_client.generate_latest(metrics.registry)  # they exist...
+    assert b"_created" not in metrics.render()  # ...and are not exported
+    samples = parse(metrics)
+    assert value(samples, "cuzk_supervisor_proofs_completed_total") == 1
+    assert value(samples, "cuzk_supervisor_daemon_exits_total", kind="crashed") == 1
 
 
 def test_up_and_start_time():
@@ -88,7 +135,7 @@ def test_daemon_exits_count_by_kind_with_every_kind_present():
     metrics.daemon_exit("crashed")
     samples = parse(metrics)
     counts = {
-        kind.value: value(samples, "cuzk_supervisor_daemon_restarts_total", kind=kind.value)
+        kind.value: value(samples, "cuzk_supervisor_daemon_exits_total", kind=kind.value)
         for kind in ExitKind
     }
     assert counts == {
@@ -145,7 +192,7 @@ def test_gpus_per_device_and_a_vanished_device_loses_its_series():
     metrics.gpus([device(0, "NVIDIA H200", 12, 141), device(1, "NVIDIA H200", 30, 141)])
     samples = parse(metrics)
     used = "cuzk_supervisor_gpu_memory_used_bytes"
-    total = "cuzk_supervisor_gpu_memory_total_bytes"
+    total = "cuzk_supervisor_gpu_memory_capacity_bytes"
     assert value(samples, used, gpu="0", name="NVIDIA H200") == 12 * GIB
     assert value(samples, used, gpu="1", name="NVIDIA H200") == 30 * GIB
     assert value(samples, total, gpu="1", name="NVIDIA H200") == 141 * GIB

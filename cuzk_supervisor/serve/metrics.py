@@ -5,14 +5,21 @@ as they like, and nothing a library registers globally leaks into ``/metrics``. 
 typed methods the lifecycle calls where things happen; each is a dict lookup and a float store
 (label children are bound once, up front), so the hot paths pay nothing more than that. Rendering
 happens only when ``/metrics`` is scraped.
+
+Names follow the Prometheus conventions: a counter counts what its name says (daemon *exits*, by
+kind; a restart is what may follow one), ``_bytes`` gauges say what they measure (capacity, used),
+and no ``<name>_created`` series is exported (prometheus_client adds one to every counter and
+histogram; the exposition leaves them out, see :class:`_WithoutCreated`).
 """
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from cuzk_supervisor.adapters.gpu import GpuDevice
 from cuzk_supervisor.core.exits import ExitKind
@@ -58,6 +65,29 @@ PROOF_BUCKETS: tuple[float, ...] = (
 )
 
 
+class _WithoutCreated:
+    """The registry's metric families without their ``<name>_created`` samples.
+
+    prometheus_client adds a ``_created`` sample (the creation time, exposed as a gauge of its
+    own) to every counter and histogram. Its ``disable_created_metrics()`` turns that off for the
+    whole process, for every registry, and any later caller of ``enable_created_metrics()`` turns
+    it back on; filtering our own exposition keeps ``/metrics`` free of them whatever else runs
+    in the process.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            created = family.name + "_created"
+            kept = [sample for sample in family.samples if sample.name != created]
+            if len(kept) != len(family.samples):
+                family = copy.copy(family)  # never change what a collector may keep
+                family.samples = kept
+            yield family
+
+
 class SupervisorMetrics:
     """Every metric the supervisor exports; ``render()`` is the ``/metrics`` body."""
 
@@ -83,16 +113,14 @@ class SupervisorMetrics:
         self._phases = {name: self._phase.labels(phase=name) for name in PHASES}
         self._current_phase = ""
 
-        self._restarts = Counter(
-            "cuzk_supervisor_daemon_restarts",
+        self._exits = Counter(
+            "cuzk_supervisor_daemon_exits",
             "Daemon exits seen by the keeper, by exit kind (each is followed by a restart "
             "unless it was permanent or ended a crash loop)",
             ["kind"],
             registry=r,
         )
-        self._restart_kinds = {
-            kind.value: self._restarts.labels(kind=kind.value) for kind in ExitKind
-        }
+        self._exit_kinds = {kind.value: self._exits.labels(kind=kind.value) for kind in ExitKind}
 
         self._completed = Counter(
             "cuzk_supervisor_proofs_completed", "Proofs that completed", registry=r
@@ -129,9 +157,10 @@ class SupervisorMetrics:
             ["gpu", "name"],
             registry=r,
         )
-        self._gpu_total = Gauge(
-            "cuzk_supervisor_gpu_memory_total_bytes",
-            "GPU memory in total, per device that answered the last sample",
+        self._gpu_capacity = Gauge(
+            "cuzk_supervisor_gpu_memory_capacity_bytes",
+            "GPU memory capacity (what the device has in all), per device that answered the last "
+            "sample",
             ["gpu", "name"],
             registry=r,
         )
@@ -174,9 +203,9 @@ class SupervisorMetrics:
 
     def daemon_exit(self, kind: ExitKind | str) -> None:
         key = str(kind)  # ExitKind is a StrEnum: str() is its value
-        child = self._restart_kinds.get(key)
+        child = self._exit_kinds.get(key)
         if child is None:
-            child = self._restart_kinds[key] = self._restarts.labels(kind=key)
+            child = self._exit_kinds[key] = self._exits.labels(kind=key)
         child.inc()
 
     def proof_finished(self, ok: bool, seconds: float) -> None:
@@ -203,10 +232,10 @@ class SupervisorMetrics:
             labels = (str(device.index), device.name)
             seen.add(labels)
             self._gpu_used.labels(*labels).set(device.used_bytes)
-            self._gpu_total.labels(*labels).set(device.total_bytes)
+            self._gpu_capacity.labels(*labels).set(device.total_bytes)
         for labels in self._gpu_labels - seen:
             self._gpu_used.remove(*labels)
-            self._gpu_total.remove(*labels)
+            self._gpu_capacity.remove(*labels)
         self._gpu_labels = seen
 
     def grpc_reconnect(self) -> None:
@@ -226,5 +255,5 @@ class SupervisorMetrics:
         return self._current_phase
 
     def render(self) -> bytes:
-        """The text exposition format (``CONTENT_TYPE``)."""
-        return generate_latest(self.registry)
+        """The text exposition format (``CONTENT_TYPE``), without ``_created`` series."""
+        return generate_latest(_WithoutCreated(self.registry))
