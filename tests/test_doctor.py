@@ -235,7 +235,9 @@ def test_doctor_creates_no_folder_on_a_clean_machine(
             by_name[name]["detail"]
             == f"{folders[name]} will be created (in {machine.root}, writable)"
         )
-    assert by_name["daemon_listen"]["verdict"] == "ok"  # the socket goes in run_dir, made later
+    # The socket goes in run_dir, made later: its folder is not a problem (a long tmp_path may
+    # still make the socket path too long for the kernel, another row's business).
+    assert "not writable" not in by_name["daemon_listen"]["detail"]
     assert by_name["disk"]["verdict"] == "ok"  # the param cache: checked at its nearest parent
     assert not fresh.exists()
     assert sorted(machine.root.rglob("*")) == before, "doctor wrote something"
