@@ -35,7 +35,9 @@ def kill_tree(root_pids: Iterable[int], grace_s: float, kill_wait_s: float = 5.0
     SIGTERM to everyone, SIGKILL to whatever is still running after ``grace_s``. Descendants that
     were orphaned earlier are still found through the roots' process groups. Exited children of
     ours stay as zombies for their waiter (or the Reaper) to collect: this never reaps. It
-    blocks; from async code call it through ``asyncio.to_thread``.
+    blocks; from async code call it through ``asyncio.to_thread``. Logged only when it found
+    something to stop (``pid1.tree_stopped``, or ``pid1.tree_killed`` when SIGKILL was needed):
+    a tree that is already gone is the usual case after a clean exit and says nothing.
     """
     me, my_group = os.getpid(), os.getpgrp()
     # Never ourselves, nor an ancestor: its tree would contain us and our siblings.
@@ -43,12 +45,14 @@ def kill_tree(root_pids: Iterable[int], grace_s: float, kill_wait_s: float = 5.0
     roots = [pid for pid in root_pids if pid not in spared]
     # A root that started its own group gave it its pid; a group outlives its leader.
     groups = {pid for pid in roots if pid != my_group}
-    found = _processes(roots, groups)
+    # Zombies hold nothing and need no signal: only running members count as stopped.
+    found = {pid: proc for pid, proc in _processes(roots, groups).items() if _running(proc)}
     _signal_all(found, groups, signal.SIGTERM)
     left = _wait_exited(found, grace_s)
     terminated = tuple(sorted(found.keys() - left.keys()))
     if not left:
-        log.info("pid1.tree_stopped", terminated=len(terminated))
+        if terminated:
+            log.info("pid1.tree_stopped", terminated=len(terminated))
         return KillReport(terminated, (), ())
     # Also whatever the survivors started during the grace period (zombies need no SIGKILL).
     left = {pid: p for pid, p in (_processes(list(left), groups) | left).items() if _running(p)}
@@ -62,9 +66,13 @@ def kill_tree(root_pids: Iterable[int], grace_s: float, kill_wait_s: float = 5.0
     return report
 
 
-def kill_descendants(grace_s: float, kill_wait_s: float = 5.0) -> KillReport:
-    """``kill_tree`` of all our children: the last step on every exit path."""
-    children = [child.pid for child in psutil.Process().children()]
+def kill_descendants(
+    grace_s: float, kill_wait_s: float = 5.0, spare: Iterable[int] = ()
+) -> KillReport:
+    """``kill_tree`` of all our children but ``spare`` (children their starter stops itself,
+    after us): the last step on every exit path."""
+    kept = set(spare)
+    children = [child.pid for child in psutil.Process().children() if child.pid not in kept]
     return kill_tree(children, grace_s, kill_wait_s)
 
 

@@ -154,7 +154,7 @@ class Reaper:
         reaped = Reaped(pid, os.waitstatus_to_exitcode(status))
         self.reaped.append(reaped)
         self.reaped_total += 1
-        log.info("pid1.reaped", pid=pid, returncode=reaped.returncode)
+        log.info("pid1.orphan_reaped", pid=pid, returncode=reaped.returncode)
         if self._on_reap is not None:
             self._on_reap(reaped)
         return reaped

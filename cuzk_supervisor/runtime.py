@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -36,17 +36,23 @@ class Runtime:
 Body = Callable[[Runtime], Awaitable[int]]
 
 
-def run_supervised(body: Body, *, cleanup_grace_s: float = 5.0) -> int:
-    """Run ``body`` in a fresh event loop with PID-1 duties; return the process exit code."""
-    return asyncio.run(_supervised(body, cleanup_grace_s))
+def run_supervised(
+    body: Body, *, cleanup_grace_s: float = 5.0, keep_children: Iterable[int] = ()
+) -> int:
+    """Run ``body`` in a fresh event loop with PID-1 duties; return the process exit code.
+
+    ``keep_children``: children started before (``sim``'s simulated manager) that their starter
+    waits for and stops after this returns: never reaped here, spared by the last cleanup.
+    """
+    return asyncio.run(_supervised(body, cleanup_grace_s, tuple(keep_children)))
 
 
-async def _supervised(body: Body, cleanup_grace_s: float) -> int:
+async def _supervised(body: Body, cleanup_grace_s: float, keep: tuple[int, ...]) -> int:
     as_pid1 = pid1.is_pid1()
     subreaper = False if as_pid1 else pid1.become_subreaper()
-    reaper = Reaper(
-        on_reap=lambda r: log.info("pid1.orphan_reaped", pid=r.pid, returncode=r.returncode)
-    )
+    reaper = Reaper()  # logs each orphan it collects (pid1.orphan_reaped), once
+    for pid in keep:
+        reaper.own(pid)
     reaper.start()
     # The daemon is not registered with the forwarder: it hangs on SIGINT (cuzk.md §2), so it
     # is stopped by its owner with SIGTERM, a grace period, then SIGKILL, whatever we received.
@@ -77,7 +83,7 @@ async def _supervised(body: Body, cleanup_grace_s: float) -> int:
         return result
     finally:
         stop.cancel()
-        report = await asyncio.to_thread(killtree.kill_descendants, cleanup_grace_s)
+        report = await asyncio.to_thread(killtree.kill_descendants, cleanup_grace_s, spare=keep)
         if report.survivors:
             log.error("supervisor.survivors", pids=report.survivors)
         reaper.reap()

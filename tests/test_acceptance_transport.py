@@ -22,7 +22,7 @@ from cuzk_supervisor.adapters.provingbatch import run_batch
 from cuzk_supervisor.adapters.provingerrors import DaemonCallError
 from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.address import parse_address
-from cuzk_supervisor.daemon.process import _grpc_alive_probe
+from cuzk_supervisor.daemon.spec import grpc_alive_probe as _grpc_alive_probe
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.sim.c1 import write_c1
 

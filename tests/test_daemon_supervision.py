@@ -84,6 +84,9 @@ async def test_sigkill_while_proving_is_killed_then_restarted_and_next_proof_suc
     exits, result, keeper, first_pid = await _kill_while_proving(tmp_path, c1_request)
     assert exits[0].kind is ExitKind.KILLED
     assert exits[0].signal == signal.SIGKILL
+    # The peak RSS of its tree while it ran (issue 14.7: always 0 before): a Python process with
+    # grpc and the preloaded simulated SRS holds well over 20 MiB.
+    assert exits[0].peak_rss_bytes > 20 * 2**20
     assert keeper.starts == 2
     assert keeper.current.pid != first_pid
     # The restarted daemon lost the job: the client resubmitted once, with the same id.
@@ -252,6 +255,12 @@ def test_sigterm_stops_daemon_and_descendants_within_grace(tmp_path, ignore_sigt
     needed_kill = bool(sup.named("daemon.stop_grace_expired"))
     assert needed_kill is ignore_sigterm
     assert processes_mentioning(str(tmp_path)) == []
+    # Each event once (issue 14.7): one exit of the daemon, its peak RSS filled in; the tree
+    # stopped by the daemon's own stop is not reported again by the keeper's nor the last cleanup.
+    (exited,) = sup.named("daemon.exited")
+    assert exited["peak_rss_bytes"] > 20 * 2**20
+    stopped = sup.named("pid1.tree_stopped") + sup.named("pid1.tree_killed")
+    assert all(e.get("terminated") or e.get("killed") for e in stopped), stopped
 
 
 def _grandchild_pid(log_path) -> int:

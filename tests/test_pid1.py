@@ -573,3 +573,76 @@ print(json.dumps({"child": child.stdout.strip(), "rc": child.returncode, "err": 
     assert result["returncode"] == 0, result["stderr"]
     assert result["rc"] == 0, result["err"]
     assert result["child"].splitlines()[-1] == "True"  # after the log lines
+
+
+# --- each event once (issue 14.7) ----------------------------------------------------------------
+
+
+def test_kill_tree_of_a_tree_already_gone_says_nothing(tmp_path: Path) -> None:
+    """After a clean daemon exit its group is empty: ``pid1.tree_stopped terminated=0`` was logged
+    for it (three times at the end of a demo). Only a tree that had something to stop speaks."""
+    done = subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert done.returncode == 0
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    with capture_logs() as logs:
+        assert kill_tree([], grace_s=0.1).terminated == ()
+        root = subprocess.Popen(
+            [sys.executable, str(script), "orphan-maker"],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert root.stdout is not None
+        orphan = int(root.stdout.readline())
+        root.wait(DEADLINE_S)
+        report = kill_tree([root.pid], grace_s=DEADLINE_S)
+        _until(lambda: _gone(orphan))
+        assert kill_tree([root.pid], grace_s=0.1).terminated == ()  # nothing left: silent
+    assert report.terminated == (orphan,)
+    assert [(e["event"], e["terminated"]) for e in logs] == [("pid1.tree_stopped", 1)]
+
+
+def test_one_orphan_is_one_event_and_a_kept_child_is_left_to_its_starter(tmp_path: Path) -> None:
+    """An orphan's exit was logged as both ``pid1.reaped`` and ``pid1.orphan_reaped``; a child
+    started before the runtime (``sim``'s manager) was killed and reaped by its last cleanup,
+    its status stolen from its starter."""
+    result = _run_script(
+        tmp_path,
+        r"""
+from structlog.testing import capture_logs
+from cuzk_supervisor.runtime import run_supervised
+
+kept = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"],
+                        stdin=subprocess.PIPE, start_new_session=True)
+out = {}
+
+async def body(rt):
+    proc = await rt.reaper.spawn(
+        sys.executable, "-c", DOUBLE_FORK, "7",
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    grandchild = int(await proc.stdout.readline())
+    out["grandchild"] = grandchild
+    await proc.wait()
+    await until(lambda: proc_field(grandchild, "PPid") == str(os.getpid()))
+    proc.stdin.close()  # the grandchild exits 7
+    await until(lambda: any(r.pid == grandchild for r in rt.reaper.reaped))
+    return 0
+
+with capture_logs() as logs:
+    out["code"] = run_supervised(body, cleanup_grace_s=1.0, keep_children=[kept.pid])
+out["kept_alive"] = kept.poll() is None
+kept.stdin.close()
+out["kept_rc"] = kept.wait(10)
+out["events"] = [[e["event"], e.get("pid")] for e in logs if e["event"].startswith("pid1.")]
+print(json.dumps(out))
+""",
+    )
+    assert result["returncode"] == 0, result["stderr"]
+    assert result["code"] == 0
+    reaped = [pid for event, pid in result["events"] if "reaped" in event]
+    assert reaped == [result["grandchild"]]  # one event for one exit
+    assert ["pid1.orphan_reaped", result["grandchild"]] in result["events"]
+    assert not any(event == "pid1.tree_stopped" for event, _ in result["events"])
+    assert result["kept_alive"] is True
+    assert result["kept_rc"] == 3  # its own status, for its own waiter

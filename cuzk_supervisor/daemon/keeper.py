@@ -170,6 +170,13 @@ class DaemonKeeper:
             return None
         return result
 
+    def note_rss(self, rss_bytes: int | None) -> None:
+        """A reading of the daemon tree's RSS taken elsewhere (the memory watch, which samples
+        faster while proving): it counts toward the running daemon's ``peak_rss_bytes``."""
+        note = getattr(self.current, "note_rss", None)  # DaemonProcess has it; commands not
+        if note is not None:
+            note(rss_bytes)
+
     def forget_failures(self) -> None:
         """Start the crash-loop count afresh (after a deliberate change of configuration)."""
         self.history = RestartHistory()

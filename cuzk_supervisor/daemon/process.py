@@ -20,7 +20,7 @@ import structlog
 from cuzk_supervisor import killtree
 from cuzk_supervisor.adapters import files
 from cuzk_supervisor.adapters.cgroupmem import read_oom_kill_count
-from cuzk_supervisor.address import Address, parse_address
+from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
 from cuzk_supervisor.daemon import config as daemon_config
 from cuzk_supervisor.daemon import pidfile
@@ -33,7 +33,11 @@ from cuzk_supervisor.daemon.spec import (
     DaemonSettings,
     DaemonStartFailed,
     ReadyProbe,
+    RssSampler,
     Spawner,
+    grpc_alive_probe,
+    grpc_ready_probe,
+    tree_rss_sampler,
 )
 
 log = structlog.get_logger()
@@ -42,23 +46,9 @@ log = structlog.get_logger()
 OUTPUT_DRAIN_S = 1.0
 # How long an address must stay taken before the start counts as "address in use".
 ADDRESS_RELEASE_S = 1.0
-
-
-async def _grpc_alive_probe(address: Address, timeout_s: float) -> None:
-    from cuzk_supervisor.adapters.proving import ProvingClient
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
-
-    timeouts = ProvingTimeouts(call_deadline_s=timeout_s)
-    async with ProvingClient(address, timeouts) as client:
-        await client.status()
-
-
-async def _grpc_ready_probe(address: Address, deadline_s: float) -> None:
-    from cuzk_supervisor.adapters.proving import ProvingClient
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
-
-    async with ProvingClient(address, ProvingTimeouts()) as client:
-        await client.wait_ready(deadline_s)
+# How often the RSS of the daemon's process tree is read for its peak (``peak_rss_bytes`` on
+# ``daemon.exited``): a listing of /proc and a stat file per member, well under a millisecond.
+RSS_INTERVAL_S = 1.0
 
 
 class DaemonProcess:
@@ -69,11 +59,13 @@ class DaemonProcess:
         settings: DaemonSettings,
         values: DaemonConfigValues,
         *,
-        ready_probe: ReadyProbe = _grpc_ready_probe,
-        alive_probe: AliveProbe = _grpc_alive_probe,
+        ready_probe: ReadyProbe = grpc_ready_probe,
+        alive_probe: AliveProbe = grpc_alive_probe,
         memory_at_limit: Callable[[], bool] = lambda: False,
         spawn: Spawner = asyncio.create_subprocess_exec,
         line_listeners: Sequence[Callable[[str], None]] = (),
+        rss_sampler: RssSampler | None = None,
+        rss_interval_s: float = RSS_INTERVAL_S,
     ) -> None:
         self.settings = settings
         self.values = values
@@ -94,7 +86,13 @@ class DaemonProcess:
         self._started_at = 0.0
         self._oom_before: int | None = None
         self._exit: DaemonExit | None = None
+        self._stopped: DaemonExit | None = None
         self._exit_lock = asyncio.Lock()
+        self._rss_sampler = rss_sampler if rss_sampler is not None else tree_rss_sampler()
+        self._rss_interval_s = rss_interval_s
+        self._rss_task: asyncio.Task[None] | None = None
+        self.peak_rss_bytes = 0
+        """The highest RSS of the daemon's process tree seen while it ran."""
 
     @property
     def pid(self) -> int | None:
@@ -107,6 +105,24 @@ class DaemonProcess:
     @property
     def output(self) -> OutputPump | None:
         return self._pump
+
+    def note_rss(self, rss_bytes: int | None) -> None:
+        """A reading of the tree's RSS taken elsewhere (the memory watch samples faster while
+        proving): it counts toward the peak."""
+        if rss_bytes is not None and rss_bytes > self.peak_rss_bytes:
+            self.peak_rss_bytes = rss_bytes
+
+    async def _watch_rss(self, pid: int) -> None:
+        """Keep ``peak_rss_bytes`` while the daemon runs (until its tree is gone). Often at
+        first (a daemon that dies at start-up grew fast), then every ``rss_interval_s``."""
+        pause = min(0.05, self._rss_interval_s)
+        while True:
+            rss = self._rss_sampler(pid)
+            if rss is None:
+                return
+            self.note_rss(rss)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self._rss_interval_s)
 
     def _oom_count(self) -> int | None:
         if self.settings.cgroup_dir is None:
@@ -176,6 +192,7 @@ class DaemonProcess:
         except OSError as exc:
             raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
         self._started_at = time.monotonic()
+        self._rss_task = asyncio.create_task(self._watch_rss(self._proc.pid))
         pidfile.write_pidfile(settings, self._proc.pid)
         assert self._proc.stdout is not None
         assert self._proc.stderr is not None
@@ -269,6 +286,8 @@ class DaemonProcess:
         returncode = await self._proc.wait()
         if self._liveness is not None:
             self._liveness.cancel()
+        if self._rss_task is not None:
+            self._rss_task.cancel()
         async with self._exit_lock:
             if self._exit is not None:
                 return self._exit
@@ -284,6 +303,7 @@ class DaemonProcess:
                 memory_at_limit=self._memory_at_limit(),
                 last_lines=tuple(self._pump.tail) if self._pump else (),
                 uptime_s=time.monotonic() - self._started_at,
+                peak_rss_bytes=self.peak_rss_bytes,
                 unresponsive=self._unresponsive,
             )
             self._exit = classify_exit(facts)
@@ -321,14 +341,18 @@ class DaemonProcess:
         return info is not None
 
     async def stop(self) -> DaemonExit:
-        """SIGTERM to the group, SIGKILL after the grace period, wait for every member."""
+        """SIGTERM to the group, SIGKILL after the grace period, wait for every member.
+        Once done, a second stop (the keeper's last one) returns the same exit at once."""
         if self._proc is None:
             return self._exit or DaemonExit(ExitKind.FAILED_TO_START, "never started")
+        if self._stopped is not None:
+            return self._stopped
         pgid = self._proc.pid
         if not self._has_exited():
             # Only a stop that found it running explains its exit; one that comes after the
             # daemon died (e.g. OOM-killed a moment ago) must not hide why it died.
             self._stop_requested = True
+            self.note_rss(self._rss_sampler(pgid))  # its size as we stop it counts too
             self._signal_group(signal.SIGTERM)
             try:
                 await asyncio.wait_for(
@@ -343,6 +367,7 @@ class DaemonProcess:
         await self._reap_group(pgid)
         with contextlib.suppress(OSError):
             pidfile.pidfile_path(self.settings).unlink(missing_ok=True)
+        self._stopped = result
         return result
 
     async def _reap_group(self, pgid: int) -> None:

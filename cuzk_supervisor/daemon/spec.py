@@ -1,4 +1,5 @@
-"""How to run the daemon (``DaemonSettings``), how a start fails, and the edges it is run through.
+"""How to run the daemon (``DaemonSettings``), how a start fails, and the edges it is run through
+(spawner, readiness and liveness probes over gRPC, the process tree's RSS).
 
 Plain values shared by ``DaemonProcess``, the keeper and the worker commands.
 """
@@ -10,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuzk_supervisor.adapters.proctree import ProcessTree
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.core.exits import DaemonExit
 
@@ -49,3 +51,34 @@ class DaemonStartFailed(Exception):
     def __init__(self, exit: DaemonExit) -> None:
         super().__init__(exit.reason)
         self.exit = exit
+
+
+# The RSS of a process and all its descendants, in bytes; None once the process is gone.
+RssSampler = Callable[[int], int | None]
+
+
+def tree_rss_sampler() -> RssSampler:
+    tree = ProcessTree()
+
+    def sample(pid: int) -> int | None:
+        found = tree.rss(pid)
+        return None if found is None else found.rss
+
+    return sample
+
+
+async def grpc_alive_probe(address: Address, timeout_s: float) -> None:
+    from cuzk_supervisor.adapters.proving import ProvingClient
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+
+    timeouts = ProvingTimeouts(call_deadline_s=timeout_s)
+    async with ProvingClient(address, timeouts) as client:
+        await client.status()
+
+
+async def grpc_ready_probe(address: Address, deadline_s: float) -> None:
+    from cuzk_supervisor.adapters.proving import ProvingClient
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+
+    async with ProvingClient(address, ProvingTimeouts()) as client:
+        await client.wait_ready(deadline_s)
