@@ -287,7 +287,7 @@ class ProvingClient:
             deadline, log_retry("daemon.ready_retry", address=str(self.address))
         )
         try:
-            response = await retrying(once)
+            response: pb.GetStatusResponse = await retrying(once)
         except grpc.aio.AioRpcError as exc:
             raise DaemonNotReady(
                 self.address, time.monotonic() - started, calls, describe(exc)

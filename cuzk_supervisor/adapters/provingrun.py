@@ -144,7 +144,7 @@ class ProofRun:
             self.remaining(), log_retry("proof.submit_retry", job_id=self.job_id)
         )
         try:
-            response = await retrying(once)
+            response: pb.SubmitProofResponse = await retrying(once)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if not policy.fate_unknown(exc):

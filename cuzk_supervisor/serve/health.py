@@ -58,7 +58,7 @@ MAX_DRAIN_BYTES = 65536
 @dataclass(slots=True)
 class _Connection:
     task: asyncio.Task[Any]
-    transport: asyncio.BaseTransport
+    transport: asyncio.WriteTransport
     since: float
     reading_head: bool = True
     evicted: bool = False
