@@ -32,7 +32,7 @@ _UINT64_MAX = (1 << 64) - 1
 # cuzk-bench's default miner id; the benchmark C1 files were produced for it.
 DEFAULT_MINER_ID = 1000
 
-PROOF_KINDS: Mapping[str, pb.ProofKind.ValueType] = {
+PROOF_KINDS: Mapping[str, pb.ProofKind] = {
     "porep": pb.POREP_SEAL_COMMIT,
     "snap": pb.SNAP_DEALS_UPDATE,
     "wpost": pb.WINDOW_POST_PARTITION,
@@ -52,7 +52,7 @@ _ALIASES: Mapping[str, str] = {
 }
 
 
-def parse_proof_kind(name: str) -> pb.ProofKind.ValueType:
+def parse_proof_kind(name: str) -> pb.ProofKind:
     """``porep`` → POREP_SEAL_COMMIT etc. (cuzk-bench's aliases too); UsageError otherwise."""
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
@@ -61,7 +61,7 @@ def parse_proof_kind(name: str) -> pb.ProofKind.ValueType:
     return PROOF_KINDS[key]
 
 
-def c1_proof_kind(name: str) -> pb.ProofKind.ValueType:
+def c1_proof_kind(name: str) -> pb.ProofKind:
     """The proof kind for a C1 input: only PoRep takes one; other kinds need vanilla proofs
     this tool does not build, so they are a UsageError."""
     kind = parse_proof_kind(name)
@@ -153,7 +153,7 @@ def build_submit_request(
     *,
     miner_id: int = DEFAULT_MINER_ID,
     request_id: str = "",
-    priority: pb.Priority.ValueType = pb.PRIORITY_UNSPECIFIED,
+    priority: pb.Priority = pb.PRIORITY_UNSPECIFIED,
 ) -> pb.SubmitProofRequest:
     """A ``SubmitProofRequest`` proving ``c1`` (PoRep only, see :func:`c1_proof_kind`), with
     cuzk-bench's fields: the file's bytes as ``vanilla_proof``, the envelope's sector number

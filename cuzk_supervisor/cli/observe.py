@@ -122,11 +122,12 @@ class _Shown:
 
     def write(self, logger: Any, method: str, event_dict: structlog.typing.EventDict) -> Any:
         """Final processor: the JSON line to the events file, nothing to the terminal."""
-        line = self.json(logger, method, event_dict)
+        line = self.json(logger, method, event_dict)  # str with the default serializer
+        data = line.encode() if isinstance(line, str) else line
         with self.lock:
             target = self._events_file()
             if target is not None:
-                target.write_lines([f"{line}\n".encode()])
+                target.write_lines([data + b"\n"])
         raise structlog.DropEvent
 
     def _events_file(self) -> RotatingLineFile | None:
@@ -214,7 +215,7 @@ def configure_logging(
     if view is not None and json is None and (tty or view.force):
         _SHOWN = shown = _Shown(view, out, level)
         _EVER_SHOWN = True
-        processors = [
+        processors: list[structlog.typing.Processor] = [
             *head,
             shown.tap,  # the view sees info and up, whatever the level
             _level_gate(_LEVELS[level]),
