@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -33,7 +34,8 @@ class Runtime:
     subreaper: bool
 
 
-Body = Callable[[Runtime], Awaitable[int]]
+# A coroutine function: its call is handed to asyncio.create_task.
+Body = Callable[[Runtime], Coroutine[Any, Any, int]]
 
 
 def run_supervised(

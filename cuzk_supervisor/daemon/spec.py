@@ -7,15 +7,17 @@ Plain values shared by ``DaemonProcess``, the keeper and the worker commands.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cuzk_supervisor.adapters.proctree import ProcessTree
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.core.exits import DaemonExit
 
-ReadyProbe = Callable[[Address, float], Awaitable[None]]
+# A coroutine function: DaemonProcess runs it as a task beside the wait for an early exit.
+ReadyProbe = Callable[[Address, float], Coroutine[Any, Any, None]]
 # One GetStatus with a deadline; raises when the daemon does not answer in time.
 AliveProbe = Callable[[Address, float], Awaitable[None]]
 # asyncio.create_subprocess_exec, or reaper.Reaper.spawn which also claims the pid from the reaper.
