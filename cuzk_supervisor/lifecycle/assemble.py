@@ -74,9 +74,9 @@ def daemon_settings(s: Settings, cgroup_dir: Path | None) -> DaemonSettings:
 def memory_sampler(s: Settings) -> MemorySampler:
     if s.cgroup_root is not None:
         # An explicit cgroup folder (tests, or a runtime that hides the real one).
-        from cuzk_supervisor.adapters.cgroupfind import CgroupLocation
+        from cuzk_supervisor.adapters.cgroupfind import CgroupLocation, CgroupVersion
 
-        version = 2 if (s.cgroup_root / "memory.max").exists() else 1
+        version: CgroupVersion = 2 if (s.cgroup_root / "memory.max").exists() else 1
         location = CgroupLocation(version, s.cgroup_root, s.cgroup_root)
         return MemorySampler(proc_root=s.proc_root, cgroup=location, discover=False)
     return MemorySampler(proc_root=s.proc_root)

@@ -270,9 +270,8 @@ class Lifecycle:
         while True:
             trouble = asyncio.create_task(self.signals.trouble.wait())
             gone = asyncio.create_task(self.signals.gone.wait())
-            done, _ = await asyncio.wait(
-                {trouble, gone, ended}, return_when=asyncio.FIRST_COMPLETED
-            )
+            waits: set[asyncio.Future[Any]] = {trouble, gone, ended}
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             trouble.cancel()
             gone.cancel()
             if gone in done:

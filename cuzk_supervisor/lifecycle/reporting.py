@@ -25,6 +25,7 @@ from cuzk_supervisor.adapters.manager_types import (
     ManagerError,
     ManagerRejected,
     ManagerUnavailable,
+    Registration,
 )
 from cuzk_supervisor.adapters.outbox import Outbox
 from cuzk_supervisor.adapters.state import StateKeeper, StateWriteError
@@ -89,7 +90,9 @@ class Reporter:
         retrying = self._retries.register.controller(
             retry_if_exception_type(ManagerUnavailable), before_sleep=self._register_waiting
         )
-        registration = await retrying(self.manager.register, self.label, self.min_rate)
+        registration: Registration = await retrying(
+            self.manager.register, self.label, self.min_rate
+        )
         self._progress.register_retry_at = None
         previous = self.state.state
         if previous.uuid and previous.uuid != registration.uuid:

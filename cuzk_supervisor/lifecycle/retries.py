@@ -20,7 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt, stop_never, wait_fixed
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    after_nothing,
+    stop_after_attempt,
+    stop_never,
+    wait_fixed,
+)
 from tenacity.retry import retry_base
 from tenacity.stop import stop_base
 
@@ -46,7 +53,7 @@ class Retry:
         retry: retry_base,
         *,
         before_sleep: Callable[[RetryCallState], None] | None = None,
-        after: Callable[[RetryCallState], None] | None = None,
+        after: Callable[[RetryCallState], None] = after_nothing,
         retry_error_callback: Callable[[RetryCallState], Any] | None = None,
     ) -> AsyncRetrying:
         """A tenacity controller retrying what ``retry`` says, under this policy."""
