@@ -190,7 +190,7 @@ class FaultController:
         """Fire every fault due at this checkpoint; returns those fired."""
         elapsed = asyncio.get_running_loop().time() - self._started if self._started else 0.0
         cp = Checkpoint(point, self._proofs_completed(), elapsed, partition, memory_gib, call)
-        fired = []
+        fired: list[FaultSpec] = []
         for i, spec in enumerate(self.specs):
             if spec.kind == "cancel" and any(f.kind == "cancel" for f in fired):
                 continue  # one call is cut once: the next cancel waits for the next call

@@ -11,7 +11,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -55,9 +55,11 @@ class ArrivalStamp(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         CALL_ARRIVED.set(asyncio.get_running_loop().time())
         return await continuation(handler_call_details)
 

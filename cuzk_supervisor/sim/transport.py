@@ -61,8 +61,10 @@ class _Pair:
             return
         self.frozen = True
         for writer in (self.client, self.upstream):
-            with contextlib.suppress(AttributeError, RuntimeError):
-                writer.transport.pause_reading()
+            transport = writer.transport  # typed as writing only; a socket's reads too
+            with contextlib.suppress(RuntimeError):
+                if isinstance(transport, asyncio.ReadTransport):
+                    transport.pause_reading()
 
 
 class Proxy:
