@@ -1,8 +1,8 @@
 """``cuzk-supervisor prove``: bad input is exit 2 with one line; a daemon that never answers is
 exit 3 naming its address; a good run prints per-proof lines and a summary with the rate in wall
 and daemon time; its settings are the product's (flags, environment, config file); progress is
-reported while proofs run (events off a terminal, a live line on one). Against the in-process
-fake daemon; the same against the simulator is in test_acceptance_proving.py."""
+reported while proofs run (events off a terminal, the terminal view on one). Against the
+in-process fake daemon; the same against the simulator is in test_acceptance_proving.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import asyncio
 import base64
 import json
 import os
-import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import structlog
 from fakedaemon import Behaviour, FakeDaemon, free_port
+from ptyhelpers import emulate, run_on_a_terminal
 
 from cuzk_supervisor.adapters.provingresults import (
     BatchResult,
@@ -344,39 +345,48 @@ async def test_progress_events_while_a_proof_runs(c1_file, capsys, monkeypatch):
     assert all("partitions_done" not in t for t in ticks)  # the fake has no HTTP status
 
 
-def test_a_live_line_on_a_terminal(c1_file):
+@pytest.mark.slow
+def test_on_a_terminal_a_person_sees_the_terminal_view(c1_file):
+    # The view of run and sim: a live line while the proof runs, a line for the proof, the
+    # summary with both rates, the exit; no JSON line and no plain stdout line on the terminal.
     async def scenario() -> tuple[int, str]:
         async with FakeDaemon(Behaviour(proof_s=2.5)) as fake:
-            return await asyncio.to_thread(run_on_a_terminal, str(fake.address))
+            argv = ["prove", "--addr", str(fake.address), "--c1-file", str(c1_file)]
+            command = [sys.executable, "-m", "cuzk_supervisor", *argv, *fast_flags()]
+            return await asyncio.to_thread(run_on_a_terminal, command, 60)
 
-    def run_on_a_terminal(address: str) -> tuple[int, str]:
-        controller, terminal = pty.openpty()
-        argv = ["prove", "--addr", address, "--c1-file", str(c1_file), *fast_flags()]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cuzk_supervisor", *argv],
-            cwd=REPO, env=child_env(), stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal,
-        )  # fmt: skip
-        os.close(terminal)
-        screen = b""
-        while True:
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:  # the child closed the terminal
-                break
-            if not chunk:
-                break
-            screen += chunk
-        os.close(controller)
-        return proc.wait(timeout=60), screen.decode(errors="replace")
+    rc, raw = asyncio.run(scenario())
+    shown = [line for line in emulate(raw) if line.strip()]
+    report = "\n".join(shown)
+    assert rc == 0, report
+    # The live line was drawn (rich erases it at the end: it is in what was written).
+    drawn = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]", "", raw)
+    assert re.search(r"prove +\d+(\.\d)?s  proof 1/1 running", drawn), drawn[-2000:]
+    assert not any("running" in line for line in shown), report  # and gone at the end
+    (proof,) = [line for line in shown if line.startswith(" ✓ proof 1/1")]
+    assert "ok, daemon time " in proof
+    assert re.search(r"^ proofs 1 completed, 0 failed \(concurrency 1, 1 submissions\)$", report,
+                     re.M), report  # fmt: skip
+    assert re.search(r"^ rate +\d+\.\d proofs/hour in wall time \(1 in ", report, re.M), report
+    assert re.search(r"^ +\d+\.\d proofs/hour in daemon time \(", report, re.M), report
+    assert shown[-1].startswith(" exit   0 (ok) after "), report
+    assert '"event"' not in raw  # no JSON lines for a person
+    assert "summary:" not in raw  # nor the plain lines: the view says it
 
-    rc, screen = asyncio.run(scenario())
-    assert rc == 0, screen
-    assert "\r\x1b[Kproof 1/1 running " in screen
-    lines = [line.rsplit("\r\x1b[K", 1)[-1] for line in screen.split("\r\n") if line]
-    assert lines[-2].startswith("proof 1/1 ")
-    assert " ok " in lines[-2]
-    assert lines[-1].startswith("summary: 1 completed, 0 failed")
-    assert '"event"' not in screen  # no JSON lines for a person (info is off on a terminal)
+
+@pytest.mark.slow
+def test_on_a_terminal_a_daemon_that_never_answers_is_an_error_line_and_exit_3(c1_file):
+    address = f"127.0.0.1:{free_port()}"
+    argv = ["prove", "--addr", address, "--c1-file", str(c1_file), "--ready-deadline-s", "1"]
+    rc, raw = run_on_a_terminal([sys.executable, "-m", "cuzk_supervisor", *argv], 60)
+    shown = [line for line in emulate(raw) if line.strip()]
+    report = "\n".join(shown)
+    assert rc == 3, report
+    (error,) = [line for line in shown if line.startswith("   ✗ ")]
+    assert f"daemon at {address} not ready after " in error
+    assert shown[-1].startswith(" exit   3 (daemon failed to start) after "), report
+    assert "Traceback" not in raw
+    assert '"event"' not in raw
 
 
 # --- the pure parts ---------------------------------------------------------------------------
@@ -438,7 +448,7 @@ def test_partitions_from_the_daemons_status_document():
     assert proveprogress.read_partitions(f"127.0.0.1:{free_port()}") == {}
 
 
-def test_progress_fields_and_text():
+def test_progress_fields():
     tracker = proveprogress.Tracker(prover=None)  # type: ignore[arg-type]
     tracker.running = {"a": 10.0}
     tracker.completed = 1
@@ -457,14 +467,4 @@ def test_progress_fields_and_text():
         "partitions_total": 10,
         "eta_s": 150.0,
     }
-    assert proveprogress.progress_text(fields) == (
-        "proof 2/3 running 1m05s · partitions 4/10 · 1 done · elapsed 1m15s · eta 2m30s"
-    )
-    waiting = proveprogress.waiting_fields(address="127.0.0.1:9", waited_s=12.34, deadline_s=30)
-    assert (
-        proveprogress.waiting_text(waiting) == "waiting for the daemon at 127.0.0.1:9: 12s of 30s"
-    )
-    assert [proveprogress.duration(s) for s in (0.4, 59, 60, 3599, 3720)] == [
-        "0s", "59s", "1m00s", "59m59s", "1h02m"
-    ]  # fmt: skip
     assert proveprogress.PROGRESS_INTERVAL_S <= 5.0  # the README promises at least every 10 s

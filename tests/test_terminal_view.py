@@ -8,24 +8,17 @@ a small terminal emulator (what a person sees after the run), and run it again o
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import io
 import json
-import os
-import pty
 import re
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import structlog
+from ptyhelpers import clean_env, emulate, run_on_a_terminal
 from simhelpers import free_tcp_port
 
 from cuzk_supervisor.cli import observe
@@ -309,29 +302,153 @@ def test_the_live_line_is_sent_only_when_it_changes():
     assert model.feed(ev("manager.report_done", 1)) == []
 
 
-def test_prove_shows_its_wait_then_its_proofs_and_leaves_the_summary_to_prove():
+def prove_events(count: int = 3, concurrency: int = 1) -> list[dict]:
+    """prove asks, waits, the daemon answers, one proof runs and ends, the next runs."""
+    address = "127.0.0.1:9"
+    return [
+        ev("prove.started", 0, address=address, count=count, concurrency=concurrency,
+           ready_deadline_s=30.0),
+        ev("prove.waiting", 5, address=address, waited_s=5.0, deadline_s=30.0),
+        ev("daemon.ready", 10, address=address, calls=3, waited_s=10.0),
+        ev("proof.submitted", 10, job_id="j1", attempt=1),
+        ev("proof.completed", 16, job_id="j1", wall_s=6.0, submissions=1, uploads_cut=0,
+           total_ms=360_000),
+        ev("prove.progress", 20, elapsed_s=10.0, count=count, done=1, failed=0, running=1,
+           proof=2, proof_elapsed_s=4.0, partitions_done=4, partitions_total=10, eta_s=20.0),
+    ]  # fmt: skip
+
+
+def test_prove_shows_its_wait_then_the_proof_running_with_its_partitions():
     model = ViewModel(ViewOptions(command="prove"))
-    model.feed(ev("prove.started", 0, address="127.0.0.1:9", count=3, concurrency=1))
-    model.feed(ev("prove.waiting", 5, address="127.0.0.1:9", waited_s=5.0, deadline_s=30.0))
-    waiting = model.shown
-    assert waiting is not None
-    assert (waiting.text, waiting.since, waiting.expected_s, waiting.expected_is_limit) == (
-        "waiting for the daemon at 127.0.0.1:9 to answer", pytest.approx(T0), 30.0, True,
+    events = prove_events()
+    model.feed(events[0])
+    asking = model.shown
+    assert asking is not None
+    assert (asking.text, asking.since, asking.expected_s, asking.expected_is_limit) == (
+        "asking the daemon at 127.0.0.1:9", pytest.approx(T0), 30.0, True,
     )  # fmt: skip
-    progress = ev("prove.progress", 20, elapsed_s=10.0, count=3, done=1, failed=0, running=1,
-                  proof=2, proof_elapsed_s=4.0, partitions_done=4, partitions_total=10,
-                  eta_s=20.0)  # fmt: skip
-    assert lines(model.feed(progress)) == []
+    model.feed(events[1])
+    assert model.shown is not None
+    assert model.shown.text == "waiting for the daemon at 127.0.0.1:9 to answer"
+    assert model.shown.since == pytest.approx(T0)
+    model.feed(events[2])  # the daemon answered: the proofs run from now
+    running = model.shown
+    assert running is not None
+    assert (running.text, running.since, running.done, running.total) == (
+        "proof 1/3 running", pytest.approx(T0 + 10), 0, 3,
+    )  # fmt: skip
+    for event in events[3:]:
+        model.feed(event)
     status = model.shown
     assert status is not None
     assert (status.done, status.total, status.unit, status.since) == (
         1, 3, "proofs", pytest.approx(T0 + 10),
     )  # fmt: skip
-    assert status.text == "1 running, partitions 4/10"
+    assert status.text == "proof 2/3 running 4.0s, partitions 4/10"
     assert (status.eta_s, status.eta_at) == (20.0, pytest.approx(T0 + 20))
-    failed = model.feed(ev("proof.failed", 21, "warning", status="failed", error="FAILED: boom"))
-    assert [x.text for x in lines(failed)] == ["proof failed: FAILED: boom"]
-    assert model.close(1, T0 + 30) == [CLEAR]
+
+
+def test_one_proof_shows_its_elapsed_time_and_partitions_without_a_bar():
+    model = ViewModel(ViewOptions(command="prove"))
+    events = prove_events(count=1)
+    feed_all(model, events[:3])
+    progress = ev("prove.progress", 14, elapsed_s=4.0, count=1, done=0, failed=0, running=1,
+                  proof=1, proof_elapsed_s=4.0, partitions_done=3, partitions_total=10)  # fmt: skip
+    model.feed(progress)
+    status = model.shown
+    assert status is not None
+    assert (status.text, status.since, status.unit, status.total) == (
+        "proof 1/1 running, partitions 3/10", pytest.approx(T0 + 10), "", None,
+    )  # fmt: skip
+
+
+def test_concurrent_proofs_are_counted_as_running():
+    model = ViewModel(ViewOptions(command="prove"))
+    feed_all(model, prove_events(count=3, concurrency=2)[:3])
+    assert model.shown is not None
+    assert model.shown.text == "2 proofs running"
+
+
+def test_each_proof_is_one_line_as_it_ends():
+    model = ViewModel(ViewOptions(command="prove"))
+    events = prove_events()
+    shown = lines(feed_all(model, events))
+    assert [(x.kind, x.phase, x.mark, x.took_s, x.text) for x in shown] == [
+        ("phase", "proof 1/3", "done", 6.0, "ok, daemon time 6m00s, job j1"),
+    ]
+    failed = ev("proof.failed", 21, "warning", job_id="j2", wall_s=1.5, submissions=2,
+                uploads_cut=1, status="failed", error="FAILED: boom")  # fmt: skip
+    assert [(x.phase, x.mark, x.text) for x in lines(model.feed(failed))] == [
+        ("proof 2/3", "failed", "failed: FAILED: boom, 2 submissions, 1 uploads cut, job j2"),
+    ]
+    assert model.shown is not None
+    assert model.shown.text.endswith(", 1 failed")
+    # In run and sim a failed proof stays a warning line, a completed one no line.
+    run = ViewModel()
+    assert [x.text for x in lines(run.feed(failed))] == ["proof failed: FAILED: boom"]
+    assert lines(run.feed(events[4])) == []
+
+
+def summary_event(**fields):
+    base = {"address": "127.0.0.1:9", "count": 3, "concurrency": 2, "completed": 3, "failed": 0,
+            "wall_s": 740.0, "proofs_per_hour": 14.595, "submissions": 4, "uploads_cut": 1,
+            "daemon_seconds_per_second": 1.0021, "daemon_wall_s": 741.554,
+            "daemon_proofs_per_hour": 14.564}  # fmt: skip
+    return ev("prove.summary", 760, **{**base, **fields})
+
+
+def test_the_prove_summary_gives_the_proofs_and_the_rate_in_wall_and_daemon_time():
+    model = ViewModel(ViewOptions(command="prove"))
+    feed_all(model, prove_events())
+    actions = model.feed(summary_event())
+    assert lines(actions) == []  # kept for the closing summary
+    assert actions[-1] is CLEAR  # nothing runs any more
+    closing = model.close(0, T0 + 761)
+    assert closing[0] is CLEAR
+    assert [(x.label, x.text) for x in lines(closing)] == [
+        ("proofs", "3 completed, 0 failed (concurrency 2, 4 submissions, 1 uploads cut)"),
+        ("rate", "14.6 proofs/hour in wall time (3 in 12m20s)"),
+        ("", "14.6 proofs/hour in daemon time (12m21s of daemon time, x1.00 the wall clock)"),
+        ("exit", "0 (ok) after 12m41s"),
+    ]
+    assert model.close(0, T0 + 762) == []
+
+
+def test_the_prove_summary_against_the_simulator_and_without_daemon_time():
+    scaled = ViewModel(ViewOptions(command="prove"))
+    scaled.feed(summary_event(wall_s=7.4, proofs_per_hour=1459.5, daemon_wall_s=740.0,
+                              daemon_seconds_per_second=100.0, daemon_proofs_per_hour=14.595,
+                              uploads_cut=0))  # fmt: skip
+    texts = [x.text for x in lines(scaled.close(0, T0 + 761))]
+    assert "3 completed, 0 failed (concurrency 2, 4 submissions)" in texts
+    assert "1459.5 proofs/hour in wall time (3 in 7.4s)" in texts
+    assert (
+        "14.6 proofs/hour in daemon time (12m20s of daemon time, x100.00 the wall clock)" in texts
+    )
+    unknown = ViewModel(ViewOptions(command="prove"))
+    unknown.feed(
+        summary_event(
+            completed=0,
+            failed=1,
+            proofs_per_hour=0.0,
+            daemon_wall_s=None,
+            daemon_seconds_per_second=None,
+            daemon_proofs_per_hour=None,
+        )
+    )
+    summary = [(x.label, x.text) for x in lines(unknown.close(1, T0 + 761))]
+    assert ("", "daemon time unknown (no completed proof gave its total_ms)") in summary
+    assert summary[-1][0] == "exit"
+    assert summary[-1][1].startswith("1 (failed)")
+
+
+def test_a_prove_that_never_reached_the_daemon_closes_with_its_exit_alone():
+    model = ViewModel(ViewOptions(command="prove"))
+    feed_all(model, prove_events()[:2])
+    closing = model.close(3, T0 + 30)
+    assert [(x.label, x.text) for x in lines(closing)] == [
+        ("exit", "3 (daemon failed to start) after 30s")
+    ]
 
 
 def test_words_and_numbers():
@@ -440,11 +557,12 @@ def test_off_a_terminal_the_json_lines_stay_as_they_are():
     assert json.loads(line)["event"] == "phase.entered"
 
 
-def test_rich_is_not_imported_by_the_entrypoint():
+@pytest.mark.parametrize("command", ["run", "prove"])
+def test_rich_is_not_imported_by_the_entrypoint(command):
     """structlog.dev tries ``import rich`` (cuzk_supervisor.logimport makes that fail at once):
     -X importtime lists that try as a bare ``rich``, as it lists colorama's; nothing is loaded."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "cuzk_supervisor", "run", "--help"],
+        [sys.executable, "-X", "importtime", "-m", "cuzk_supervisor", command, "--help"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -460,70 +578,6 @@ def test_rich_is_not_imported_by_the_entrypoint():
 
 # --- end to end on a pseudo-terminal -------------------------------------------------------------
 
-COLUMNS, ROWS = 120, 50
-_CSI = re.compile(r"\x1b\[([0-9;?]*)([ -/]*)([@-~])")
-_OSC = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-
-
-def emulate(data: str, width: int = COLUMNS) -> list[str]:
-    """What a terminal shows after ``data`` (scrollback included): text, CR, LF, backspace, cursor
-    up/down/column, erase in line; colours and modes are ignored."""
-    rows: list[list[str]] = [[]]
-    row = col = 0
-    i = 0
-    while i < len(data):
-        ch = data[i]
-        if ch == "\x1b":
-            if (m := _CSI.match(data, i)) is not None:
-                params, final = m.group(1), m.group(3)
-                n = int(params) if params.isdigit() else 1
-                if final == "A":
-                    row = max(0, row - n)
-                elif final == "B":
-                    row += n
-                elif final == "G":
-                    col = n - 1
-                elif final == "K":
-                    line = rows[row] if row < len(rows) else []
-                    mode = int(params or 0)
-                    if mode == 2:
-                        line.clear()
-                    elif mode == 0:
-                        del line[col:]
-                i = m.end()
-            elif (m := _OSC.match(data, i)) is not None:
-                i = m.end()
-            else:
-                i += 2
-            while len(rows) <= row:
-                rows.append([])
-            continue
-        if ch == "\r":
-            col = 0
-        elif ch == "\n":
-            row += 1
-        elif ch == "\b":
-            col = max(0, col - 1)
-        elif ch >= " ":
-            if col >= width:
-                row, col = row + 1, 0
-            while len(rows) <= row:
-                rows.append([])
-            line = rows[row]
-            line.extend(" " * (col - len(line)))
-            if col < len(line):
-                line[col] = ch
-            else:
-                line.append(ch)
-            col += 1
-        while len(rows) <= row:
-            rows.append([])
-        i += 1
-    shown = ["".join(r).rstrip() for r in rows]
-    while shown and not shown[-1]:
-        shown.pop()
-    return shown
-
 
 def test_the_emulator_follows_a_live_line_and_its_erasure():
     assert emulate("a\r\nb\x1b[2K\rc\x1b[1Ad\r\n\r\ne") == ["ad", "c", "e"]
@@ -533,45 +587,6 @@ def sim_command(sim_dir: Path) -> list[str]:
     health = f"127.0.0.1:{free_tcp_port()}"
     return [sys.executable, "-m", "cuzk_supervisor", "sim", "--fresh", "--exit-after-run",
             "--sim-dir", str(sim_dir), "--health-listen", health]  # fmt: skip
-
-
-def clean_env() -> dict[str, str]:
-    drop = ("CUZK_SUPERVISOR_", "CUZK_SIM_", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["TERM"] = "xterm-256color"
-    return env
-
-
-def run_on_a_terminal(command: list[str], timeout_s: float = 120) -> tuple[int, str]:
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=clean_env(),
-                            start_new_session=True)  # fmt: skip
-    os.close(slave)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: every writer has closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
-            proc.wait()
-        os.close(master)
-    return code, b"".join(chunks).decode("utf-8", "replace")
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,11 @@ Off a terminal (or with ``log_format=json``) every event is one JSON line on std
 always was. On a terminal, the commands that ask for it (``run``, ``sim``, ``prove``: a
 :class:`TerminalView`) show the view of :mod:`cuzk_supervisor.cli.view` (drawn by
 :mod:`cuzk_supervisor.cli.screen`, which loads rich: imported only then) and write the JSON lines
-to their events file instead (``log_dir/supervisor.log``, rotated as the daemon's log is). The
-view sees every event from info up, whatever ``log_level`` says; what reaches the events file
-and the manager is still held to ``log_level``. Other commands on a terminal, and
-``log_format=console``, get structlog's colour console.
+to their events file instead (``run`` and ``sim``: ``log_dir/supervisor.log``, rotated as the
+daemon's log is; ``prove``, a client run beside a supervisor, keeps none: ``log_format=json``
+gives its events). The view sees every event from info up, whatever ``log_level`` says; what
+reaches the events file and the manager is still held to ``log_level``. Other commands on a
+terminal, and ``log_format=console``, get structlog's colour console (every event).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
-from cuzk_supervisor.cli.view import ViewModel, ViewOptions
+from cuzk_supervisor.cli.view import Line, ViewModel, ViewOptions
 
 if TYPE_CHECKING:
     from cuzk_supervisor.cli.screen import Screen
@@ -158,6 +159,22 @@ _EVER_SHOWN = False
 def view_shown() -> bool:
     """Whether this process has shown the terminal view (its own lines then say it all)."""
     return _EVER_SHOWN
+
+
+def view_active() -> bool:
+    """Whether the terminal view is shown now (configured and not finished yet)."""
+    return _SHOWN is not None
+
+
+def say_error(command: str, message: str) -> None:
+    """An error that ends ``command``, as one line: ``cuzk-supervisor COMMAND: error: MESSAGE``
+    on stderr; while the view is shown, its own error line (above the live line) instead."""
+    shown = _SHOWN
+    if shown is None:
+        print(f"cuzk-supervisor {command}: error: {message}", file=sys.stderr, flush=True)
+        return
+    with shown.lock:
+        shown.screen.apply([Line("error", message)])
 
 
 def finish_view(code: int) -> int:

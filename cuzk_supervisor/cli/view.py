@@ -8,6 +8,8 @@ same. A phase's line is printed when the phase ends, with what it came to (one l
 ``run`` is printed when it begins (it lasts). Warnings and errors are one readable line each, a
 repeat of the same one in a phase is counted instead of printed. The children's output lines
 (the daemon's, the fetch command's) are shown only when ``verbose``; so is every other event.
+``prove`` has no phases: its live line, its proof lines and its summary are
+:mod:`cuzk_supervisor.cli.viewprove`'s.
 The rich rendering is :mod:`cuzk_supervisor.cli.screen`; :mod:`cuzk_supervisor.cli.observe`
 wires both into structlog.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuzk_supervisor.cli.viewevents import HANDLERS, SUFFIX_HANDLERS
+from cuzk_supervisor.cli.viewprove import prove_closing, prove_status
 from cuzk_supervisor.cli.viewtext import (
     CLEAR,
     DOING,
@@ -58,7 +61,10 @@ class ViewModel:
     fetch: dict[str, float] = field(default_factory=dict)
     bench: dict[str, float] = field(default_factory=dict)
     prove: dict[str, float] = field(default_factory=dict)
-    """prove: count, done, failed, running, since, eta, at, waited_since, deadline."""
+    """prove: count, done, failed, ended, running, since, eta, at, waited_since, deadline,
+    proof_elapsed_s, partitions_done, partitions_total."""
+    summary: dict[str, Any] = field(default_factory=dict)
+    """prove: the fields of its ``prove.summary``, for the closing lines."""
     waiting: str = ""
     headroom: str = ""
     seen: set[tuple[str, str]] = field(default_factory=set)
@@ -96,8 +102,10 @@ class ViewModel:
         self.closed = True
         now = now if now is not None else self.now
         out: list[Action] = [CLEAR]
+        took = f" after {duration(now - self.started)}" if now and self.started else ""
+        exit_line = Line("summary", f"{exit_code} ({exit_words(exit_code)}){took}", label="exit")
         if self.options.command == "prove":
-            return out
+            return [*out, *prove_closing(self), exit_line]
         if self.phase is not None and self.phase.name != "run":
             out.append(self.phase_line(now, mark="stopped"))
         if self.rate is not None and (self.rate > 0 or not self.failure):
@@ -108,9 +116,7 @@ class ViewModel:
             out.append(Line("summary", self.plan, label="plan"))
         for index, (what, path) in enumerate(self.options.logs):
             out.append(Line("summary", f"{what:<7}{path}", label="" if index else "logs"))
-        took = f" after {duration(now - self.started)}" if now and self.started else ""
-        out.append(Line("summary", f"{exit_code} ({exit_words(exit_code)}){took}", label="exit"))
-        return out
+        return [*out, exit_line]
 
     # --- pieces -------------------------------------------------------------------------------
 
@@ -154,7 +160,7 @@ class ViewModel:
 
     def _status(self) -> Status | None:
         if self.options.command == "prove":
-            return self._prove_status()
+            return prove_status(self)
         if self.phase is None:
             return None
         name, since = self.phase.name, self.phase.since
@@ -185,17 +191,3 @@ class ViewModel:
     def fetch_rate(self) -> str:
         rate = self.fetch.get("rate")
         return f"{size(rate)}/s" if rate else ""
-
-    def _prove_status(self) -> Status | None:
-        p = self.prove
-        if "since" not in p:  # not proving yet: connecting, waiting for the daemon
-            since = p.get("waited_since", self.started)
-            return Status("prove", self.waiting or "starting", since=since,
-                          expected_s=p.get("deadline") or None, expected_is_limit=True)  # fmt: skip
-        failed, running = int(p.get("failed", 0)), int(p.get("running", 0))
-        text = f"{running} running" + (f", {failed} failed" if failed else "")
-        if self.waiting:
-            text += f", {self.waiting}"
-        return Status("prove", text, since=p["since"], done=p.get("done", 0.0),
-                      total=p.get("count") or None, unit="proofs", eta_s=p.get("eta"),
-                      eta_at=p.get("at"))  # fmt: skip

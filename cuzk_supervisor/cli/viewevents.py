@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from cuzk_supervisor.cli.viewprove import daemon_ready, proof_result, prove_event, prove_summary
 from cuzk_supervisor.cli.viewtext import (
     Action,
     Line,
@@ -112,40 +113,21 @@ def _replaced(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
 
 
 def _daemon_ready(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if m.options.command == "prove":
+        return daemon_ready(m, e)
     if "startup_s" not in e or m.phase is None or m.phase.name != "restart":
         return []
     return m.note(f"daemon ready at {m.workers} workers in {duration(e.get('startup_s'))}")
 
 
 def _proof(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    if m.options.command == "prove":
+        return proof_result(m, e)
     if e.get("event") == "proof.completed":
         if m.phase is not None and m.phase.name == "bench":
             m.bench["done"] = m.bench.get("done", 0) + 1
         return []
     return _said("proof {status}: {error}")(m, e)
-
-
-def _prove(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
-    """``prove``'s own events: what it asked for, how long it waited, how far it got."""
-    name, now = e.get("event"), m.now or 0.0
-    if name == "prove.started":
-        m.prove = {"count": float(e.get("count") or 0)}
-        m.waiting = f"asking the daemon at {e.get('address')}"
-    elif name == "prove.waiting":
-        m.prove.update(waited_since=now - float(e.get("waited_s") or 0),
-                       deadline=float(e.get("deadline_s") or 0))  # fmt: skip
-        m.waiting = f"waiting for the daemon at {e.get('address')} to answer"
-    elif name == "prove.progress":
-        m.prove.update(
-            since=now - float(e.get("elapsed_s") or 0), done=float(e.get("done") or 0),
-            count=float(e.get("count") or m.prove.get("count", 0)),
-            failed=float(e.get("failed") or 0), running=float(e.get("running") or 0),
-        )  # fmt: skip
-        if e.get("eta_s") is not None:
-            m.prove.update(eta=float(e["eta_s"]), at=now)
-        parts = e.get("partitions_done"), e.get("partitions_total")
-        m.waiting = f"partitions {parts[0]}/{parts[1]}" if None not in parts else ""
-    return []
 
 
 def _bench_started(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
@@ -294,10 +276,10 @@ HANDLERS: dict[str, Handler] = {
     "manager.instance_gone": _gone,
     "lifecycle.finished": _finished,
     "supervisor.stopping": _stopping,
-    "prove.started": _prove,
-    "prove.waiting": _prove,
-    "prove.progress": _prove,
-    "prove.summary": _ignore,  # prove prints its summary itself
+    "prove.started": prove_event,
+    "prove.waiting": prove_event,
+    "prove.progress": prove_event,
+    "prove.summary": prove_summary,
     "manager.report_queued": _ignore,
     "manager.report_done": _ignore,
     "bench.interrupted": _interrupted,

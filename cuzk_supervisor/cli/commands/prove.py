@@ -8,7 +8,8 @@ the product's own, read as every command reads them (flag > ``CUZK_SUPERVISOR_*`
 starts (``daemon_listen``, else the socket in ``run_dir``). Everything is checked before
 anything connects; bad input is a one-line error and exit code 2; a daemon that never answers is
 exit 3, with its address named. While it waits it says so (``proveprogress``); at the end it
-reports proofs per hour in wall time and in the daemon's own time (``provereport``).
+reports proofs per hour in wall time and in the daemon's own time (``provereport``). On a
+terminal it shows the terminal view of ``run`` and ``sim`` (``cuzk_supervisor.cli.viewprove``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import math
+import signal
 import sys
 import time
 from collections.abc import Awaitable
@@ -38,9 +40,11 @@ from cuzk_supervisor.adapters.provingerrors import DaemonNotReady
 from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.adapters.provingresults import ProofResult
 from cuzk_supervisor.address import Address, parse_address
+from cuzk_supervisor.cli import observe
 from cuzk_supervisor.cli.commands import proveprogress as progress
 from cuzk_supervisor.cli.commands import provereport as report
 from cuzk_supervisor.cli.observe import configure_logging
+from cuzk_supervisor.cli.view import ViewOptions
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.proto import proving_pb2 as pb
 
@@ -69,10 +73,12 @@ The C1 file and the deadlines are the settings run uses for its proofs (a first 
 daemon start builds the PCE: give it --proof-budget-s 3600). Without --addr it asks the daemon
 run starts (daemon_listen, else cuzk.sock in run_dir).
 
-While it waits for the daemon and while proofs run, it says so every {interval} s: off a
-terminal a prove.waiting or prove.progress event (JSON lines on stderr, log level info unless
-log_level is set); on a terminal a live line, and log lines from warning up unless log_level is
-set.
+While it waits for the daemon and while proofs run, it says so every {interval} s: a
+prove.waiting or prove.progress event (JSON lines on stderr, from log_level up). On a terminal
+(log_format auto) it shows a person's view instead: a live line (the proof running, its elapsed
+time, its partitions done when the daemon's HTTP status lists them), a line per proof as it
+ends, warnings and errors, and a closing summary with both rates; --verbose shows every other
+event too. log_format console shows every event in colour; json the JSON lines.
 
 Exit 0 if every proof completed, 1 if any failed, 2 on bad input, 3 if no daemon answers at the
 address within --ready-deadline-s.
@@ -120,6 +126,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     own.add_argument("--json", action="store_true", help="print a JSON summary instead")
     settings.add_flags(parser, (), names=SETTINGS_USED)
+    observe.add_view_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -154,17 +161,16 @@ def run(args: argparse.Namespace) -> int:
     c1_proof_kind(args.kind)  # checked before reading ~51 MB
     template = build_submit_request(load_c1(s.c1_file), args.kind)
 
-    live = progress.LiveLine(sys.stderr) if sys.stderr.isatty() and s.log_format != "json" else None
-    level = s.log_level
-    if loaded.sources["log_level"] == "default":
-        level = "warning" if live is not None else "info"
     configure_logging(
-        level,
+        s.log_level,
         json={"auto": None, "json": True, "console": False}[s.log_format],
-        extra_processors=[live.processor] if live is not None else [],
+        view=observe.TerminalView(ViewOptions(command="prove", verbose=args.verbose)),
     )
+    # The view shows each proof and the summary: the plain lines only where stdout is not that
+    # terminal (a file, a pipe) or where no view is shown.
+    plain = not (observe.view_active() and sys.stdout.isatty())
     try:
-        return asyncio.run(
+        code = asyncio.run(
             _prove(
                 address,
                 timeouts,
@@ -173,18 +179,18 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 ready_deadline=ready_deadline,
                 as_json=args.json,
-                live=live,
+                plain=plain,
                 status_listen=s.daemon_status_listen,
             )
         )
-    finally:
-        if live is not None:
-            live.clear()
+    except KeyboardInterrupt:  # the view's last line says so; main gives the exit code
+        observe.finish_view(exitcodes.SIGNAL_BASE + signal.SIGINT)
+        raise
+    return observe.finish_view(code)
 
 
 async def _ticking(work: Awaitable[T], ticker: progress.Ticker) -> T:
     """Await ``work`` with ``ticker`` reporting beside it."""
-    ticker.draw()
     task = asyncio.create_task(ticker.run())
     try:
         return await work
@@ -203,7 +209,7 @@ async def _prove(
     concurrency: int,
     ready_deadline: float,
     as_json: bool,
-    live: progress.LiveLine | None,
+    plain: bool,
     status_listen: str,
 ) -> int:
     log.info(
@@ -224,15 +230,11 @@ async def _prove(
                 waited_s=time.monotonic() - asked,
                 deadline_s=ready_deadline,
             ),
-            progress.waiting_text,
-            live=live,
         )
         try:
             await _ticking(client.wait_ready(ready_deadline), waiting)
         except DaemonNotReady as exc:
-            if live is not None:
-                live.clear()
-            print(f"cuzk-supervisor prove: error: {exc}", file=sys.stderr, flush=True)
+            observe.say_error("prove", str(exc))
             return exitcodes.DAEMON_FAILED_TO_START
 
         tracker = progress.Tracker(client)
@@ -253,29 +255,23 @@ async def _prove(
                 tracker=tracker,
                 partitions=partitions,
             ),
-            progress.progress_text,
-            live=live,
             refresh=read_partitions,
         )
 
         def on_result(index: int, result: ProofResult) -> None:
-            if as_json:
+            if as_json or not plain:
                 return
-            if live is not None:
-                live.clear()
             print(report.proof_line(index, count, result), flush=True)
 
         batch = await _ticking(
             run_batch(tracker, template, count, concurrency, on_result=on_result), ticker
         )
 
-    if live is not None:
-        live.clear()
     measured = report.daemon_time(batch.results, batch.summary.wall_s)
     log.info(progress.EVENT_SUMMARY, address=str(address), **report.summary_fields(batch, measured))
     if as_json:
         document: dict[str, Any] = report.summary_document(str(address), batch, measured)
         print(json.dumps(document), flush=True)
-    else:
+    elif plain:
         print(report.summary_line(batch, measured), flush=True)
     return exitcodes.OK if batch.summary.failed == 0 else exitcodes.FAILURE
