@@ -3,7 +3,9 @@
 - ``NvmlProbe``: the real thing, through NVML (the ``pynvml`` module of nvidia-ml-py, injectable).
   No library or no driver makes the probe unavailable with one warning, never an exception.
 - ``SimStatusProbe``: the simulated daemon's ``GET /status`` JSON (``sim.gpus``), for tests and
-  demos on machines without a GPU.
+  demos on machines without a GPU. Given the simulated machine's GPUs (``sim.machine``), it
+  reports them idle while no daemon answers (before the first start, between two), as NVML
+  would: the plan knows the GPUs before any daemon runs.
 - ``StaticProbe``: fixed devices, for tests and ``plan --gpus N --vram-gib G`` what-ifs.
 
 A sample is plain data: the devices that answered, and a ``GpuFault`` for each one that did not.
@@ -256,16 +258,28 @@ def parse_sim_status(document: Mapping[str, Any], timestamp: float) -> GpuSample
     return GpuSample(timestamp=timestamp, devices=tuple(devices), faults=tuple(faults))
 
 
+def _nobody_listens(exc: BaseException) -> bool:
+    """Refused or dropped at once: no daemon (yet, or any more) behind the status address."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, ConnectionRefusedError | ConnectionResetError | FileNotFoundError)
+
+
 class SimStatusProbe:
     """GPUs as the simulated daemon reports them on ``[daemon] status_listen`` (loopback HTTP).
 
     ``url`` is the status URL; a bare ``http://host:port`` gets ``/status`` appended. Only for
     tests and demos: plain ``urllib`` with a short timeout, no retries (the next sample is the
-    retry). The probe is always available; an unreachable endpoint is a sample ``error``.
+    retry). The probe is always available. Where nothing listens (no daemon running) the sample
+    is ``idle_devices`` when they are given (the simulated machine's GPUs, nothing on them),
+    else an ``error``; any other failure (a timeout, a bad answer) is an ``error``.
     """
 
     def __init__(
-        self, url: str, timeout_s: float = 1.0, clock: Callable[[], float] = time.time
+        self,
+        url: str,
+        timeout_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        idle_devices: Sequence[GpuDevice] = (),
     ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.path in ("", "/"):
@@ -274,6 +288,7 @@ class SimStatusProbe:
         self._timeout = timeout_s
         self._clock = clock
         self._errors = _ErrorLog()
+        self.idle_devices = tuple(idle_devices)
 
     available = True
     reason = ""
@@ -287,6 +302,8 @@ class SimStatusProbe:
             with urllib.request.urlopen(self.url, timeout=self._timeout) as resp:
                 document = json.loads(resp.read())
         except (OSError, ValueError) as exc:  # URLError, timeouts and bad JSON included
+            if self.idle_devices and _nobody_listens(exc):
+                return GpuSample(timestamp=now, devices=self.idle_devices)
             text = f"{type(exc).__name__}: {exc}"
             self._errors("sim gpu status failed", None, text, url=self.url)
             return GpuSample(timestamp=now, error=text)

@@ -110,16 +110,20 @@ def parse_config(data: dict[str, Any], mem_total: int, found: bool = True) -> Si
     )
 
 
-def load_config(path: Path, meminfo: Path = Path("/proc/meminfo")) -> SimConfig:
-    """Read ``path``; a missing file silently gives the defaults, as the real daemon does."""
+def load_config(
+    path: Path, meminfo: Path = Path("/proc/meminfo"), *, mem_total: int | None = None
+) -> SimConfig:
+    """Read ``path``; a missing file silently gives the defaults, as the real daemon does.
+    ``mem_total`` replaces MemTotal (the simulated machine's RAM, ``--host-gib``)."""
+    total = mem_total if mem_total is not None else mem_total_bytes(meminfo)
     try:
         text = path.read_text()
     except FileNotFoundError:
-        return parse_config({}, mem_total_bytes(meminfo), found=False)
+        return parse_config({}, total, found=False)
     except OSError as exc:
         raise ConfigError(f"failed to read config {path}: {exc}") from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"failed to parse config {path}: {exc}") from exc
-    return parse_config(data, mem_total_bytes(meminfo))
+    return parse_config(data, total)

@@ -27,6 +27,7 @@ from cuzk_supervisor.sim.chaos import FaultController, HangGate
 from cuzk_supervisor.sim.config import DEFAULT_CONFIG, ConfigError, SimConfig, load_config
 from cuzk_supervisor.sim.engine import Engine
 from cuzk_supervisor.sim.faults import FaultSpec, FaultSpecError, parse_faults
+from cuzk_supervisor.sim.machine import SimMachine, add_machine_arguments
 from cuzk_supervisor.sim.memory import Memory
 from cuzk_supervisor.sim.service import ProvingService, start_grpc_server
 from cuzk_supervisor.sim.status_http import start_status_server
@@ -69,18 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated seconds per real second",
     )
     p.add_argument(
-        "--memory-scale",
-        type=float,
-        default=_env_default("CUZK_SIM_MEMORY_SCALE", "1"),
-        help="real MiB allocated per simulated GiB",
-    )
-    p.add_argument(
         "--release",
         choices=("workers", "budget"),
         default=_env_default("CUZK_SIM_RELEASE", "workers"),
     )
-    p.add_argument("--gpus", type=int, default=_env_default("CUZK_SIM_GPUS", "1"))
-    p.add_argument("--cgroup-dir", type=Path, default=os.environ.get("CUZK_SIM_CGROUP_DIR") or None)
+    add_machine_arguments(p)  # --memory-scale --gpus --vram-gib --host-gib --cgroup-dir
     p.add_argument("--fault", action="append", default=[], metavar="SPEC")
     p.add_argument(
         "--first-proof-factor",
@@ -173,6 +167,7 @@ class SimDaemon:
             time_scale=args.time_scale,
             faults=self.faults,
             first_proof_factor=_first_proof_factor(args),
+            vram_bytes=SimMachine.from_args(args).vram_bytes,
         )
 
     def _on_memory_grow(self, key: object, total_gib: float) -> None:
@@ -283,8 +278,9 @@ class SimDaemon:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    machine = SimMachine.from_args(args)
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, mem_total=machine.simulated_mem_total)
     except ConfigError as exc:
         fatal(logfmt.DaemonLog("info"), "failed to load config", exc)
     level = (
@@ -299,8 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults = parse_faults(args.fault, os.environ.get("CUZK_SIM_FAULTS"))
     except (UsageError, FaultSpecError) as exc:
         fatal(log, "invalid arguments", exc)
-    if args.time_scale <= 0 or args.memory_scale < 0 or args.gpus < 1:
-        fatal(log, "invalid arguments", "need time scale > 0, memory scale >= 0, gpus >= 1")
+    problem = machine.problem() or ("need time scale > 0" if not args.time_scale > 0 else None)
+    if problem is not None:
+        fatal(log, "invalid arguments", problem)
     if not 1 <= args.first_proof_factor <= 1000:
         fatal(log, "invalid arguments", "need 1 <= first proof factor <= 1000")
     asyncio.run(SimDaemon(args, cfg, listen, faults, log).run())

@@ -87,8 +87,10 @@ class Engine:
         time_scale: float,
         faults: FaultController | None = None,
         first_proof_factor: float = model.FIRST_PROOF_AFTER_START_FACTOR,
+        vram_bytes: int = model.gib_bytes(model.GPU_VRAM_GIB),
     ) -> None:
         self.release = release
+        self.vram_bytes = vram_bytes  # of each GPU
         self.first_proof_factor = first_proof_factor
         self.time_scale = time_scale
         self.slots = slots

@@ -11,6 +11,7 @@ import math
 from bisect import bisect_left
 
 from cuzk_supervisor.proto import proving_pb2 as pb
+from cuzk_supervisor.sim.machine import DEFAULT_VRAM_GIB
 
 GIB = 1 << 30
 
@@ -51,7 +52,7 @@ SRS_GIB: dict[str, float] = {
     "snap-64g": 66.0,
 }
 POREP_SRS_LOAD_SECONDS = 45.0
-GPU_VRAM_GIB = 24.0
+GPU_VRAM_GIB = DEFAULT_VRAM_GIB  # the default machine's (sim.machine, --vram-gib)
 GPU_VRAM_PROVING_GIB = 12.0
 
 # --- proof kinds ---------------------------------------------------------------------------

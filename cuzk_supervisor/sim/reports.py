@@ -12,8 +12,8 @@ from typing import Any
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.sim import model
 from cuzk_supervisor.sim.engine import Engine, Job
+from cuzk_supervisor.sim.machine import GPU_NAME
 
-GPU_NAME = "NVIDIA GeForce RTX 3090 (cuzk-sim)"
 # The real daemon's label values for proof kinds in its metrics (underscores, not queue names).
 METRIC_KIND = {name: name.replace("-", "_") for name in model.QUEUE_NAME.values()}
 # The bench runs at concurrency 2 (reference/incidents.md I3); other values are labelled.
@@ -25,7 +25,9 @@ def _gpu_busy(engine: Engine) -> bool:
 
 
 def _vram_used(engine: Engine) -> int:
-    return model.gib_bytes(model.GPU_VRAM_PROVING_GIB) if _gpu_busy(engine) else 0
+    if not _gpu_busy(engine):
+        return 0
+    return min(model.gib_bytes(model.GPU_VRAM_PROVING_GIB), engine.vram_bytes)
 
 
 def steady_state(engine: Engine, concurrency: int = REFERENCE_CONCURRENCY) -> float:
@@ -43,7 +45,7 @@ def get_status(engine: Engine) -> pb.GetStatusResponse:
     gpus = []
     for worker in range(engine.gpu_workers):
         job = _gpu_worker_job(engine, worker)
-        total = model.gib_bytes(model.GPU_VRAM_GIB)
+        total = engine.vram_bytes
         gpus.append(
             pb.GPUStatus(
                 ordinal=worker // max(1, engine.gpu_workers_per_device),
@@ -218,7 +220,7 @@ def status_document(
                 {
                     "index": gpu,
                     "name": GPU_NAME,
-                    "vram_total_bytes": model.gib_bytes(model.GPU_VRAM_GIB),
+                    "vram_total_bytes": engine.vram_bytes,
                     "vram_used_bytes": _vram_used(engine),
                     **({"fault": gpu_faults[gpu]} if gpu_faults and gpu in gpu_faults else {}),
                 }

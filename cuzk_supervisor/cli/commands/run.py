@@ -11,25 +11,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 
 from cuzk_supervisor import exitcodes, settings
 from cuzk_supervisor.adapters.loglines import shipping_processor
 from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
-from cuzk_supervisor.adapters.manager import ManagerClient, ManagerRetry, ManagerTimeouts, Outbox
+from cuzk_supervisor.adapters.manager import ManagerClient
+from cuzk_supervisor.adapters.manager_types import ManagerRetry, ManagerTimeouts
+from cuzk_supervisor.adapters.outbox import Outbox
 from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
 from cuzk_supervisor.cli import observe, prestart
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.labels import label_warning
-from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.wiring import build_lifecycle, resolve_label, resolve_min_rate
 from cuzk_supervisor.runtime import Runtime, run_supervised
 from cuzk_supervisor.serve.health import HealthServer
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.sim import probes as sim_probes
 
 STATE_FILE = "state.json"
 
@@ -61,8 +63,12 @@ def run_lifecycle(
     on_phase: Callable[[str], None] | None = None,
     command: str = "run",
     verbose: bool = False,
+    keep_children: Iterable[int] = (),
 ) -> int:
+    """The lifecycle under PID-1 duties. ``keep_children``: children the caller started and
+    stops itself afterwards (``sim``'s manager), left alone by the runtime."""
     warnings = check_inputs(s, environ)
+    machine = sim_probes.machine_of(s, environ)  # the simulator's machine, or None
     label = resolve_label(s, environ)
     min_rate = resolve_min_rate(s, environ)
     manager = ManagerClient(
@@ -105,8 +111,8 @@ def run_lifecycle(
                 state=keeper,
                 outbox=Outbox.for_keeper(manager, keeper),
                 shipper=shipper,
-                sampler=assemble.memory_sampler(s),
-                gpu=assemble.gpu_probe(s),
+                sampler=sim_probes.memory_sampler(s, machine),
+                gpu=sim_probes.gpu_probe(s, machine),
                 metrics=metrics,
             )
             if on_phase is not None:
@@ -129,4 +135,6 @@ def run_lifecycle(
             ):
                 return await lifecycle.run()
 
-    return observe.finish_view(run_supervised(body, cleanup_grace_s=s.daemon_stop_grace_s))
+    return observe.finish_view(
+        run_supervised(body, cleanup_grace_s=s.daemon_stop_grace_s, keep_children=keep_children)
+    )

@@ -5,6 +5,11 @@ simulated download), plan, warmup, restart, settle, bench, report, run — again
 daemon in scaled time, printing each phase. Stays in the run phase until Ctrl-C, or exits there
 with ``--exit-after-run``. Any ``run`` setting can be given too (e.g. ``--bench-count 6``).
 
+The simulated machine (``--gpus``, ``--vram-gib``, ``--host-gib``, ``--memory-scale``) is known
+to the plan from the start: its GPUs and their VRAM (below what a proof needs, the plan
+refuses), and its RAM in simulated GiB. What the simulated daemon would refuse at its start
+(``--sim-fault bogus``) is refused before anything starts, with exit 2.
+
 With ``--manager-url URL`` it runs the same lifecycle against that manager (a real one, or a
 ``python -m cuzk_supervisor.sim.manager`` of your own) and starts no simulated manager.
 
@@ -36,9 +41,17 @@ from cuzk_supervisor.cli.commands.run import run_lifecycle
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.machine import (
+    DEFAULT_VRAM_GIB,
+    SIM_DAEMON_MODULE,
+    SimMachine,
+    check_daemon_argv,
+)
 
 # Simulated parameter files: small, but written at a pace that shows progress.
 SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
+# The demo's machine has RAM enough for the most workers the plan allows (cuzk.md: 512+ → 12).
+DEMO_HOST_GIB = 512.0
 # The demo's label has the platform's form (C.<instance id>), so a manager's sweep can match it.
 DEMO_LABEL = "C.100000001"
 # The settings the demo sets itself (see _sim_settings), taken from their flags only.
@@ -91,6 +104,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument(
         "--memory-scale", type=float, default=1.0, help="real MiB per simulated GiB (default 1)"
     )
+    sim.add_argument("--gpus", type=int, default=1, metavar="N", help="simulated GPUs (default 1)")
+    sim.add_argument(
+        "--vram-gib",
+        type=float,
+        default=DEFAULT_VRAM_GIB,
+        metavar="GIB",
+        help=f"VRAM of each simulated GPU (default {DEFAULT_VRAM_GIB:g}; below the 12 GiB a "
+        "proof needs, the plan refuses)",
+    )
+    sim.add_argument(
+        "--host-gib",
+        type=float,
+        default=DEMO_HOST_GIB,
+        metavar="GIB",
+        help=f"simulated RAM the plan works from (default {DEMO_HOST_GIB:g})",
+    )
     sim.add_argument(
         "--sim-fault",
         action="append",
@@ -133,14 +162,7 @@ def _sim_settings(
 ) -> Settings:
     """The run settings pointed at the simulator; what the operator gave as a flag wins."""
     scale = args.time_scale
-    daemon_args = [
-        "-m",
-        "cuzk_supervisor.sim.daemon",
-        "--time-scale",
-        f"{scale:g}",
-        "--memory-scale",
-        f"{args.memory_scale:g}",
-    ]
+    daemon_args = [*_machine_args(args, sim_dir), "--time-scale", f"{scale:g}"]
     for fault in args.sim_fault:
         daemon_args += ["--fault", fault]
     overrides: dict[str, Any] = {
@@ -178,6 +200,29 @@ def _sim_settings(
     return dataclasses.replace(base.settings, **chosen)
 
 
+def _machine_args(args: argparse.Namespace, sim_dir: Path) -> list[str]:
+    """The simulated daemon's machine: ``sim.machine`` reads the same arguments back for the
+    supervisor's GPU probe and memory sampler, so the plan sees this machine from the start."""
+    return [
+        "-m", SIM_DAEMON_MODULE,
+        "--gpus", str(args.gpus),
+        "--vram-gib", f"{args.vram_gib:g}",
+        "--host-gib", f"{args.host_gib:g}",
+        "--memory-scale", f"{args.memory_scale:g}",
+        "--cgroup-dir", str(sim_dir / "machine"),  # where it keeps memory.current
+    ]  # fmt: skip
+
+
+def _check_simulator(args: argparse.Namespace, sim_dir: Path) -> SimMachine:
+    """What the simulated daemon would refuse at its start (a fault switch that does not parse,
+    a machine it cannot be), refused now: before a folder is made or the manager started."""
+    argv = _machine_args(args, sim_dir)[2:]
+    for fault in args.sim_fault:
+        argv += ["--fault", fault]
+    check_daemon_argv(argv, os.environ)
+    return SimMachine.from_daemon_argv(argv, os.environ)
+
+
 def _start_manager(sim_dir: Path, faults: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_loopback_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_SIM_MANAGER_")}
@@ -205,7 +250,7 @@ def _start_manager(sim_dir: Path, faults: str) -> tuple[subprocess.Popen[bytes],
 
 def main(args: argparse.Namespace) -> int:
     base = settings.from_namespace(args)
-    if args.time_scale <= 0 or args.memory_scale <= 0:
+    if not (args.time_scale > 0 and args.memory_scale > 0):
         raise UsageError("--time-scale and --memory-scale must be > 0")
     external = base.sources.get("manager_url") == "flag" and bool(base.settings.manager_url)
     if external and args.manager_fault:
@@ -214,6 +259,7 @@ def main(args: argparse.Namespace) -> int:
             "simulated manager is started (give the faults to that manager instead)"
         )
     sim_dir = args.sim_dir.resolve()
+    machine = _check_simulator(args, sim_dir)
     if args.fresh:
         for stale in (sim_dir / "state" / "state.json", sim_dir / "manager.db"):
             stale.unlink(missing_ok=True)
@@ -221,6 +267,9 @@ def main(args: argparse.Namespace) -> int:
     c1 = sim_dir / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=1_000_000)  # the real 51 MB only slows the demo
+    # The simulated RAM starts empty (a daemon killed earlier left its last figure there).
+    (sim_dir / "machine").mkdir(exist_ok=True)
+    (sim_dir / "machine" / "memory.current").write_text("0\n")
     manager: subprocess.Popen[bytes] | None = None
     if external:
         url, origin = base.settings.manager_url, "given by --manager-url, none simulated"
@@ -231,7 +280,8 @@ def main(args: argparse.Namespace) -> int:
         s = _sim_settings(base, args, sim_dir, url)
         print(
             f"sim: manager {settings.redact_url(url)} ({origin}), state {s.state_dir}, "
-            f"daemon log {s.log_dir / 'cuzk.log'}",
+            f"daemon log {s.log_dir / 'cuzk.log'}\n"
+            f"sim: machine {machine.describe()}, {args.time_scale:g} simulated s per real s",
             flush=True,
         )
         started = time.monotonic()
@@ -241,6 +291,7 @@ def main(args: argparse.Namespace) -> int:
                 f"sim: {time.monotonic() - started:6.1f}s  phase {phase}", flush=True
             ),
             command="sim", verbose=args.verbose,
+            keep_children=() if manager is None else (manager.pid,),
         )  # fmt: skip
         if not observe.view_shown():  # the terminal view ended with its own summary
             print(f"sim: finished with exit code {code} after {time.monotonic() - started:.1f}s")
