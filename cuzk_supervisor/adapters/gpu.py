@@ -124,7 +124,9 @@ class NvmlProbe:
         self._memory_v2: bool = True
         try:
             if nvml is None:
-                import pynvml as nvml  # here, so a broken install only disables the probe
+                import pynvml  # here, so a broken install only disables the probe
+
+                nvml = pynvml
             nvml.nvmlInit()
         except Exception as exc:  # any failure at init (no library, no driver) disables the probe
             self._reason = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +49,7 @@ Status = pb.AwaitProofResponse.Status
 class Job:
     job_id: str
     seq: int
-    kind: int
+    kind: pb.ProofKind
     submitted_at: float
     payload: bytes = b""
     done: asyncio.Future[pb.AwaitProofResponse] = field(
@@ -111,7 +111,7 @@ class Engine:
         self.submissions: Counter[str] = Counter()
         self.completed: Counter[str] = Counter()  # by queue name
         self.failed: Counter[str] = Counter()
-        self.duration_s: Counter[str] = Counter()
+        self.duration_s: defaultdict[str, float] = defaultdict(float)  # seconds, not a count
         self.resident = Residency(release=release, param_cache=param_cache, memory=memory, log=log)
         self._admit: deque[Job] = deque()
         self._porep_admitted = False
