@@ -20,6 +20,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest -n 2
 
 lint: $(STAMP)
@@ -36,7 +37,7 @@ protos: $(STAMP)
 	$(BIN)/python -m cuzk_supervisor.proto.generate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
 
 # Build the image and check it against running containers (deploy/image-test.sh): needs root;
 # installs docker.io and starts a dockerd of its own where needed, stops it after.
