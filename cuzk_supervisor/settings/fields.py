@@ -75,7 +75,9 @@ class Settings:
     )
     log_format: str = setting(
         "auto",
-        "auto: JSON lines off a terminal, colour on one",
+        "auto: JSON lines on stderr off a terminal; on one, a person's view for run, sim and "
+        "prove (run and sim write the JSON lines to log_dir/supervisor.log), colour for the "
+        "other commands. console: every event in colour. json: JSON lines everywhere",
         choices=("auto", "json", "console"), group="logging", metavar="FORMAT",
     )  # fmt: skip
 
