@@ -12,7 +12,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,7 @@ import pytest
 from cuzk_supervisor import exitcodes, settings
 from cuzk_supervisor.adapters.inputfile import read_bytes, read_text
 from cuzk_supervisor.adapters.proofinput import C1_MAX_BYTES, load_c1
+from cuzk_supervisor.adapters.statedoc import SupervisorState
 from cuzk_supervisor.cli import main as cli
 from cuzk_supervisor.cli import prestart
 from cuzk_supervisor.errors import UsageError
@@ -292,13 +298,32 @@ def test_a_good_daemon_base_config_passes(tmp_path: Path) -> None:
 
 
 def _settings(tmp_path: Path, **values: str) -> settings.Settings:
-    base = {"c1_file": str(_good_c1(tmp_path / "c1.json")), "health_enabled": "false"}
+    base = {
+        "c1_file": str(_good_c1(tmp_path / "c1.json")),
+        "health_enabled": "false",
+        "daemon_binary": sys.executable,
+        **{name: str(tmp_path / name) for name in prestart.FOLDERS},
+    }
     return settings.load({**base, **values}, {}).settings
+
+
+@dataclass(frozen=True)
+class FakeDisk:
+    free: int
+
+
+def _room(free: int) -> Callable[[Path], FakeDisk]:
+    return lambda _path: FakeDisk(free)
+
+
+PLENTY = _room(1 << 50)
 
 
 def test_prestart_holds_the_platform_environment_to_the_same_rules(tmp_path: Path) -> None:
     s = _settings(tmp_path)
-    assert prestart.check_before_start(s, {"VAST_CONTAINERLABEL": " C.42 "}) == []
+    assert (
+        prestart.check_before_start(s, {"VAST_CONTAINERLABEL": " C.42 "}, disk_usage=PLENTY) == []
+    )
     for environ, fragment in (
         ({"VAST_CONTAINERLABEL": "C.1\n$(reboot)"}, "env VAST_CONTAINERLABEL"),
         ({"VAST_CONTAINERLABEL": "x" * 200}, "env VAST_CONTAINERLABEL"),
@@ -306,10 +331,155 @@ def test_prestart_holds_the_platform_environment_to_the_same_rules(tmp_path: Pat
         ({"MIN_RATE": "1e18"}, "env MIN_RATE"),
     ):
         with pytest.raises(UsageError, match=fragment):
-            prestart.check_before_start(s, environ)
+            prestart.check_before_start(s, environ, disk_usage=PLENTY)
 
 
 def test_prestart_returns_the_public_listen_warning(tmp_path: Path) -> None:
     s = _settings(tmp_path, daemon_status_listen="0.0.0.0:9821", allow_public_listen="true")
-    (warning,) = prestart.check_before_start(s, {})
+    (warning,) = prestart.check_before_start(s, {}, disk_usage=PLENTY)
     assert "daemon_status_listen" in warning
+
+
+# --- the machine, before anything slow (issue 14.2) -------------------------------------------
+
+GIB = 1 << 30
+
+
+def test_a_daemon_binary_that_cannot_run_is_refused(tmp_path: Path) -> None:
+    """Found at warmup before (after register and params: up to 90 minutes), and exit 3."""
+    plain = tmp_path / "cuzk"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    for binary, fragment in (
+        (str(tmp_path / "missing" / "cuzk"), "not found"),
+        ("no-such-cuzk-binary", "not found on PATH"),
+        (str(plain), "not executable"),
+        (str(tmp_path), "not executable"),
+    ):
+        with pytest.raises(UsageError, match=fragment) as caught:
+            prestart.check_before_start(
+                _settings(tmp_path, daemon_binary=binary), {}, disk_usage=PLENTY
+            )
+        assert str(caught.value).startswith("setting daemon_binary: ")
+
+
+@pytest.mark.parametrize("name", prestart.FOLDERS)
+def test_a_folder_that_cannot_be_made_is_refused_and_nothing_is_made(
+    tmp_path: Path, name: str
+) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a folder should be")
+    s = _settings(tmp_path, **{name: str(blocker / "deep" / name)})
+    with pytest.raises(UsageError) as caught:
+        prestart.check_before_start(s, {}, disk_usage=PLENTY)
+    assert f"setting {name}: " in str(caught.value)
+    assert "cannot be made" in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "c1.json"]
+
+
+def test_a_file_where_a_folder_should_be_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "state_dir").write_text("")
+    with pytest.raises(UsageError, match=r"setting state_dir: .* is not a folder"):
+        prestart.check_before_start(_settings(tmp_path), {}, disk_usage=PLENTY)
+
+
+def test_missing_folders_under_a_writable_parent_pass_and_are_not_made(tmp_path: Path) -> None:
+    prestart.check_before_start(_settings(tmp_path), {}, disk_usage=PLENTY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c1.json"]  # looked at, not made
+
+
+def _read_only_mount(folder: Path) -> None:
+    folder.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.decode().strip()}")
+
+
+def test_an_unwritable_param_cache_is_refused(tmp_path: Path) -> None:
+    """Root may write anywhere but on a read-only file system: mount one (else chmod, which
+    holds for anyone else)."""
+    folder = tmp_path / "ro"
+    if os.geteuid() == 0:
+        _read_only_mount(folder)
+    else:
+        folder.mkdir()
+        folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        for cache in (folder, folder / "params"):
+            s = _settings(tmp_path, daemon_param_cache=str(cache))
+            with pytest.raises(UsageError, match=r"setting daemon_param_cache: .*writable"):
+                prestart.check_before_start(s, {}, disk_usage=PLENTY)
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True)
+        else:
+            folder.chmod(stat.S_IRWXU)
+
+
+def test_too_little_disk_for_the_parameters_and_pce_files_is_refused(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    need = prestart.disk_needed(s, None)
+    assert need == 125 * GIB  # doctor's figures: 25 GiB of PCE files + 100 GiB of parameters
+    prestart.check_before_start(s, {}, disk_usage=_room(need))
+    with pytest.raises(UsageError) as caught:
+        prestart.check_before_start(s, {}, disk_usage=_room(need - 1))
+    text = str(caught.value)
+    assert text.startswith("setting daemon_param_cache: only 125 GiB free")
+    assert "need 125 GiB" in text
+
+
+def test_the_disk_need_counts_what_is_already_there(tmp_path: Path) -> None:
+    cache = tmp_path / "daemon_param_cache"
+    cache.mkdir()
+    (cache / "a.params").write_bytes(b"x" * 1000)
+    s = _settings(tmp_path, params_expected="a.params:1000 b.params:2000")
+    assert prestart.disk_needed(s, None) == 125 * GIB - 1000
+    earlier = settings_state(params_verified=True)
+    assert prestart.disk_needed(s, earlier) == 25 * GIB  # the PCE files are still to come
+    built = settings_state(params_verified=True, pce_ready=True)
+    assert prestart.disk_needed(s, built) == 0  # a restart after the warmup needs nothing more
+    simulated = _settings(tmp_path, plan_memory_scale="1024")
+    assert prestart.disk_needed(simulated, None) == 125 * GIB // 1024  # simulated sizes
+
+
+def settings_state(**fields: bool) -> SupervisorState:
+    return SupervisorState(**fields)
+
+
+def test_the_state_a_previous_run_left_is_read_without_touching_it(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    state_dir = tmp_path / "state_dir"
+    state_dir.mkdir()
+    path = state_dir / prestart.STATE_FILE
+    assert prestart.previous_state(s) is None
+    path.write_text(SupervisorState(params_verified=True, pce_ready=True).to_json())
+    previous = prestart.previous_state(s)
+    assert previous is not None
+    assert previous.params_verified
+    assert previous.pce_ready
+    path.write_text("not json")
+    assert prestart.previous_state(s) is None
+    assert path.read_text() == "not json"  # not moved aside: the run does that, not the check
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "fragment"),
+    [
+        ("-m cuzk_supervisor.sim.daemon --fault bogus", {}, "unknown fault kind 'bogus'"),
+        ("-m cuzk_supervisor.sim.daemon", {"CUZK_SIM_FAULTS": "oom"}, "needs an argument"),
+        ("-m cuzk_supervisor.sim.daemon --gpus 0", {}, "--gpus must be >= 1"),
+    ],
+)
+def test_what_the_simulated_daemon_would_refuse_is_refused_now(
+    tmp_path: Path, args: str, environ: dict[str, str], fragment: str
+) -> None:
+    s = _settings(tmp_path, daemon_args=args)
+    with pytest.raises(UsageError, match=fragment):
+        prestart.check_before_start(s, environ, disk_usage=PLENTY)
+    # The same switches for another daemon are that daemon's business.
+    other = _settings(tmp_path, daemon_args="--fault bogus")
+    prestart.check_before_start(other, environ, disk_usage=PLENTY)

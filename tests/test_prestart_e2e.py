@@ -54,9 +54,10 @@ def _base_env() -> dict[bytes, bytes]:
 
 
 def _run(env: Mapping[bytes, bytes]) -> subprocess.CompletedProcess[str]:
+    # A refusal takes about a second (the interpreter's start); 10 s is only a hang guard.
     return subprocess.run(
         [sys.executable, "-m", "cuzk_supervisor", "run"],
-        env=env, capture_output=True, text=True, errors="replace", timeout=60, check=False,
+        env=env, capture_output=True, text=True, errors="replace", timeout=10, check=False,
     )  # fmt: skip
 
 
@@ -74,6 +75,21 @@ def _file(tmp_path: Path, name: str, content: bytes) -> Path:
     path = tmp_path / name
     path.write_bytes(content)
     return path
+
+
+def _not_executable(tmp_path: Path) -> Path:
+    path = _file(tmp_path, "cuzk", b"#!/bin/sh\n")
+    path.chmod(0o644)
+    return path
+
+
+def _blocked(tmp_path: Path, name: str) -> Path:
+    """A path under a regular file: it can never be made, whoever we are (root included)."""
+    return _file(tmp_path, "blocker", b"a file where a folder should be") / name
+
+
+def _sim_args(*extra: str) -> str:
+    return shlex.join(["-m", "cuzk_supervisor.sim.daemon", "--time-scale", "200", *extra])
 
 
 # name -> (extra environment built from tmp_path, the fragment the one error line names)
@@ -139,6 +155,39 @@ REFUSED: dict[str, tuple[Extra, str]] = {
         lambda t: {"CUZK_SUPERVISOR_DAEMON_STATUS_LISTEN": f"0.0.0.0:{free_tcp_port()}"},
         "allow_public_listen",
     ),
+    # Issue 14.2: found before the slow phases, not at warmup (exit 3) or by a crash loop (4).
+    "daemon binary missing": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_BINARY": str(t / "absent" / "cuzk")},
+        "setting daemon_binary",
+    ),
+    "daemon binary not executable": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_BINARY": str(_not_executable(t))},
+        "not executable",
+    ),
+    "daemon binary not on PATH": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_BINARY": "no-such-cuzk-daemon"},
+        "not found on PATH",
+    ),
+    "param cache that cannot be made": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_PARAM_CACHE": str(_blocked(t, "params"))},
+        "setting daemon_param_cache",
+    ),
+    "state folder that cannot be made": (
+        lambda t: {"CUZK_SUPERVISOR_STATE_DIR": str(_blocked(t, "state"))},
+        "setting state_dir",
+    ),
+    "log folder that is a file": (
+        lambda t: {"CUZK_SUPERVISOR_LOG_DIR": str(_file(t, "logfile", b""))},
+        "is not a folder",
+    ),
+    "simulator fault spec": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_ARGS": _sim_args("--fault", "bogus")},
+        "unknown fault kind 'bogus'",
+    ),
+    "simulator fault spec in its environment": (
+        lambda t: {"CUZK_SIM_FAULTS": "exit:soon"},
+        "is not a number",
+    ),
 }
 
 
@@ -161,18 +210,66 @@ def test_a_bad_input_exits_2_before_register(
         for proc in processes_mentioning(str(tmp_path)):
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+    _assert_refused(done, fragment, tmp_path, shared_manager, before)
+
+
+def _assert_refused(
+    done: subprocess.CompletedProcess[str],
+    fragment: str,
+    tmp_path: Path,
+    mgr: ManagerProcess,
+    before: int,
+) -> None:
     assert done.returncode == exitcodes.USAGE, done.stderr[-2000:]
     assert done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert fragment in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr) < 600
     # Nothing registered (nor asked), nothing written, nothing started.
-    assert shared_manager.requests(since=before) == []
-    assert shared_manager.requests(path="/register") == []
+    assert mgr.requests(since=before) == []
+    assert mgr.requests(path="/register") == []
     for folder in ("state", "run", "log", "params"):
         assert not (tmp_path / folder).exists(), folder
     assert not (tmp_path / "fetch-runs").exists()
     assert processes_mentioning(str(tmp_path)) == []
+
+
+@contextlib.contextmanager
+def _tmpfs(folder: Path, options: str) -> Generator[Path]:
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        # Root writes anywhere but on a read-only file system.
+        ("ro,size=64k", "not writable"),
+        # 64 KiB where the parameters and PCE files need 125 (simulated) GiB: 125 MiB here.
+        ("size=64k", "the parameters and PCE files need 125.0 MiB"),
+    ],
+    ids=["read-only", "too-little-disk"],
+)
+def test_a_param_cache_that_cannot_hold_the_parameters_exits_2_before_register(
+    options: str, fragment: str, tmp_path: Path, shared_manager: ManagerProcess
+) -> None:
+    before = len(shared_manager.requests())
+    env = {**_base_env(), **_bytes_env(lifecycle_env(tmp_path, shared_manager.url))}
+    with _tmpfs(tmp_path / "disk", options) as disk:
+        env[b"CUZK_SUPERVISOR_DAEMON_PARAM_CACHE"] = os.fsencode(disk / "params")
+        done = _run(env)
+        assert not (disk / "params").exists()
+    _assert_refused(done, fragment, tmp_path, shared_manager, before)
+    assert "setting daemon_param_cache" in done.stderr
 
 
 def _environ_of(pid: int) -> dict[str, str]:

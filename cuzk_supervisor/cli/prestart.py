@@ -2,28 +2,48 @@
 
 Called before ``/register``, before a folder is made, a file written or a child started. The
 settings' own bounds are checked when they are loaded (``settings.load``); here come the inputs
-they point at — the C1 file, the daemon base config — and the values read from the platform's
-environment (``VAST_CONTAINERLABEL``, ``MIN_RATE``). Pure apart from reading those files.
+they point at — the C1 file (a PoRep envelope), the daemon base config — the values read from
+the platform's environment (``VAST_CONTAINERLABEL``, ``MIN_RATE``), and what the machine must
+offer before the slow phases: the daemon binary runs, the param cache and the state, run and
+log folders are writable or can be made (looked at, never made: the nearest existing parent is
+tested), the param cache's disk has room for the parameters and PCE files (``doctor``'s
+figures), and, when the daemon is the simulator, what it would refuse at its start (its fault
+switches, its machine). Reads those files and the file system; writes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import os
+import shutil
+import stat
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import tomli_w
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.inputfile import read_toml
+from cuzk_supervisor.adapters.params import file_sizes, parse_expected
 from cuzk_supervisor.adapters.proofinput import load_c1
+from cuzk_supervisor.adapters.statedoc import SupervisorState
+from cuzk_supervisor.cli.doctor.judges import disk_need
+from cuzk_supervisor.cli.doctor.probes import could_create_in, nearest_existing
+from cuzk_supervisor.cli.doctor.results import PARAMS_BYTES, PCE_FILES_BYTES, gib
 from cuzk_supervisor.daemon.config import DaemonConfigValues, render
+from cuzk_supervisor.daemon.preflight import resolve_binary
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.serve.endpoint import check_listen
 from cuzk_supervisor.settings import Settings
 
 # An operator's daemon config is a page of TOML; a megabyte is not one.
 MAX_BASE_CONFIG_BYTES = 1 << 20
+STATE_FILE = "state.json"
+"""The state file in ``state_dir`` (``run`` keeps it there)."""
+MAX_STATE_BYTES = 16 << 20
+# The folders the run writes in, in the order a person fixes them.
+FOLDERS = ("daemon_param_cache", "state_dir", "run_dir", "log_dir")
 
 
 def check_base_config(path: Path | None) -> dict[str, Any]:
@@ -62,7 +82,108 @@ def check_platform_environment(s: Settings, environ: Mapping[str, str]) -> None:
         settings.parse_value(_declared("min_rate"), environ["MIN_RATE"].strip(), "env MIN_RATE")
 
 
-def check_before_start(s: Settings, environ: Mapping[str, str]) -> list[str]:
+def check_binary(s: Settings) -> None:
+    """The daemon binary resolves (a path, or a name on PATH) and is executable."""
+    resolved, reason = resolve_binary(s.daemon_binary)
+    if resolved is None:
+        raise UsageError(f"setting daemon_binary: {reason}")
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(
+        folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
+    )
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why the run could not write in ``path`` or make it (None: it could). Looks only."""
+    path = path.absolute()
+    if path.exists():
+        if not path.is_dir():
+            return f"{path} is not a folder"
+        return None if _writable(path) else f"{path} is not writable"
+    parent = nearest_existing(path)
+    problem = could_create_in(parent)
+    return None if problem is None else f"{path} cannot be made ({problem})"
+
+
+def check_folders(s: Settings) -> None:
+    for name in FOLDERS:
+        problem = folder_problem(getattr(s, name))
+        if problem is not None:
+            raise UsageError(f"setting {name}: {problem}")
+
+
+class DiskUsage(Protocol):
+    @property
+    def free(self) -> int: ...
+
+
+def previous_state(s: Settings) -> SupervisorState | None:
+    """The state a previous run left (read only; anything unusable is as good as none: the
+    run itself moves a bad file aside and starts afresh)."""
+    path = s.state_dir / STATE_FILE
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STATE_BYTES:
+            return None
+        return SupervisorState.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    except Exception:  # any malformed document (StateFormatError and what validation raises)
+        return None
+
+
+def disk_needed(s: Settings, previous: SupervisorState | None) -> int:
+    """Free bytes the param cache's file system needs: ``doctor``'s figure (the PCE files plus
+    the parameters, less the parameters already there at full size), less what a previous run
+    of this instance already wrote (parameters verified, PCE files built). With the simulator
+    (``plan_memory_scale`` != 1) sizes are simulated: the figure is scaled down like memory."""
+    cache = s.daemon_param_cache.absolute()
+    scale = s.plan_memory_scale
+    present = 0
+    expected = parse_expected(s.params_expected)
+    if previous is not None and previous.params_verified:
+        present = PARAMS_BYTES
+    elif expected and cache.is_dir():
+        sizes = file_sizes(cache, expected)
+        present = int(scale * sum(f.size for f in expected if sizes.get(f.name) == f.size))
+    need = disk_need(present)
+    if previous is not None and previous.pce_ready:
+        need -= PCE_FILES_BYTES
+    return max(0, math.ceil(need / scale))
+
+
+def check_disk(s: Settings, disk_usage: Callable[[Path], DiskUsage] = shutil.disk_usage) -> None:
+    """Room for the parameters and PCE files, before a download that can take an hour."""
+    checked = nearest_existing(s.daemon_param_cache)
+    try:
+        free = int(disk_usage(checked).free)
+    except OSError:
+        return  # cannot be read here: the fetch and the daemon will say what is wrong
+    need = disk_needed(s, previous_state(s))
+    if free < need:
+        raise UsageError(
+            f"setting daemon_param_cache: only {gib(free)} free at {checked}, the parameters "
+            f"and PCE files need {gib(need)} (free some space or point it at a bigger disk)"
+        )
+
+
+def check_simulator(s: Settings, environ: Mapping[str, str]) -> None:
+    """When the daemon is the simulator: what it would refuse at its start, refused now."""
+    from cuzk_supervisor.sim.machine import check_daemon_argv, sim_daemon_argv
+
+    argv = sim_daemon_argv(s.daemon_binary, s.daemon_args)
+    if argv is not None:
+        check_daemon_argv(argv, environ)
+
+
+def check_before_start(
+    s: Settings,
+    environ: Mapping[str, str],
+    *,
+    disk_usage: Callable[[Path], DiskUsage] = shutil.disk_usage,
+) -> list[str]:
     """Refuse (UsageError) what would fail later; return the warnings to log once logging is
     configured (a public daemon address the operator allowed)."""
     check_platform_environment(s, environ)
@@ -70,6 +191,10 @@ def check_before_start(s: Settings, environ: Mapping[str, str]) -> list[str]:
     check_base_config(s.daemon_base_config)
     if s.health_enabled:
         check_listen(s.health_listen, allow_public=s.health_allow_public)
+    check_binary(s)
+    check_folders(s)
+    check_disk(s, disk_usage)
+    check_simulator(s, environ)
     warnings = []
     for name in ("daemon_listen", "daemon_status_listen"):
         warning = settings.public_listen_warning(s, name)

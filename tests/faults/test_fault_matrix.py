@@ -304,8 +304,9 @@ ROWS = [
         events=("daemon.unresponsive",)),
     Row("never-ready", exitcodes.DAEMON_FAILED_TO_START, sim_faults=("never-ready",),
         settings={"daemon_startup_deadline_s": 2}, reason="never ready", rate_zero=True),
-    Row("binary-missing", exitcodes.DAEMON_FAILED_TO_START,
-        settings={"daemon_binary": "/nonexistent/cuzk"}, reason="not found", rate_zero=True),
+    # Refused before /register (issue 14.2): nothing registered, so nothing to tell.
+    Row("binary-missing", exitcodes.USAGE, settings={"daemon_binary": "/nonexistent/cuzk"},
+        state_file=False),
     Row("address-in-use", exitcodes.DAEMON_FAILED_TO_START, setup=address_taken,
         reason="address in use", rate_zero=True),
     Row("failed-proof-once", 0, sim_faults=("fail:simulated GPU error,times=1",),
@@ -344,8 +345,8 @@ ROWS = [
         for path, state in (("/param-done", "params_done"), ("/bench-done", "bench_done"))
     ),
     Row("corrupted-state-file", 0, setup=corrupt_state, events=("state.corrupt",)),
-    Row("state-folder-not-writable", exitcodes.STATE_UNWRITABLE, setup=state_dir_unwritable,
-        state_file=False),
+    Row("state-folder-not-writable", exitcodes.USAGE, setup=state_dir_unwritable,
+        state_file=False),  # refused before /register (issue 14.2)
     Row("state-disk-full", exitcodes.STATE_UNWRITABLE, setup=state_disk_full, state_file=False),
     Row("nvml-missing", 0, settings={"gpu_probe": "nvml"},
         events=("gpu watching disabled: NVML unavailable",)),

@@ -33,7 +33,7 @@ from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.sim import probes as sim_probes
 
-STATE_FILE = "state.json"
+STATE_FILE = prestart.STATE_FILE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
