@@ -101,7 +101,11 @@ def folder_problem(path: Path) -> str | None:
     if path.exists():
         if not path.is_dir():
             return f"{path} is not a folder"
-        return None if _writable(path) else f"{path} is not writable"
+        if _writable(path):
+            return None
+        if path.stat().st_mode & stat.S_IWOTH:  # and its mode cannot be fixed either
+            return f"{path} is not writable, and world-writable (read-only: cannot be fixed)"
+        return f"{path} is not writable"
     parent = nearest_existing(path)
     problem = could_create_in(parent)
     return None if problem is None else f"{path} cannot be made ({problem})"
