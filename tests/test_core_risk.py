@@ -85,7 +85,7 @@ def test_assessment_carries_the_numbers_that_caused_it():
     assert a.reason.startswith("critical (entered): headroom 4.0% < 5% enter")
     assert "\n" not in a.reason
     d = json.loads(json.dumps(a.to_dict()))
-    assert d["level"] == "critical"
+    assert d["risk"] == "critical"
     assert d["changed"] is True
 
 

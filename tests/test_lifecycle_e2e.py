@@ -173,7 +173,7 @@ def test_status_pings_in_each_phase_and_kill_stops_within_one_interval(tmp_path,
     try:
         poll_until(lambda: "run" in run.phases(), 90, what="run phase")
         poll_until(lambda: len(reports(mgr, "/running")) >= 3, 10, what="running pings")
-        phases = {e["phase"] for e in run.named("status")}
+        phases = {e["phase"] for e in run.named("supervisor.status")}
         assert {"warmup", "bench", "run"} <= phases
         uuid = run.named("manager.registered")[0]["uuid"]
         mgr.kill_instance(uuid, "operator says no")
@@ -207,7 +207,8 @@ def test_worker_commands_are_kept_up_in_the_run_phase(tmp_path, manager):
     )  # fmt: skip
     run = start_run(env)
     try:
-        poll_until(lambda: run.named("worker1.crash_loop"), 60, what="worker1 given up")
+        given_up = poll_until(lambda: run.named("worker.crash_loop"), 60, what="worker1 given up")
+        assert [e["worker"] for e in given_up] == ["worker1"]
         assert marker.read_text().splitlines() == ["started"]
         uuid = run.named("manager.registered")[0]["uuid"]
         poll_until(

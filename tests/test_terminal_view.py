@@ -34,7 +34,7 @@ def ev(event: str, at: float = 0.0, level: str = "info", **fields):
 
 
 def daemon_line(text: str, at: float = 0.0):
-    return ev(text, at, source="cuzk", stream="stdout")
+    return ev("child.line", at, source="cuzk", stream="stdout", line=text)
 
 
 def happy_path() -> list[dict]:
@@ -91,7 +91,8 @@ def happy_path() -> list[dict]:
         events.append(ev("proof.completed", 7.5 + n, job_id=f"b{n}", wall_s=0.8))
         if n == 1:
             status = {"headroom_gib": 22.4, "risk": "ok", "bench_done": 2, "bench_planned": 4}
-            events.append(ev("status", 8.6, phase="bench", rate_so_far=84.6, eta_s=2.0, **status))
+            status.update(phase="bench", rate_so_far=84.6, eta_s=2.0)
+            events.append(ev("supervisor.status", 8.6, **status))
     events += [
         ev("bench.stretch_done", 10.6, submitted=4, completed=4, stopped="all 4 proofs submitted"),
         ev("phase.entered", 10.7, phase="report"),
@@ -181,6 +182,38 @@ def test_params_show_bytes_rate_and_eta():
     assert (status.eta_s, status.eta_at) == (0.5, pytest.approx(T0 + 0.8))
 
 
+def test_params_without_expected_sizes_show_the_bytes_so_far():
+    """The params phase's progress is the events' (the fetch no longer prints its own lines)."""
+    model = ViewModel()
+    feed_all(model, [
+        ev("phase.entered", 0.1, phase="params"),
+        ev("params.fetch_started", 0.2, total_bytes=None),
+        ev("params.progress", 1.2, done_bytes=21_000_000, total_bytes=None,
+           rate_bytes_s=42_000_000, eta_s=None, elapsed_s=1.0),
+    ])  # fmt: skip
+    status = model.shown
+    assert status is not None
+    assert (status.phase, status.unit, status.done, status.total) == ("params", "bytes", 21e6, None)
+    assert status.rate == "40.1 MiB/s"
+    s, _ = screen()
+    assert "20.0 MiB so far · 40.1 MiB/s" in rendered(s.status(status, T0 + 2))
+
+
+def test_a_kept_process_restarting_or_given_up_is_named():
+    model = ViewModel()
+    shown = lines(feed_all(model, [
+        ev("phase.entered", 0.1, phase="run"),
+        ev("daemon.restart_scheduled", 1.0, "warning", delay_s=2.0, attempt=1, reason="x"),
+        ev("worker.crash_loop", 2.0, "error", worker="worker1", verdict="3 failures in 60 s"),
+        ev("worker.start_failed", 3.0, "error", worker="curio", exit_reason="not found"),
+    ]))  # fmt: skip
+    assert [(line.kind, line.text) for line in shown[1:]] == [
+        ("warning", "daemon restarts in 2.0s (attempt 1)"),
+        ("error", "worker1 crash loop: 3 failures in 60 s"),
+        ("error", "curio failed to start: not found"),
+    ]
+
+
 def test_warmup_and_settle_show_elapsed_against_the_usual_time_in_wall_seconds():
     model = ViewModel(ViewOptions(time_scale=100))
     events = happy_path()
@@ -199,7 +232,7 @@ def test_warmup_and_settle_show_elapsed_against_the_usual_time_in_wall_seconds()
 def test_bench_shows_proofs_done_of_planned_rate_so_far_and_eta():
     model = ViewModel()
     events = happy_path()
-    cut = next(i for i, e in enumerate(events) if e["event"] == "status") + 1
+    cut = next(i for i, e in enumerate(events) if e["event"] == "supervisor.status") + 1
     feed_all(model, events[:cut])
     status = model.shown
     assert status is not None
@@ -530,8 +563,8 @@ def test_on_a_terminal_the_view_prints_and_the_json_goes_to_the_events_file(tmp_
     try:
         log = structlog.get_logger()
         log.info("phase.entered", phase="plan")
-        log.info(daemon_line("INFO cuzk_daemon: ready")["event"], source="cuzk", stream="stdout")
-        log.warning("memory.risk_changed", previous="ok", level="warn", reason="slope")
+        log.info("child.line", source="cuzk", stream="stdout", line="INFO cuzk_daemon: ready")
+        log.warning("memory.risk_changed", previous="ok", risk="warn", reason="slope")
         log.info("phase.entered", phase="warmup")
     finally:
         observe.finish_view(0)

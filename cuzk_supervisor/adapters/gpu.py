@@ -79,16 +79,18 @@ class GpuProbe(Protocol):
     def shutdown(self) -> None: ...
 
 
-class _ErrorLog:
-    """Log each distinct error once per device (a broken GPU must not flood the log)."""
+class _FirstSeen:
+    """Whether an error is new for its device: each distinct error is logged once per device (a
+    broken GPU must not flood the log)."""
 
     def __init__(self) -> None:
         self._seen: set[tuple[int | None, str]] = set()
 
-    def __call__(self, event: str, index: int | None, error: str, **kw: Any) -> None:
-        if (index, error) not in self._seen:
-            self._seen.add((index, error))
-            log.warning(event, gpu=index, error=error, **kw)
+    def __call__(self, index: int | None, error: str) -> bool:
+        if (index, error) in self._seen:
+            return False
+        self._seen.add((index, error))
+        return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +117,7 @@ class NvmlProbe:
 
     def __init__(self, nvml: Any = None, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self._errors = _ErrorLog()
+        self._new_error = _FirstSeen()
         self._nvml: Any = None
         self._reason = ""
         self._handles: list[Any] = []
@@ -132,14 +134,14 @@ class NvmlProbe:
             self._reason = (
                 _nvml_error_text(exc) if nvml is not None else f"{type(exc).__name__}: {exc}"
             )
-            log.warning("gpu watching disabled: NVML unavailable", error=self._reason)
+            log.warning("gpu.watch_disabled", reason="NVML unavailable", error=self._reason)
             return
         self._nvml = nvml
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as exc:
             self._reason = _nvml_error_text(exc)
-            log.warning("gpu watching disabled: NVML device count failed", error=self._reason)
+            log.warning("gpu.watch_disabled", reason="NVML device count failed", error=self._reason)
             self.shutdown()
             return
         self._handles = [None] * count
@@ -174,7 +176,8 @@ class NvmlProbe:
                 text = _nvml_error_text(exc)
                 # A lost GPU can come back with a new handle (after a reset): look it up again.
                 self._handles[index] = None
-                self._errors("gpu read failed", index, text)
+                if self._new_error(index, text):
+                    log.warning("gpu.read_failed", gpu=index, error=text)
                 faults.append(GpuFault(index, text))
         return GpuSample(timestamp=now, devices=tuple(devices), faults=tuple(faults))
 
@@ -214,7 +217,7 @@ class NvmlProbe:
                 if getattr(exc, "value", None) not in unsupported:
                     raise
                 self._memory_v2 = False
-                log.info("nvml memory info v2 unsupported, using v1", error=str(exc))
+                log.info("gpu.nvml_memory_v1", reason="memory info v2 unsupported", error=str(exc))
         return nvml.nvmlDeviceGetMemoryInfo(handle)
 
     def shutdown(self) -> None:
@@ -225,7 +228,7 @@ class NvmlProbe:
         try:
             nvml.nvmlShutdown()
         except nvml.NVMLError as exc:
-            log.warning("nvml shutdown failed", error=_nvml_error_text(exc))
+            log.warning("gpu.nvml_shutdown_failed", error=_nvml_error_text(exc))
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,7 +292,7 @@ class SimStatusProbe:
         self.url = url
         self._timeout = timeout_s
         self._clock = clock
-        self._errors = _ErrorLog()
+        self._new_error = _FirstSeen()
         self.idle_devices = tuple(idle_devices)
 
     available = True
@@ -307,13 +310,15 @@ class SimStatusProbe:
             if self.idle_devices and _nobody_listens(exc):
                 return GpuSample(timestamp=now, devices=self.idle_devices)
             text = f"{type(exc).__name__}: {exc}"
-            self._errors("sim gpu status failed", None, text, url=self.url)
+            if self._new_error(None, text):
+                log.warning("gpu.sim_status_failed", gpu=None, error=text, url=self.url)
             return GpuSample(timestamp=now, error=text)
         if not isinstance(document, Mapping):
             return GpuSample(timestamp=now, error="status is not a JSON object")
         sample = parse_sim_status(document, now)
         for fault in sample.faults:
-            self._errors("gpu read failed", fault.index, fault.error)
+            if self._new_error(fault.index, fault.error):
+                log.warning("gpu.read_failed", gpu=fault.index, error=fault.error)
         return sample
 
     def shutdown(self) -> None:

@@ -123,6 +123,8 @@ class Screen:
                 figures.append(f"{status.done or 0:.0f} of {status.total:.0f} proofs")
         elif status.unit == "proofs":
             figures.append(f"{status.done or 0:.0f} proofs done")
+        elif status.unit == "bytes":
+            figures.append(f"{size(status.done)} so far")
         if status.rate:
             figures.append(status.rate)
         if status.eta_s is not None and status.eta_at is not None:

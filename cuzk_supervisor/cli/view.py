@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuzk_supervisor.cli.viewevents import HANDLERS, SUFFIX_HANDLERS
+from cuzk_supervisor.cli.viewevents import HANDLERS
 from cuzk_supervisor.cli.viewprove import prove_closing, prove_status
 from cuzk_supervisor.cli.viewtext import (
     CLEAR,
@@ -83,9 +83,9 @@ class ViewModel:
         out: list[Action] = []
         if is_child_line(event):
             if self.options.verbose:
-                out.append(Line("child", f"{event['source']}: {name}"))
+                out.append(Line("child", f"{event.get('source')}: {event.get('line', '')}"))
             return out
-        handler = HANDLERS.get(name) or SUFFIX_HANDLERS.get(name.rpartition(".")[2])
+        handler = HANDLERS.get(name)
         if handler is not None:
             out.extend(handler(self, event))
         elif event.get("level") in ("warning", "error", "critical"):
@@ -174,6 +174,10 @@ class ViewModel:
             extra = {"done": self.fetch.get("done", 0.0), "total": self.fetch["total"],
                      "unit": "bytes", "eta_s": self.fetch.get("eta"),
                      "eta_at": self.fetch.get("at"), "rate": self.fetch_rate()}  # fmt: skip
+        elif name == "params" and self.fetch:  # no sizes expected: the bytes so far
+            text = "downloading the proof parameters"
+            extra = {"done": self.fetch.get("done", 0.0), "unit": "bytes",
+                     "rate": self.fetch_rate()}  # fmt: skip
         elif name in EXPECTED_DAEMON_S:
             extra = {"expected_s": EXPECTED_DAEMON_S[name] / max(self.options.time_scale, 1e-9)}
         elif name == "bench" and self.bench.get("planned"):

@@ -161,8 +161,10 @@ def _interrupted(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
 
 
 def _keeper(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
-    """``<name>.restart_scheduled``, ``.crash_loop``, ``.start_failed`` of a kept process."""
-    who, _, what = str(e.get("event", "")).rpartition(".")
+    """``daemon.`` or ``worker.`` ``restart_scheduled``, ``crash_loop``, ``start_failed``: the
+    events of a kept process (a worker command's name in its ``worker`` field)."""
+    kind, _, what = str(e.get("event", "")).partition(".")
+    who = e.get("worker") or kind
     if what == "restart_scheduled":
         return [Line("warning", f"{who} restarts in {duration(e.get('delay_s'))} "
                                 f"(attempt {e.get('attempt')})")]  # fmt: skip
@@ -266,7 +268,7 @@ HANDLERS: dict[str, Handler] = {
     "proof.completed": _proof,
     "proof.failed": _proof,
     "bench.started": _bench_started,
-    "status": _status,
+    "supervisor.status": _status,
     "bench.stretch_done": _stretch_done,
     "bench.result": _bench_result,
     "manager.bench_verdict": _verdict,
@@ -290,14 +292,13 @@ HANDLERS: dict[str, Handler] = {
         "no time left in the bench budget to measure again ({stretches} tries)"
     ),
     "manager.unavailable": _said("manager at {url} did not answer {call}: {reason}"),
-    # Its own "level" field is lost under the log level (structlog's add_log_level wins).
     "memory.risk_changed": _said("memory risk changed (was {previous}): {reason}"),
     "memory.risk_critical": _said("memory critical: {reason}"),
     "pid1.tree_killed": _said("processes left at the end needed SIGKILL: pids {killed}"),
+    "daemon.restart_scheduled": _keeper,
+    "daemon.crash_loop": _keeper,
+    "daemon.start_failed": _keeper,
+    "worker.restart_scheduled": _keeper,
+    "worker.crash_loop": _keeper,
+    "worker.start_failed": _keeper,
 }
-SUFFIX_HANDLERS: dict[str, Handler] = {
-    "restart_scheduled": _keeper,
-    "crash_loop": _keeper,
-    "start_failed": _keeper,
-}
-"""By the last part of the name: the events of any kept process (the daemon, a worker)."""

@@ -154,8 +154,8 @@ def exit_words(code: int) -> str:
 
 
 def is_child_line(event: Mapping[str, Any]) -> bool:
-    """A line of a child's output (daemon, fetch, worker), carried as an event."""
-    return "stream" in event and "source" in event
+    """A line of a child's output (daemon, fetch, worker), carried as a ``child.line`` event."""
+    return event.get("event") == "child.line"
 
 
 def describe(event: Mapping[str, Any]) -> str:

@@ -167,8 +167,10 @@ class RiskAssessment:
         return self.level != self.previous
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields of a log event: the level as ``risk`` (an event's ``level`` is its log
+        level, which structlog sets over any field of that name)."""
         return {
-            "level": str(self.level),
+            "risk": str(self.level),
             "previous": str(self.previous),
             "changed": self.changed,
             "used_bytes": self.used_bytes,

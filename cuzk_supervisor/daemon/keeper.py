@@ -78,7 +78,9 @@ class DaemonKeeper:
         self.values = values
         self.policy = policy
         self._factory = process_factory
-        self.name = name  # event prefix: "daemon", or a worker command's source
+        self.name = name  # "daemon", or a worker command's source (curio, worker1, ...)
+        # The daemon's events are daemon.*; a worker command's are worker.* with worker=<name>.
+        self._worker_log = None if name == "daemon" else log.bind(worker=name)
         self._clock = clock
         self._rand = rand
         self.history = RestartHistory()
@@ -118,22 +120,29 @@ class DaemonKeeper:
             for listener in self._listeners:
                 listener(exit)
             if exit.permanent:
-                log.error(f"{self.name}.start_failed", **exit.as_fields())
+                if self._worker_log is None:
+                    log.error("daemon.start_failed", **exit.as_fields())
+                else:
+                    self._worker_log.error("worker.start_failed", **exit.as_fields())
                 return KeeperOutcome(exitcodes.DAEMON_FAILED_TO_START, exit.reason, exit)
             now = self._clock()
             self.history = record_failure(self.policy, self.history, now, exit.reason)
             decision = next_restart(self.policy, self.history, now, self._rand())
             if isinstance(decision, GiveUp):
-                log.error(
-                    f"{self.name}.crash_loop", verdict=decision.describe(), **exit.as_fields()
-                )
+                if self._worker_log is None:
+                    log.error("daemon.crash_loop", verdict=decision.describe(), **exit.as_fields())
+                else:
+                    self._worker_log.error(
+                        "worker.crash_loop", verdict=decision.describe(), **exit.as_fields()
+                    )
                 return KeeperOutcome(exitcodes.DAEMON_CRASH_LOOP, decision.describe(), exit)
-            log.warning(
-                f"{self.name}.restart_scheduled",
-                delay_s=round(decision.delay_s, 3),
-                attempt=decision.attempt,
-                reason=decision.reason,
-            )
+            delay = {"delay_s": round(decision.delay_s, 3), "attempt": decision.attempt}
+            if self._worker_log is None:
+                log.warning("daemon.restart_scheduled", **delay, reason=decision.reason)
+            else:
+                self._worker_log.warning(
+                    "worker.restart_scheduled", **delay, reason=decision.reason
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), decision.delay_s)
         return KeeperOutcome(exitcodes.OK, "stopped")
@@ -166,7 +175,10 @@ class DaemonKeeper:
         result = await process.stop()
         if self._replan.is_set():
             self._replan.clear()
-            log.info(f"{self.name}.replaced", workers=self.values.partition_workers)
+            if self._worker_log is None:
+                log.info("daemon.replaced", workers=self.values.partition_workers)
+            else:
+                self._worker_log.info("worker.replaced", workers=self.values.partition_workers)
             return None
         return result
 

@@ -1,8 +1,9 @@
 """Carry a child process's output: read without ever blocking it, strip ANSI, keep every line.
 
-Every line goes to a bounded rotating file, whole. Structured log events are emitted per line up
-to a rate budget; above it (a daemon flooding stdout) lines are counted and summarised instead, so
-a flood can neither block the child on a full pipe nor turn the supervisor into a log formatter.
+Every line goes to a bounded rotating file, whole. A ``child.line`` event (``source``,
+``stream``, ``line``) is emitted per line up to a rate budget; above it (a daemon flooding
+stdout) lines are counted and summarised instead, so a flood can neither block the child on a
+full pipe nor turn the supervisor into a log formatter.
 """
 
 from __future__ import annotations
@@ -238,7 +239,7 @@ class OutputPump:
                 listener(text)
             if self.budget.take():
                 self._report_suppressed()
-                self._log.info(text, stream=stream_name)
+                self._log.info("child.line", stream=stream_name, line=text)
             else:
                 self.lines_suppressed += 1
 

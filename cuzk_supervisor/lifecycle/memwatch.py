@@ -87,17 +87,15 @@ class MemoryWatch:
         )
         self.assessment = assessment
         if assessment.changed:
-            event = (
-                "memory.risk_critical"
-                if assessment.level is RiskLevel.CRITICAL
-                else ("memory.risk_changed")
-            )
-            log.warning(
-                event,
-                daemon_rss=snapshot.daemon_rss,
-                cgroup_limit=snapshot.cgroup_limit,
+            fields = {
+                "daemon_rss": snapshot.daemon_rss,
+                "cgroup_limit": snapshot.cgroup_limit,
                 **assessment.to_dict(),
-            )
+            }
+            if assessment.level is RiskLevel.CRITICAL:
+                log.warning("memory.risk_critical", **fields)
+            else:
+                log.warning("memory.risk_changed", **fields)
         self.level = assessment.level
         if assessment.level is RiskLevel.CRITICAL:
             self.critical.set()

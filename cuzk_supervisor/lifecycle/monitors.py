@@ -124,7 +124,7 @@ class Monitors:
         interval = self.s.status_interval_s
         while True:
             await asyncio.sleep(interval)
-            log.info("status", **self.status_fields())
+            log.info("supervisor.status", **self.status_fields())
             if self._progress.phase in WATCHED_PHASES:
                 reason = await self._manager.look_up_kill(stop_s=max(1.0, interval))
                 if reason is not None:

@@ -105,7 +105,8 @@ def _closed_port() -> int:
 
 def test_with_no_daemon_the_machines_gpus_are_idle_and_nothing_is_warned() -> None:
     """Before: the plan asked the simulated daemon's /status before any daemon ran, warned
-    ``sim gpu status failed ... Connection refused`` and planned with 0 GPUs."""
+    ``sim gpu status failed ... Connection refused`` (now ``gpu.sim_status_failed``) and planned
+    with 0 GPUs."""
     machine = SimMachine(gpus=2, vram_gib=24)
     probe = SimStatusProbe(
         f"http://127.0.0.1:{_closed_port()}/status", idle_devices=machine.gpu_devices()
@@ -124,7 +125,7 @@ def test_without_the_machine_an_unreachable_status_is_still_an_error() -> None:
         sample = probe.sample()
     assert sample.error is not None
     assert sample.devices == ()
-    assert [e["event"] for e in logs] == ["sim gpu status failed"]
+    assert [e["event"] for e in logs] == ["gpu.sim_status_failed"]
 
 
 # --- the demo, end to end ------------------------------------------------------------------------
