@@ -65,15 +65,8 @@ class Progress:
             return None
         return max(0.0, (self.total_bytes - self.done_bytes) / self.rate_bytes_s)
 
-    def line(self) -> str:
-        """One human line: ``params 42.0% 10.5 GiB / 25.0 GiB at 120 MiB/s, ETA 2m04s``."""
-        done = _size(self.done_bytes)
-        total = f" / {_size(self.total_bytes)}" if self.total_bytes else ""
-        percent = f"{self.percent:5.1f}% " if self.percent is not None else ""
-        eta = f", ETA {_duration(self.eta_s)}" if self.eta_s is not None else ""
-        return f"params {percent}{done}{total} at {_size(self.rate_bytes_s)}/s{eta}"
-
     def fields(self) -> dict[str, object]:
+        """The ``params.progress`` event's fields (the terminal view words them)."""
         return {
             "done_bytes": self.done_bytes,
             "total_bytes": self.total_bytes,
@@ -105,22 +98,6 @@ def missing(expected: Sequence[ExpectedFile], sizes: dict[str, int | None]) -> l
                 f"{file.name} (have {have if have is not None else 'none'}, want {file.size})"
             )
     return problems
-
-
-def _size(value: float | None) -> str:
-    amount = float(value or 0)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if amount < 1024 or unit == "TiB":
-            return f"{amount:.1f} {unit}" if unit != "B" else f"{int(amount)} B"
-        amount /= 1024
-    raise AssertionError("unreachable")
-
-
-def _duration(seconds: float | None) -> str:
-    total = int(seconds or 0)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 # --- I/O ------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sys
 from collections.abc import Mapping, Sequence
 
 from cuzk_supervisor.adapters import params
@@ -85,7 +84,8 @@ class PlanResources:
 
 class ParamsFetch:
     """The params phase's effect: the fetch command run under the reaper, its output shipped
-    to the setup tab, progress on a terminal, the files verified."""
+    to the setup tab, its progress logged (``params.progress``: the terminal view's live line),
+    the files verified."""
 
     def __init__(self, settings: Settings, spawn: Spawner, shipper: LogShipper) -> None:
         self.s = settings
@@ -104,7 +104,6 @@ class ParamsFetch:
             spawn=self._spawn,
             pump=pump,
             pidfile=self.s.state_dir / "fetch.pid",
-            on_progress=lambda p: print(p.line(), flush=True) if sys.stderr.isatty() else None,
         )
 
 
