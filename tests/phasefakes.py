@@ -230,7 +230,10 @@ class FakeDaemon:
         self.calls.append(("forget_failures", self.workers or 0))
 
     async def stop(self) -> None:
+        """As the real one: the keeper's run ends with "stopped" (what ``ended`` resolves to)."""
         self.stopped = True
+        if not self.ended.done():
+            self.ended.set_result(KeeperOutcome(0, "stopped"))
 
     @asynccontextmanager
     async def workers_kept(self) -> AsyncIterator[None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 
 import pytest
 from phasefakes import UUID, MemoryStore, build, stretch, trouble_in_bench
@@ -102,6 +103,32 @@ async def test_a_crash_loop_in_the_run_phase_is_the_keepers_exit_code():
     assert await rig.run() == exitcodes.DAEMON_CRASH_LOOP
     # The rate was reported: no rate-0 report follows it.
     assert rig.manager.rates() == [pytest.approx(360.0)]
+
+
+async def test_a_signal_in_the_run_phase_ends_the_phases_with_nothing_left_unheard():
+    """Before: cancelling the run (Ctrl-C) left the phases running; they saw the daemon's keeper
+    stop under them and failed with LifecycleFailure('daemon: stopped') in a task nobody awaited:
+    "Task exception was never retrieved" at exit."""
+    rig = build(exit_after_run=False)
+    loop = asyncio.get_running_loop()
+    unheard: list[dict] = []
+    old_handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: unheard.append(context))
+    try:
+        task = asyncio.ensure_future(rig.run())
+        await rig.daemon.kept.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(10):
+            await asyncio.sleep(0)
+        gc.collect()
+    finally:
+        loop.set_exception_handler(old_handler)
+    assert unheard == []
+    assert rig.daemon.stopped
+    assert rig.daemon.ended.result().reason == "stopped"
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 
 
 # --- each phase failing ----------------------------------------------------------------------

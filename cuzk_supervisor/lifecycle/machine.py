@@ -41,6 +41,7 @@ from cuzk_supervisor.lifecycle.shared import (
     MemoryTrouble,
     Progress,
     Signals,
+    cancel_and_wait,
     innermost_frame,
 )
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
@@ -171,8 +172,7 @@ class Lifecycle:
         await self._adopt(result)
 
     async def _warmup(self) -> None:
-        """One proof at the warmup plan (it builds the PCE); memory trouble steps down and
-        warms up again."""
+        """One warmup proof (it builds the PCE); memory trouble steps down and warms up again."""
         while True:
             try:
                 await self._enter("warmup")
@@ -197,8 +197,7 @@ class Lifecycle:
         A daemon restart or a step-down inside the bench ends the stretch: the proofs in flight
         are lost time, not throughput. The daemon is settled again at the current plan and a new
         stretch measures anew, while the budget allows one; the rate comes from
-        :func:`~cuzk_supervisor.core.bench.choose_measurement`.
-        """
+        :func:`~cuzk_supervisor.core.bench.choose_measurement`."""
         stretches: list[bench.Stretch] = []
         settle_s = 0.0
         while True:
@@ -271,9 +270,11 @@ class Lifecycle:
             trouble = asyncio.create_task(self.signals.trouble.wait())
             gone = asyncio.create_task(self.signals.gone.wait())
             waits: set[asyncio.Future[Any]] = {trouble, gone, ended}
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            trouble.cancel()
-            gone.cancel()
+            try:
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when a signal cancels us: no wait is left pending
+                trouble.cancel()
+                gone.cancel()
             if gone in done:
                 return exitcodes.INSTANCE_GONE
             if ended in done:
@@ -356,6 +357,9 @@ class Lifecycle:
         gone = asyncio.ensure_future(self.signals.gone.wait())
         try:
             await asyncio.wait({body, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # a signal: the phases end before run() stops the daemon
+            await cancel_and_wait(body)
+            raise
         finally:
             gone.cancel()
         if body.done():
@@ -363,9 +367,7 @@ class Lifecycle:
                 return body.result()
             except InstanceGone as exc:
                 return await self._end_gone(exc.message)
-        body.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await body
+        await cancel_and_wait(body)
         return await self._end_gone(self.signals.gone_reason)
 
     async def _end_gone(self, reason: str) -> int:

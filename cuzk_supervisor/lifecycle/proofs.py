@@ -11,7 +11,6 @@ their own).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -36,6 +35,7 @@ from cuzk_supervisor.lifecycle.shared import (
     MemoryTrouble,
     Progress,
     Signals,
+    cancel_and_wait,
 )
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
@@ -203,14 +203,15 @@ class ProofRunner:
                 done, _ = await asyncio.wait(
                     {job, trouble, exited, keeper_task}, return_when=asyncio.FIRST_COMPLETED
                 )
+            except asyncio.CancelledError:  # a signal: the proof ends with us
+                await cancel_and_wait(job)
+                raise
             finally:
                 trouble.cancel()
                 exited.cancel()
             if job in done:
                 return job.result()
-            job.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await job
+            await cancel_and_wait(job)
             if keeper_task.done():
                 outcome = keeper_task.result()
                 raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")

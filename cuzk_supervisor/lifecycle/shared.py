@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from cuzk_supervisor.core.bench import Stretch
 
@@ -103,3 +104,11 @@ def innermost_frame(exc: BaseException) -> str:
     if tb is None:
         return "no traceback"
     return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}"
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended, its outcome retrieved (a failure it ends
+    with is not asyncio's "Task exception was never retrieved" at exit). Our own cancellation
+    while waiting goes on up."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
