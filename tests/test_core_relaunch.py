@@ -3,17 +3,23 @@ with, the fit measured, and the plateau the new plan should level off at."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from cuzk_supervisor.core.memfit import fit_workers
+from cuzk_supervisor.core.memfit import MemoryFit, fit_workers
+from cuzk_supervisor.core.memory import MemoryPolicy, sim_memory_scale
 from cuzk_supervisor.core.relaunch import (
     WARMUP_PHASES,
     expected_plateau,
     measured_fit,
+    model_partition_bytes,
+    peak_partition_bytes,
     relaunch_workers,
 )
 
 MIB = 2**20
+GIB = 2**30
 
 
 @pytest.mark.parametrize("phase", sorted(WARMUP_PHASES))
@@ -27,8 +33,10 @@ def test_from_the_restart_on_the_full_plan_runs(phase):
 
 
 def test_a_measured_fit_is_memfits_answer_when_partitions_are_active():
-    args = {"limit_bytes": 960 * MIB, "used_bytes": 930 * MIB, "base_bytes": 330 * MIB,
-            "running_workers": 12, "target_headroom": 0.20}  # fmt: skip
+    args: dict[str, Any] = {
+        "limit_bytes": 960 * MIB, "used_bytes": 930 * MIB, "base_bytes": 330 * MIB,
+        "running_workers": 12, "target_headroom": 0.20,
+    }  # fmt: skip
     fit = measured_fit(active_partitions=10, **args)
     expected = fit_workers(limit=960 * MIB, base=330 * MIB, used=930 * MIB, active_partitions=10,
                            running_workers=12, target_headroom=0.20)  # fmt: skip
@@ -52,3 +60,49 @@ def test_the_plateau_is_the_base_plus_the_new_plans_partitions():
     assert expected_plateau(fit, 7) == 330 * MIB + 7 * 60 * MIB
     assert expected_plateau(fit, 5) == round(330 * MIB + 5 * fit.per_partition)
     assert expected_plateau(None, 7) is None
+
+
+def test_the_models_partition_is_the_daemons_reservation_in_measured_bytes():
+    policy = MemoryPolicy()
+    assert model_partition_bytes(policy, 1.0) == 14 * GIB
+    # The cgroup e2e test: 4 real MiB per simulated GiB.
+    assert model_partition_bytes(policy, sim_memory_scale(4)) == 56 * MIB
+
+
+def test_while_memory_still_grows_the_fit_aims_at_the_plateau():
+    # Mid-ramp: 10 counted active at 780 MiB over 336 MiB (44.4 MiB each, most not all
+    # allocated). The trend's slope says memory is still growing.
+    args: dict[str, Any] = {
+        "limit_bytes": 960 * MIB, "used_bytes": 780 * MIB, "base_bytes": 336 * MIB,
+        "active_partitions": 10, "running_workers": 12, "target_headroom": 0.20,
+        "model_per_partition": 56 * MIB,
+    }  # fmt: skip
+    level = measured_fit(**args, slope_bytes_per_s=0.0)
+    assert level is not None
+    assert level.workers == 9  # taken for a plateau: too many
+    for slope in (None, -1.0):
+        assert measured_fit(**args, slope_bytes_per_s=slope) == level
+    growing = measured_fit(**args, slope_bytes_per_s=170 * MIB)
+    assert growing is not None
+    assert (growing.workers, growing.source, growing.per_partition) == (7, "model", 56 * MIB)
+    peaked = measured_fit(**args, slope_bytes_per_s=170 * MIB, peak_per_partition=60.3 * MIB)
+    assert peaked is not None
+    assert (peaked.workers, peaked.source) == (7, "earlier peak")
+    assert expected_plateau(peaked, 7) == round(336 * MIB + 7 * 60.3 * MIB)
+
+
+def test_the_peak_keeps_the_largest_measurement_outside_the_warmup():
+    def fit(per_mib: float) -> MemoryFit:
+        made = fit_workers(limit=960 * MIB, base=330 * MIB, used=round((330 + 10 * per_mib) * MIB),
+                           active_partitions=10, running_workers=12,
+                           target_headroom=0.2)  # fmt: skip
+        assert made is not None
+        return made
+
+    assert peak_partition_bytes(None, None, "bench") is None
+    assert peak_partition_bytes(None, fit(60), "bench") == pytest.approx(60 * MIB)
+    assert peak_partition_bytes(60 * MIB, fit(44), "settle") == 60 * MIB
+    assert peak_partition_bytes(60 * MIB, fit(70), "settle") == pytest.approx(70 * MIB)
+    for phase in sorted(WARMUP_PHASES):  # no PCE at the base yet: not a partition's figure
+        assert peak_partition_bytes(None, fit(90), phase) is None
+        assert peak_partition_bytes(60 * MIB, fit(90), phase) == 60 * MIB

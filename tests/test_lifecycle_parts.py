@@ -176,7 +176,8 @@ async def test_a_measured_fit_steps_down_to_what_fits_and_sets_the_plateau():
     daemon.workers = 6
     watch = SimpleNamespace(
         policy=RiskPolicy(), base_bytes=330 * MIB, plateau_bytes=None, acknowledge=lambda: None,
-        assessment=SimpleNamespace(limit_bytes=960 * MIB, used_bytes=930 * MIB),
+        assessment=SimpleNamespace(limit_bytes=960 * MIB, used_bytes=930 * MIB,
+                                   slope_bytes_per_s=None),
     )  # fmt: skip
     step = StepDown(daemon=daemon, watch=watch, signals=signals, progress=progress,  # type: ignore[arg-type]
                     memory_policy=policy, active_partitions=lambda: 10)  # fmt: skip

@@ -198,15 +198,17 @@ def test_where_8_of_12_fit_it_steps_down_to_what_fits_before_the_kernel_kills(
     # 12 workers is too many: it stepped down because memory was critical, never because the
     # kernel had killed, and the first step went to what the measurement said fits, not one
     # worker at a time. 8 of the 12 (810 MiB, 84%) keep the watch at ok, 9 (870 MiB, 91%) hold
-    # at warn, 10 (930 MiB) are critical. The fit aims at ok (20% headroom): 7 or 8 from a
-    # measurement on a plateau; one taken on the ramp (the trend fired first) reads a little
-    # low and gives 9, which still holds below critical.
+    # at warn, 10 (930 MiB) are critical. The fit aims at ok (20% headroom): 7 or 8, also from a
+    # sample taken on the ramp (the trend fired first: the active partitions not all allocated,
+    # ~15% low per partition, which alone said 9), since the fit then plans with the partitions'
+    # plateau figure (core.memfit.plateau_per_partition), not the low reading.
     steps = run.named("plan.step_down")
+    fits = [(e["workers"], e["reason"]) for e in run.named("memory.fit")]
     assert 1 <= len(steps) <= 2, f"{steps}; {memory}"
     assert all(_is_memory_critical(step) for step in steps), steps
     final = steps[-1]["full_workers"]
     assert steps[0]["full_workers"] <= 10
-    assert run.named("memory.fit"), "no measured step"
+    assert fits, "no measured step"
     # Every critical level was acted on: none came after the last step down (with proactive_oom
     # on, no proof runs on at a critical level), and the plan it finished with fits: at most 10
     # workers, the most this limit holds in a benchmark.
@@ -214,7 +216,7 @@ def test_where_8_of_12_fit_it_steps_down_to_what_fits_before_the_kernel_kills(
         e for e in _after(run.events, steps[-1]) if e.get("event") == "memory.risk_critical"
     ]
     assert unanswered == [], f"critical memory left unanswered: {unanswered}; {memory}"
-    assert final in (7, 8, 9), f"{steps}; {memory}"
+    assert final in (7, 8), f"{fits}; {steps}; {memory}"
     assert plateau_mib(final) < 0.95 * LIMIT_MIB  # what it ended on holds below critical
     (result,) = run.named("bench.result")
     assert result["workers"] == final
@@ -235,7 +237,9 @@ def test_kernel_oom_kill_is_recognised_from_the_cgroup_counter_and_the_next_atte
     run = Supervisor([], prefix=memory_cgroup.prefix(), command="run", env=env)
 
     def unrequested_exit() -> list[dict[str, Any] | None]:
-        found = [e for e in run.named("daemon.exited") if e["exit_kind"] != "clean"]
+        found: list[dict[str, Any] | None] = [
+            e for e in run.named("daemon.exited") if e["exit_kind"] != "clean"
+        ]
         return found or ([None] if run.proc.poll() is not None else [])
 
     try:

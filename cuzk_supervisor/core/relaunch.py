@@ -7,7 +7,10 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
   it) the warmup plan is retried; from the restart on, the full plan (the PCE is built, so a
   step-down in the bench settles and measures at once);
 - the fit measured from what the memory watch saw and the partitions the daemon had active
-  (``core.memfit.fit_workers``), or none (then the plan steps down by one step);
+  (``core.memfit.fit_workers``), or none (then the plan steps down by one step); while memory
+  was still growing at the sample, aimed at the partitions' plateau, not at the mid-ramp
+  sample (the model's partition figure, :func:`model_partition_bytes`, and the peak measured at
+  earlier step-downs, :func:`peak_partition_bytes`);
 - the plateau the new plan's usage is expected to level off at, so that a ramp toward it is not
   taken for a march to OOM.
 """
@@ -15,6 +18,8 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
 from __future__ import annotations
 
 from cuzk_supervisor.core.memfit import MemoryFit, fit_workers
+from cuzk_supervisor.core.memory import MemoryPolicy
+from cuzk_supervisor.core.units import GIB
 
 # Phases in which a step-down retries the warmup plan (the PCE is not built yet).
 WARMUP_PHASES = frozenset({"plan", "warmup"})
@@ -25,6 +30,26 @@ def relaunch_workers(phase: str, *, full_workers: int, warmup_workers: int) -> i
     return warmup_workers if phase in WARMUP_PHASES else full_workers
 
 
+def model_partition_bytes(policy: MemoryPolicy, memory_scale: float) -> float:
+    """The plan's figure for one synthesizing partition, in measured bytes: what the daemon
+    reserves per PoRep partition (``budget_partition_gib``, 14 GiB, the low end of the 14-16 GiB
+    cuzk.md measured), over the plan's bytes per measured byte (the simulator's scale).
+
+    Not the rule of thumb's 20 GiB per worker: that is the whole pipeline's peak with the rule's
+    own error, and would overrule a partition that was measured to take less."""
+    return policy.budget_partition_gib * GIB / memory_scale
+
+
+def peak_partition_bytes(peak: float | None, fit: MemoryFit | None, phase: str) -> float | None:
+    """The largest per-partition figure measured so far, with ``fit`` (taken in ``phase``).
+
+    A fit taken in the warmup does not count: the PCE is not resident at the base there and its
+    extraction is transient, so what it measured per partition is not a partition."""
+    if fit is None or phase in WARMUP_PHASES:
+        return peak
+    return max(peak or 0.0, fit.measured_per_partition) or None
+
+
 def measured_fit(
     *,
     limit_bytes: int,
@@ -33,9 +58,16 @@ def measured_fit(
     active_partitions: int | None,
     running_workers: int,
     target_headroom: float,
+    slope_bytes_per_s: float | None = None,
+    peak_per_partition: float | None = None,
+    model_per_partition: float | None = None,
 ) -> MemoryFit | None:
     """What fits, from the memory the running plan was measured to use; None: one step down
-    (nothing active, the daemon's status not known, or no growth over the base)."""
+    (nothing active, the daemon's status not known, or no growth over the base).
+
+    ``slope_bytes_per_s`` is the assessment's growth rate: above 0, memory was still growing at
+    the sample, and the fit plans with the plateau figure (the largest of the measurement,
+    ``peak_per_partition`` and ``model_per_partition``; ``core.memfit.plateau_per_partition``)."""
     if not active_partitions:
         return None
     return fit_workers(
@@ -45,11 +77,15 @@ def measured_fit(
         active_partitions=active_partitions,
         running_workers=running_workers,
         target_headroom=target_headroom,
+        growing=slope_bytes_per_s is not None and slope_bytes_per_s > 0,
+        peak_per_partition=peak_per_partition,
+        model_per_partition=model_per_partition,
     )
 
 
 def expected_plateau(fit: MemoryFit | None, full_workers: int) -> int | None:
-    """Where the new plan's usage should level off, as measured (None: not measured)."""
+    """Where the new plan's usage should level off, as measured (None: not measured): the base
+    and the partition figure the fit planned with."""
     if fit is None:
         return None
     return round(fit.base + full_workers * fit.per_partition)

@@ -18,7 +18,13 @@ from cuzk_supervisor import exitcodes
 from cuzk_supervisor.core.memfit import MemoryFit
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import GiveUpOOM, WorkerPlan, step_down
-from cuzk_supervisor.core.relaunch import expected_plateau, measured_fit, relaunch_workers
+from cuzk_supervisor.core.relaunch import (
+    expected_plateau,
+    measured_fit,
+    model_partition_bytes,
+    peak_partition_bytes,
+    relaunch_workers,
+)
 from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
 
@@ -65,12 +71,18 @@ class StepDown:
         self._memory_policy = memory_policy
         self._active_partitions = active_partitions
         """Partitions synthesizing now, from the daemon's status (blocking: run in a thread)."""
+        self.peak_per_partition: float | None = None
+        """The largest memory per partition measured at a step-down so far (outside the
+        warmup): what a fit taken while memory still grows plans with at least."""
 
     async def next_plan(self, plan: WorkerPlan, cause: str) -> tuple[WorkerPlan, MemoryFit | None]:
         """The plan after ``cause``, and the fit it was measured from (None: one step down).
         Out of memory at one worker is the lifecycle's end (exit 5)."""
         running = self._daemon.workers
-        fit = await self._measured_fit(running)
+        fit = await self._measured_fit(plan, running)
+        self.peak_per_partition = peak_partition_bytes(
+            self.peak_per_partition, fit, self._progress.phase
+        )
         result = step_down(
             plan, cause, self._memory_policy, running_workers=running,
             fitted=fit.workers if fit else None, fitted_reason=fit.reason if fit else "",
@@ -107,8 +119,9 @@ class StepDown:
         self._watch.plateau_bytes = expected_plateau(fit, plan.full_workers)
         self._signals.acted.set()
 
-    async def _measured_fit(self, running: int | None) -> MemoryFit | None:
-        """What fits, from the memory the running plan was measured to use (None: one step)."""
+    async def _measured_fit(self, plan: WorkerPlan, running: int | None) -> MemoryFit | None:
+        """What fits, from the memory the running plan was measured to use (None: one step).
+        While memory was still growing, aimed at the partitions' plateau (core.memfit)."""
         assessment, base = self._watch.assessment, self._watch.base_bytes
         if assessment is None or base is None or running is None:
             return None  # nothing measured yet, or no daemon: one step down
@@ -118,8 +131,15 @@ class StepDown:
             active_partitions=active, running_workers=running,
             # Where the watch reads ok again: a plan that fits keeps the level there.
             target_headroom=self._watch.policy.warn_exit_headroom,
+            slope_bytes_per_s=assessment.slope_bytes_per_s,
+            peak_per_partition=self.peak_per_partition,
+            model_per_partition=model_partition_bytes(
+                self._memory_policy, plan.inputs.memory_scale
+            ),
         )  # fmt: skip
         if fit is not None:
             log.info("memory.fit", workers=fit.workers, reason=fit.reason,
-                     plateau_bytes=fit.plateau)  # fmt: skip
+                     plateau_bytes=fit.plateau, per_partition_bytes=round(fit.per_partition),
+                     measured_per_partition_bytes=round(fit.measured_per_partition),
+                     per_partition_source=fit.source)  # fmt: skip
         return fit
