@@ -2,4 +2,4 @@
 
 from cuzk_supervisor import logimport
 
-logimport.import_structlog()
+logimport.install()  # structlog, at its first import by a module that logs, without rich

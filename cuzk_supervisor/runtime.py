@@ -4,12 +4,24 @@ Wraps one async body: becomes a child subreaper when not PID 1, reaps orphans, t
 SIGINT, SIGHUP and SIGQUIT into a cancellation of the body (whose ``finally`` blocks stop the
 daemon with its grace period), and on every exit path kills whatever descendants remain. The exit
 code is the body's, or 128 + the signal that stopped us.
+
+``end_settled`` ends the process afterwards without the interpreter's teardown (about 0.1 s after
+the last log line: module cleanup, the collection of the whole heap, the C libraries' own exit
+work, grpc's after a used channel), once nothing is left to settle.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import gc
+import io
+import logging
+import os
 import signal
+import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -91,3 +103,68 @@ async def _supervised(body: Body, cleanup_grace_s: float, keep: tuple[int, ...])
         reaper.reap()
         signals.stop()
         reaper.stop()
+
+
+def unsettled() -> str | None:
+    """What still runs that the interpreter's teardown would wait for or tidy, or None: another
+    thread (a writer the teardown would join), or a child process, running or not yet reaped."""
+    others = other_threads()
+    if others:
+        return f"threads still running: {', '.join(others)}"
+    if child_left():
+        return "a child process is left"
+    return None
+
+
+def other_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+
+
+def child_left() -> bool:
+    """Whether this process has a child, running or a zombie (looked at, not reaped:
+    ``WNOWAIT``)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False  # no child at all
+    return True
+
+
+def flush_files() -> None:
+    """Flush what the teardown would: stdout and stderr, the logging handlers, then every open
+    Python file with a write buffer (found through the garbage collector, as its finaliser would
+    be at teardown). A file that cannot be flushed (a closed pipe) is skipped, as at teardown."""
+    for stream in (sys.stdout, sys.stderr):
+        _flush(stream)
+    logging.shutdown()
+    for obj in gc.get_objects():
+        if isinstance(obj, _WRITE_BUFFERED):
+            _flush(obj)
+
+
+# The C classes of the files with a write buffer (a concrete class is a quick isinstance).
+_WRITE_BUFFERED = (io.BufferedWriter, io.BufferedRandom, io.BufferedRWPair, io.TextIOWrapper)
+
+
+def _flush(stream: Any) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if stream is not None and not stream.closed and stream.writable():
+            stream.flush()
+
+
+def end_settled(code: int) -> None:
+    """End the process with ``code`` now, without the interpreter's teardown, if nothing is left
+    to settle (``unsettled``); else return, and the caller exits as usual.
+
+    Only for the very end of a command (``run``, ``sim``): the lifecycle's loop has closed, so the
+    state file is written and fsynced, the log shipper drained or given up and the children
+    reaped (``run_supervised``). The exit callbacks run as at any exit (``atexit``: logging's
+    shutdown, the terminal view's tidy-up, weakref finalisers), then every file is flushed
+    (``flush_files``). What is skipped is the module cleanup and the garbage collection of the
+    whole heap and the C libraries' own exit work (grpc's, after a used channel): about 0.1 s
+    after the last log line."""
+    if unsettled() is not None:
+        return
+    atexit._run_exitfuncs()
+    flush_files()
+    os._exit(code)

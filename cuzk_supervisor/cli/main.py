@@ -1,39 +1,94 @@
 """``cuzk-supervisor`` command line: one subcommand per module in
 ``cuzk_supervisor.cli.commands``.
 
+Only the module of the command given is imported (``COMMANDS`` names the others with their one
+line, for ``--help`` and the invalid-choice error): ``config`` or ``healthcheck`` does not load
+the lifecycle, gRPC or the simulator, and ``run`` loads only what it uses.
+
 Every command ends here: a bad setting is one line and exit 2 (``UsageError``), Ctrl-C is
 128 + SIGINT, and a closed stdout (``cuzk-supervisor config --json | head -1``) ends quietly
 with 141, 128 + SIGPIPE, as a shell tool killed by SIGPIPE does: Python ignores SIGPIPE, so the
 write raises ``BrokenPipeError`` instead; stdout is then pointed at /dev/null, so that the
 interpreter's last flush at exit does not print a second traceback.
+
+``entry`` is the program (the ``cuzk-supervisor`` script, ``python -m cuzk_supervisor``):
+``main``, then the exit. ``run`` and ``sim`` end there without the interpreter's teardown when
+nothing is left to settle (``runtime.end_settled``): their stop after SIGTERM is then their own
+work, not 0.1 s of module cleanup and grpc's shutdown after the last log line.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import NoReturn
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.cli.commands import COMMANDS, healthcheck
 from cuzk_supervisor.cli.parser import CommandParser
 from cuzk_supervisor.errors import UsageError
 
 CLOSED_PIPE = exitcodes.SIGNAL_BASE + signal.SIGPIPE
+PACKAGE = "cuzk_supervisor.cli.commands"
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A subcommand: its name, the module that registers it, and its line in ``--help`` (the
+    same text as the module's own ``add_parser(help=...)``: a test compares them)."""
+
+    name: str
+    help: str
+    settled_exit: bool = False
+    """Whether the program ends without the interpreter's teardown (``entry``)."""
+
+    @property
+    def module(self) -> str:
+        return f"{PACKAGE}.{self.name}"
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("run", "the entrypoint: the whole lifecycle, then keep proving", settled_exit=True),
+    Command("sim", "run the whole lifecycle against the simulator", settled_exit=True),
+    Command("prove", "run one proof or a small batch against a daemon and report the rate"),
+    Command("daemon", "keep only the daemon up as a supervised child"),
+    Command("plan", "print the worker plan for this machine and why"),
+    Command(
+        "doctor", "check this machine before a run (GPUs, memory, disk, folders, ports, manager)"
+    ),
+    Command("config", "print the effective settings and their sources"),
+    Command(
+        "healthcheck", "probe the running supervisor's health server (the container's HEALTHCHECK)"
+    ),
+)
+
+
+def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The command line; ``load``: the commands whose modules are imported and registered (all
+    when None); the others are only listed (name and help line, no flags)."""
     parser = CommandParser(
         prog="cuzk-supervisor",
         description="Supervisor for a cuzk GPU proving instance.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (*COMMANDS, healthcheck):
-        command.register(sub)
+    for command in COMMANDS:
+        if load is None or command.name in load:
+            importlib.import_module(command.module).register(sub)
+        else:
+            sub.add_parser(command.name, help=command.help, add_help=False)
     return parser
+
+
+def command_in(argv: Sequence[str]) -> list[str]:
+    """The command ``argv`` names (its first word, as the top-level parser has no options but
+    ``--help``), as the list for ``build_parser``: empty for ``--help``, none or a typo."""
+    names = {command.name for command in COMMANDS}
+    return [argv[0]] if argv and argv[0] in names else []
 
 
 def _silence_stdout() -> None:
@@ -45,9 +100,10 @@ def _silence_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_in(given))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(given)
         try:
             code = int(args.handler(args))
         except UsageError as exc:
@@ -62,5 +118,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exitcodes.SIGNAL_BASE + signal.SIGINT
 
 
+def entry() -> NoReturn:
+    """The program: ``main`` on this process's arguments, then the exit; for ``run`` and
+    ``sim`` without the interpreter's teardown when nothing is left to settle."""
+    given = sys.argv[1:]
+    code = main(given)
+    if any(c.settled_exit for c in COMMANDS if c.name in command_in(given)):
+        from cuzk_supervisor import runtime  # loaded by run and sim already
+
+        runtime.end_settled(code)  # returns only if something is not settled
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,9 +1,6 @@
-"""Subcommands. Each module has ``register(subparsers)`` which sets ``handler`` on its parser."""
+"""Subcommands. Each module has ``register(subparsers)`` which sets ``handler`` on its parser.
 
-from __future__ import annotations
-
-from types import ModuleType
-
-from cuzk_supervisor.cli.commands import config, daemon, doctor, plan, prove, run, sim
-
-COMMANDS: list[ModuleType] = [run, sim, prove, daemon, plan, doctor, config]
+The list of commands is ``cuzk_supervisor.cli.main.COMMANDS``, which imports only the module of
+the command given: nothing is imported here, so that importing one command (``run``) does not
+load the others (the simulator, the prover, the doctor).
+"""

@@ -22,7 +22,6 @@ from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.daemon.process import DaemonProcess
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.runtime import Runtime, run_supervised
 from cuzk_supervisor.settings import Settings
 
@@ -45,6 +44,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from cuzk_supervisor.lifecycle import assemble  # the lifecycle's wiring (gRPC): not for --help
+
     s = settings.from_namespace(args).settings
     if s.workers < 1:
         raise UsageError("--workers is required (partition_workers for the daemon)")
@@ -80,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
 async def _keep(
     s: Settings, sampler: MemorySampler, values: DaemonConfigValues, rt: Runtime
 ) -> int:
+    from cuzk_supervisor.lifecycle import assemble  # loaded by main already
+
     keeper = DaemonKeeper(
         assemble.daemon_settings(s, sampler.cgroup.dir if sampler.cgroup else None),
         values,

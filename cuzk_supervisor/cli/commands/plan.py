@@ -16,7 +16,6 @@ from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
 from cuzk_supervisor.core.units import GIB
-from cuzk_supervisor.lifecycle import assemble
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,6 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from cuzk_supervisor.lifecycle import assemble  # the lifecycle's wiring: not for --help
+
     loaded = settings.from_namespace(args)
     s = loaded.settings
     configure_logging("warning" if not args.json else "error")

@@ -37,7 +37,6 @@ from typing import Any
 from cuzk_supervisor import settings
 from cuzk_supervisor.address import free_loopback_port
 from cuzk_supervisor.cli import observe
-from cuzk_supervisor.cli.commands.run import run_lifecycle
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.sim.c1 import write_c1
@@ -284,6 +283,9 @@ def main(args: argparse.Namespace) -> int:
             f"sim: machine {machine.describe()}, {args.time_scale:g} simulated s per real s",
             flush=True,
         )
+        # The lifecycle (gRPC, the manager client, the health server) only now, not for --help.
+        from cuzk_supervisor.cli.commands.run import run_lifecycle
+
         started = time.monotonic()
         code = run_lifecycle(
             s, os.environ,

@@ -1,0 +1,315 @@
+"""The entrypoint's weight: import time, the run phase's RSS and PSS, the stop after SIGTERM.
+
+    .venv/bin/python bench/entrypoint.py [--imports N] [--stops K] [--hold S] [--quick]
+                                         [--time-scale S] [--json FILE] [--keep]
+
+Figures (issue 16.6):
+  import      wall time of ``python -c "import cuzk_supervisor.cli.main"`` (the entrypoint),
+              of ``python -c "import <main>; import <run>"`` (what ``run`` imports before its
+              first line) and of ``python -m cuzk_supervisor run --help``, median of N runs each,
+              interpreter start included (``python -c pass`` is shown apart); the ``-X
+              importtime`` total of the entrypoint; what ``run --help`` loads of the heavy
+              packages (grpc, protobuf, prometheus_client, httpx, rich, the simulator);
+  run phase   RSS and PSS (``psutil.Process.memory_full_info``) of the supervisor process alone,
+              not its children: ``cuzk-supervisor run`` against the simulated manager and daemon
+              (as ``bench/run.py`` runs it: health server and log push on), sampled from its
+              ``phase.entered run`` event for ``--hold`` seconds; the max of the samples;
+  stop        SIGTERM to the process's exit (a blocking wait in a thread), in the run phase of K
+              such lifecycles, median; the exit codes go into the notes (143 expected).
+Progress goes to stderr; a JSON line of the rows, then the table and notes, to stdout;
+``--json FILE`` also writes the rows as [{"name", "value", "unit", "target", "ok"}].
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _settings as cfg
+import psutil
+from _harness import (
+    PY,
+    BenchError,
+    Manager,
+    Processes,
+    Row,
+    SupervisorProc,
+    at_most,
+    child_env,
+    event_ts,
+    failed,
+    info,
+    median,
+    print_table,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+MB = 1_000_000
+ENTRY = "cuzk_supervisor.cli.main"
+RUN_MODULE = "cuzk_supervisor.cli.commands.run"
+IMPORT_TARGET_S = 0.25
+RSS_TARGET_MB = 45.0
+STOP_TARGET_S = 0.05
+# Packages only some commands need: none of them belongs to ``run --help``.
+HEAVY = (
+    "grpc", "google.protobuf", "prometheus_client", "httpx", "rich", "structlog",
+    "cuzk_supervisor.sim", "cuzk_supervisor.cli.doctor", "cuzk_supervisor.proto",
+    "cuzk_supervisor.lifecycle",
+)  # fmt: skip
+_LOADED = (
+    "import sys, runpy\n"
+    "sys.argv = ['cuzk-supervisor', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('cuzk_supervisor', run_name='__main__')\n"
+    "except SystemExit:\n"
+    "    pass\n"
+    "sys.stdout.flush()\n"
+    "sys.stderr.write('\\nLOADED ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
+)
+
+
+def progress(message: str) -> None:
+    print(f"[entrypoint {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- import time -----------------------------------------------------------------------------
+
+
+def _timed(argv: list[str], runs: int, ok_codes: tuple[int, ...] = (0,)) -> tuple[float, float]:
+    """Median wall and CPU seconds (the child's user + system) of ``runs`` runs of ``argv``,
+    after one untimed run that warms the caches. CPU time barely moves when other work shares
+    the machine; wall time does."""
+    env = child_env({})
+    walls, cpus = [], []
+    for i in range(runs + 1):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, env=env, cwd=REPO)
+        elapsed = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode not in ok_codes:
+            raise BenchError(f"{' '.join(argv[1:])}: rc {done.returncode}: {done.stderr[-300:]!r}")
+        if i:
+            walls.append(elapsed)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return median(walls), median(cpus)
+
+
+def importtime_total_s(module: str) -> float:
+    """The ``-X importtime`` total of ``import module``: the sum of the top-level cumulative
+    times (what the import itself loaded, interpreter start and ``site`` excluded)."""
+    done = subprocess.run(
+        [PY, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True, text=True, env=child_env({}), cwd=REPO,
+    )  # fmt: skip
+    total_us = 0
+    after_site = False
+    for line in done.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) != 3 or not parts[1].strip().isdigit():
+            continue  # the header line, or not an importtime line
+        top_level = not parts[2].startswith("  ")
+        if top_level and after_site:
+            total_us += int(parts[1])
+        elif top_level and parts[2].strip() == "site":
+            after_site = True  # what came before is the interpreter's own start
+    return total_us / 1e6
+
+
+def loaded_by(args: list[str]) -> set[str]:
+    """The modules loaded by ``cuzk-supervisor ARGS`` (run in a fresh interpreter)."""
+    done = subprocess.run(
+        [PY, "-c", _LOADED, *args], capture_output=True, text=True, env=child_env({}), cwd=REPO
+    )
+    for line in reversed(done.stderr.splitlines()):
+        if line.startswith("LOADED "):
+            return set(line.split()[1:])
+    raise BenchError(f"no module list from {args}: {done.stderr[-300:]!r}")
+
+
+def heavy_in(modules: set[str]) -> list[str]:
+    return [h for h in HEAVY if any(m == h or m.startswith(h + ".") for m in modules)]
+
+
+# (label, argv after the interpreter, exit codes that are fine, whether the target applies)
+IMPORT_CASES: tuple[tuple[str, list[str], tuple[int, ...], bool], ...] = (
+    (f"import {ENTRY}", ["-c", f"import {ENTRY}"], (0,), True),
+    (f"import {ENTRY} + {RUN_MODULE}", ["-c", f"import {ENTRY}; import {RUN_MODULE}"], (0,), True),
+    ("cuzk-supervisor run --help", ["-m", "cuzk_supervisor", "run", "--help"], (0,), True),
+    ("cuzk-supervisor --help", ["-m", "cuzk_supervisor", "--help"], (0,), False),
+    (
+        "cuzk-supervisor healthcheck (nothing listening)",
+        ["-m", "cuzk_supervisor", "healthcheck", "--health-listen", "127.0.0.1:9"],
+        (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
+        False,
+    ),
+    ("python -c pass (interpreter start)", ["-c", "pass"], (0,), False),
+)
+
+
+def import_rows(runs: int, notes: list[str]) -> list[Row]:
+    rows = []
+    for label, argv, ok_codes, targeted in IMPORT_CASES:
+        wall, cpu = _timed([PY, *argv], runs, ok_codes)
+        name = f"{label} (wall, median of {runs})"
+        rows.append(
+            at_most(name, wall, "s", IMPORT_TARGET_S) if targeted else info(name, wall, "s")
+        )
+        rows.append(info(f"{label} (CPU)", cpu, "s"))
+    rows.append(info(f"-X importtime total of {ENTRY}", importtime_total_s(ENTRY), "s"))
+    for args in (["--help"], ["config"], ["run", "--help"], ["sim", "--help"]):
+        modules = loaded_by(args)
+        heavy = heavy_in(modules)
+        rows.append(info(f"modules loaded by `{' '.join(args)}`", len(modules), "modules"))
+        notes.append(f"`{' '.join(args)}` loads of the heavy parts: {', '.join(heavy) or 'none'}")
+    run_modules = _graph(RUN_MODULE)
+    notes.append(
+        f"`run`'s import graph ({RUN_MODULE}) loads: {', '.join(heavy_in(run_modules)) or 'none'}"
+    )
+    notes.append(
+        "import times: median of each command's runs after one untimed run, interpreter start "
+        "included; CPU: the child's user + system time (what other work on the machine does not "
+        "inflate); -X importtime total: the sum of the top-level cumulative times, site excluded"
+    )
+    return rows
+
+
+def _graph(module: str) -> set[str]:
+    code = f"import sys; import {module}; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=child_env({}))
+    return set(done.stdout.split())
+
+
+# --- run phase and stop ----------------------------------------------------------------------
+
+
+def _sample(pid: int, hold_s: float) -> tuple[float, float, float]:
+    """Max RSS, PSS and USS (MB) of ``pid`` alone over ``hold_s`` seconds."""
+    proc = psutil.Process(pid)
+    rss, pss, uss = [], [], []
+    deadline = time.monotonic() + hold_s
+    while True:
+        full = proc.memory_full_info()
+        rss.append(full.rss)
+        pss.append(full.pss)
+        uss.append(full.uss)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(0.25, left))
+    return max(rss) / MB, max(pss) / MB, max(uss) / MB
+
+
+def lifecycle_rows(
+    root: Path, stops: int, hold_s: float, time_scale: float, notes: list[str]
+) -> list[Row]:
+    procs = Processes(str(root))
+    memory: tuple[float, float, float] | None = None
+    samples: list[float] = []
+    to_last: list[float] = []
+    codes: list[int] = []
+    problems: list[str] = []
+    try:
+        manager = Manager(procs, root / "manager.db")
+        try:
+            for i in range(stops):
+                life = root / f"life{i}"
+                life.mkdir(parents=True)
+                sup = SupervisorProc(procs, "run", cfg.lifecycle(life, manager.url, time_scale))
+                try:
+                    sup.wait_event("phase.entered", 300, phase="run")
+                    for spawned in sup.named("daemon.spawned"):
+                        procs.note(int(spawned["pid"]))
+                    if i == 0:
+                        memory = _sample(sup.pid, hold_s)
+                    sent = time.time()
+                    stop_s, code = sup.stop()
+                    samples.append(stop_s)
+                    codes.append(code)
+                    if sup.events:  # the last line's own timestamp against the signal's
+                        to_last.append(max(0.0, event_ts(sup.events[-1]) - sent))
+                except BenchError as exc:
+                    problems.append(f"lifecycle {i}: {exc}")
+                progress(f"lifecycle {i + 1}/{stops} done")
+        finally:
+            manager.stop()
+    finally:
+        procs.close()
+    notes.extend(problems)
+    if procs.leftovers:
+        notes.append("LEFT BEHIND (killed by the bench): " + "; ".join(procs.leftovers))
+    why = "; ".join(problems) or "no run"
+    rows: list[Row] = []
+    if memory is None:
+        rows.append(failed("run phase: supervisor RSS (max)", "MB", f"<= {RSS_TARGET_MB:g}", why))
+    else:
+        rss, pss, uss = memory
+        rows.append(at_most(f"run phase: supervisor RSS (max, {hold_s:g} s)", rss, "MB", 45))
+        rows.append(info("run phase: supervisor PSS (max)", pss, "MB"))
+        rows.append(info("run phase: supervisor USS (max)", uss, "MB"))
+    if not samples:
+        rows.append(failed("stop (SIGTERM -> exit), median", "s", f"<= {STOP_TARGET_S:g}", why))
+    else:
+        name = f"stop (SIGTERM -> exit), median of {len(samples)}"
+        rows.append(at_most(name, median(samples), "s", STOP_TARGET_S))
+        rows.append(info("stop (SIGTERM -> exit), max", max(samples), "s"))
+        if len(to_last) == len(samples):
+            rows.append(info("  of it: SIGTERM -> last event line, median", median(to_last), "s"))
+            after = [total - last for total, last in zip(samples, to_last, strict=True)]
+            rows.append(info("  of it: last event line -> exit, median", median(after), "s"))
+        notes.append(
+            f"stop samples {', '.join(f'{s:.3f}' for s in samples)} s; exit codes {codes}; "
+            "`run` in the run phase with health and log push on, the sim daemon stopped by it"
+        )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--imports", type=int, default=11, metavar="N", help="runs per import")
+    parser.add_argument("--stops", type=int, default=5, metavar="K", help="lifecycles to stop")
+    parser.add_argument("--hold", type=float, default=10.0, metavar="S", help="RSS window (s)")
+    parser.add_argument("--quick", action="store_true", help="5 imports, 3 stops, 3 s window")
+    parser.add_argument("--time-scale", type=float, default=100.0, help="the sim's (default 100)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the rows as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args()
+    imports, stops, hold = (5, 3, 3.0) if args.quick else (args.imports, args.stops, args.hold)
+    started = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="cuzk-entry-"))
+    rows: list[Row] = []
+    notes: list[str] = [f"time scale {args.time_scale:g}; tmp {root}"]
+    try:
+        progress(f"import times ({imports} runs each) ...")
+        try:
+            rows.extend(import_rows(imports, notes))
+        except BenchError as exc:
+            rows.append(failed("import time", "s", f"<= {IMPORT_TARGET_S:g}", str(exc)))
+        progress(f"{stops} lifecycles (`cuzk-supervisor run`, run-phase window {hold:g} s) ...")
+        rows.extend(lifecycle_rows(root, stops, hold, args.time_scale, notes))
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps([r.as_dict() for r in rows]))
+    print_table(rows)
+    print()
+    print("notes:")
+    for note in notes:
+        print("- " + note)
+    print(f"- wall time {time.monotonic() - started:.1f} s")
+    if args.json:
+        args.json.write_text(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
