@@ -22,8 +22,9 @@ from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.cgroupfind import CgroupLocation
 from cuzk_supervisor.adapters.gpu import GpuDevice, GpuFault, NvmlProbe, StaticProbe
 from cuzk_supervisor.adapters.resources import HostMemory, MemorySampler
+from cuzk_supervisor.adapters.statedoc import SupervisorState
 from cuzk_supervisor.address import Address, free_loopback_port
-from cuzk_supervisor.cli import doctor
+from cuzk_supervisor.cli import doctor, prestart
 from cuzk_supervisor.cli.commands import doctor as doctor_command
 from cuzk_supervisor.cli.doctor import (
     PARAMS_BYTES,
@@ -35,6 +36,7 @@ from cuzk_supervisor.cli.doctor import (
     Verdict,
 )
 from cuzk_supervisor.cli.main import build_parser
+from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
 
 GIB = 1 << 30
@@ -301,6 +303,79 @@ def test_parameters_already_present_lower_the_disk_need(machine: Machine) -> Non
     assert rows(machine.check(probes))["disk"].verdict is Verdict.FAIL
 
 
+def test_doctor_sees_the_simulated_machine_before_any_daemon_runs(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: doctor asked the simulated daemon's /status, where nothing listens before a run
+    ("sim probe failed: ... Connection refused"), and planned from this host's RAM, where
+    ``run`` plans from the simulated machine: its GPUs (idle) and its ``--host-gib`` RAM."""
+    for name in list(os.environ):
+        if name.startswith("CUZK_SIM_"):
+            monkeypatch.delenv(name)
+
+    def simulated(vram_gib: int) -> Settings:
+        args = f"-m cuzk_supervisor.sim.daemon --gpus 2 --vram-gib {vram_gib} --host-gib 256"
+        return machine.settings(daemon_binary=sys.executable, daemon_args=args, gpu_probe="sim",
+                                plan_memory_scale="1024", cgroup_root="")  # fmt: skip
+
+    probes = Probes(disk_usage=machine.probes.disk_usage)  # assemble's GPU probe and sampler
+    gpus = doctor.gather_gpus(simulated(24), probes)
+    assert gpus.error is None
+    assert [d.total_bytes for d in gpus.devices] == [24 * GIB, 24 * GIB]
+    by_name = rows(doctor.run_checks(simulated(24), probes))
+    assert (by_name["gpus"].verdict, by_name["vram"].verdict) == (Verdict.OK, Verdict.OK)
+    memory = by_name["memory"].detail
+    assert memory.startswith("host 256 GiB, no cgroup limit: 6 workers"), memory
+    assert "sizes are simulated GiB" in memory  # the scale, named once
+    # The VRAM rule, end to end: GPUs too small for a proof refuse the plan.
+    small = rows(doctor.run_checks(simulated(8), probes))
+    assert (small["vram"].verdict, small["memory"].verdict) == (Verdict.FAIL, Verdict.FAIL)
+    assert "less than the 12 GiB VRAM a proof needs" in small["memory"].detail
+
+
+def test_the_disk_check_counts_what_a_previous_run_left(machine: Machine) -> None:
+    """Before: doctor asked for 125 GiB on a machine whose state file says the parameters are
+    verified and the PCE files built, where ``run`` itself needs nothing more."""
+    state = machine.root / "state"
+    state.mkdir()
+    left = SupervisorState(params_verified=True, pce_ready=True)
+    (state / doctor.STATE_FILE).write_text(left.to_json())
+    probes = replace(machine.probes, disk_usage=lambda path: Usage(10 * GIB, 9 * GIB, 1 * GIB))
+    row = rows(machine.check(probes))["disk"]
+    assert row.verdict is Verdict.OK, row
+    assert row.detail.endswith(
+        "writable; needs nothing more (parameters verified by an earlier run; "
+        "PCE files built by an earlier run)"
+    ), row.detail
+
+
+@pytest.mark.parametrize("scale", ["1", "1024"])
+def test_doctor_and_the_check_before_run_refuse_the_same_disk(machine: Machine, scale: str) -> None:
+    """Before: against the simulator (``plan_memory_scale`` 1024) doctor asked for the real
+    125 GiB where ``run`` asks for 125 MiB: on a small disk doctor failed a run that starts."""
+    with open(machine.root / "params" / "a.params", "wb") as f:
+        f.truncate(1000)
+    s = machine.settings(plan_memory_scale=scale, params_expected="a.params:1000")
+    (machine.root / "state").mkdir()
+    (machine.root / "state" / doctor.STATE_FILE).write_text(
+        SupervisorState(pce_ready=True).to_json()
+    )
+    need = prestart.disk_needed(s, prestart.previous_state(s))
+    assert need == -(-(100 * GIB - 1000 * int(scale)) // int(scale))  # the PCE files are built
+    for free, verdict in ((need, Verdict.OK), (need - 1, Verdict.FAIL)):
+        room = replace(machine.probes, disk_usage=lambda path, free=free: Usage(free, 0, free))
+        assert rows(doctor.run_checks(s, room))["disk"].verdict is verdict, (scale, free)
+        refused = free < need
+        try:
+            prestart.check_disk(s, lambda path, free=free: Usage(free, 0, free))
+        except UsageError:
+            assert refused
+        else:
+            assert not refused
+    detail = rows(doctor.run_checks(s, machine.probes))["disk"].detail
+    assert ("plan_memory_scale" in detail) is (scale != "1"), detail
+
+
 def test_a_missing_param_cache_is_checked_at_its_nearest_parent(machine: Machine) -> None:
     cache = machine.root / "data" / "zk" / "params"
     seen: list[Path] = []
@@ -530,9 +605,11 @@ def test_gpu_verdicts() -> None:
 
 
 def test_disk_need_is_the_constant_less_what_is_present() -> None:
-    assert doctor.disk_need(0) == REQUIRED_FREE_BYTES == 125 * GIB
-    assert doctor.disk_need(40 * GIB) == REQUIRED_FREE_BYTES - 40 * GIB
-    assert doctor.disk_need(500 * GIB) == PCE_FILES_BYTES
+    # The figure itself is core.disk's (tests/test_core_disk.py); doctor says it in words.
+    assert doctor.disk_need(0).total_bytes == REQUIRED_FREE_BYTES == 125 * GIB
+    words = doctor.disk_need_words(doctor.disk_need(40 * GIB))
+    assert words == "needs 85 GiB: PCE files 25 GiB + parameters 60 GiB (40 GiB already present)"
+    assert doctor.disk_need(500 * GIB).total_bytes == PCE_FILES_BYTES
 
 
 def test_overall_and_exit_code() -> None:

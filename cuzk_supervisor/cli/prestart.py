@@ -13,7 +13,6 @@ switches, its machine). Reads those files and the file system; writes nothing.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import stat
@@ -25,12 +24,16 @@ import tomli_w
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.inputfile import read_toml
-from cuzk_supervisor.adapters.params import file_sizes, parse_expected
 from cuzk_supervisor.adapters.proofinput import load_c1
 from cuzk_supervisor.adapters.statedoc import SupervisorState
-from cuzk_supervisor.cli.doctor.judges import disk_need
-from cuzk_supervisor.cli.doctor.probes import could_create_in, nearest_existing
-from cuzk_supervisor.cli.doctor.results import PARAMS_BYTES, PCE_FILES_BYTES, gib
+from cuzk_supervisor.cli.doctor.probes import STATE_FILE as STATE_FILE  # run's state file
+from cuzk_supervisor.cli.doctor.probes import (
+    could_create_in,
+    nearest_existing,
+    param_cache_need,
+    previous_state,
+)
+from cuzk_supervisor.cli.doctor.results import gib
 from cuzk_supervisor.daemon.config import DaemonConfigValues, render
 from cuzk_supervisor.daemon.preflight import resolve_binary
 from cuzk_supervisor.errors import UsageError
@@ -39,9 +42,6 @@ from cuzk_supervisor.settings import Settings
 
 # An operator's daemon config is a page of TOML; a megabyte is not one.
 MAX_BASE_CONFIG_BYTES = 1 << 20
-STATE_FILE = "state.json"
-"""The state file in ``state_dir`` (``run`` keeps it there)."""
-MAX_STATE_BYTES = 16 << 20
 # The folders the run writes in, in the order a person fixes them.
 FOLDERS = ("daemon_param_cache", "state_dir", "run_dir", "log_dir")
 
@@ -123,39 +123,12 @@ class DiskUsage(Protocol):
     def free(self) -> int: ...
 
 
-def previous_state(s: Settings) -> SupervisorState | None:
-    """The state a previous run left (read only; anything unusable is as good as none: the
-    run itself moves a bad file aside and starts afresh)."""
-    path = s.state_dir / STATE_FILE
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STATE_BYTES:
-            return None
-        return SupervisorState.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return None
-    except Exception:  # any malformed document (StateFormatError and what validation raises)
-        return None
-
-
 def disk_needed(s: Settings, previous: SupervisorState | None) -> int:
     """Free bytes the param cache's file system needs: ``doctor``'s figure (the PCE files plus
     the parameters, less the parameters already there at full size), less what a previous run
     of this instance already wrote (parameters verified, PCE files built). With the simulator
     (``plan_memory_scale`` != 1) sizes are simulated: the figure is scaled down like memory."""
-    cache = s.daemon_param_cache.absolute()
-    scale = s.plan_memory_scale
-    present = 0
-    expected = parse_expected(s.params_expected)
-    if previous is not None and previous.params_verified:
-        present = PARAMS_BYTES
-    elif expected and cache.is_dir():
-        sizes = file_sizes(cache, expected)
-        present = int(scale * sum(f.size for f in expected if sizes.get(f.name) == f.size))
-    need = disk_need(present)
-    if previous is not None and previous.pce_ready:
-        need -= PCE_FILES_BYTES
-    return max(0, math.ceil(need / scale))
+    return param_cache_need(s, previous).total_bytes
 
 
 def check_disk(s: Settings, disk_usage: Callable[[Path], DiskUsage] = shutil.disk_usage) -> None:

@@ -7,6 +7,8 @@ place that knows how settings map onto them.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
@@ -71,7 +73,24 @@ def daemon_settings(s: Settings, cgroup_dir: Path | None) -> DaemonSettings:
     )
 
 
-def memory_sampler(s: Settings) -> MemorySampler:
+def memory_sampler(s: Settings, environ: Mapping[str, str] = os.environ) -> MemorySampler:
+    """The memory sampler the plan and the memory watch read: the host's, or, when the daemon is
+    the simulator with its RAM given (``--host-gib``), the simulated machine's RAM."""
+    from cuzk_supervisor.sim import probes as sim  # not at the top: it imports this module
+
+    return sim.memory_sampler(s, sim.machine_of(s, environ))
+
+
+def gpu_probe(s: Settings, environ: Mapping[str, str] = os.environ) -> GpuProbe:
+    """The GPU probe ``gpu_probe`` names; against the simulator it knows the simulated GPUs
+    before any daemon answers (they are idle then), so the plan sees them."""
+    from cuzk_supervisor.sim import probes as sim  # not at the top: it imports this module
+
+    return sim.gpu_probe(s, sim.machine_of(s, environ))
+
+
+def host_memory_sampler(s: Settings) -> MemorySampler:
+    """The machine's own memory, whatever the daemon is."""
     if s.cgroup_root is not None:
         # An explicit cgroup folder (tests, or a runtime that hides the real one).
         from cuzk_supervisor.adapters.cgroupfind import CgroupLocation, CgroupVersion
@@ -82,7 +101,8 @@ def memory_sampler(s: Settings) -> MemorySampler:
     return MemorySampler(proc_root=s.proc_root)
 
 
-def gpu_probe(s: Settings) -> GpuProbe:
+def host_gpu_probe(s: Settings) -> GpuProbe:
+    """The probe ``gpu_probe`` names, with no simulated machine behind it."""
     if s.gpu_probe == "nvml":
         return NvmlProbe()
     if s.gpu_probe == "sim":

@@ -1,9 +1,10 @@
 """The supervisor's GPU probe and memory sampler when the daemon is the simulator.
 
-``run`` (and so ``sim``) builds them here: with the simulated machine known from the daemon's
-arguments (``sim.machine``), the GPU probe reports its GPUs idle before any daemon answers, and
-the memory sampler reads its RAM (``--host-gib``) as the host's. Without the simulator, or
-without those arguments, they are the ordinary ones (``lifecycle.assemble``).
+``lifecycle.assemble`` builds them here (for ``run``, ``sim`` and ``doctor``): with the simulated
+machine known from the daemon's arguments (``sim.machine``), the GPU probe reports its GPUs idle
+before any daemon answers, and the memory sampler reads its RAM (``--host-gib``) as the host's.
+Without the simulator, or without those arguments, they are the host's own
+(``assemble.host_gpu_probe``, ``assemble.host_memory_sampler``).
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ def machine_of(s: Settings, environ: Mapping[str, str] = os.environ) -> SimMachi
 
 def gpu_probe(s: Settings, machine: SimMachine | None) -> GpuProbe:
     if s.gpu_probe != "sim" or machine is None:
-        return assemble.gpu_probe(s)
+        return assemble.host_gpu_probe(s)
     url = f"http://{s.daemon_status_listen}/status"
     return SimStatusProbe(url, idle_devices=machine.gpu_devices())
 
 
 def memory_sampler(s: Settings, machine: SimMachine | None) -> MemorySampler:
-    base = assemble.memory_sampler(s)
+    base = assemble.host_memory_sampler(s)
     if machine is None or machine.host_gib is None:
         return base
     # The cgroup the ordinary sampler found (or was given) is still read: a real limit is real.

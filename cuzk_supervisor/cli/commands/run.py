@@ -25,13 +25,13 @@ from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteEr
 from cuzk_supervisor.cli import observe, prestart
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.labels import label_warning
+from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.wiring import build_lifecycle, resolve_label, resolve_min_rate
 from cuzk_supervisor.runtime import Runtime, run_supervised
 from cuzk_supervisor.serve.health import HealthServer
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.sim import probes as sim_probes
 
 STATE_FILE = prestart.STATE_FILE
 
@@ -68,7 +68,6 @@ def run_lifecycle(
     """The lifecycle under PID-1 duties. ``keep_children``: children the caller started and
     stops itself afterwards (``sim``'s manager), left alone by the runtime."""
     warnings = check_inputs(s, environ)
-    machine = sim_probes.machine_of(s, environ)  # the simulator's machine, or None
     label = resolve_label(s, environ)
     min_rate = resolve_min_rate(s, environ)
     manager = ManagerClient(
@@ -111,8 +110,9 @@ def run_lifecycle(
                 state=keeper,
                 outbox=Outbox.for_keeper(manager, keeper),
                 shipper=shipper,
-                sampler=sim_probes.memory_sampler(s, machine),
-                gpu=sim_probes.gpu_probe(s, machine),
+                # The simulated machine's when the daemon is the simulator (as doctor sees it).
+                sampler=assemble.memory_sampler(s, environ),
+                gpu=assemble.gpu_probe(s, environ),
                 metrics=metrics,
             )
             if on_phase is not None:

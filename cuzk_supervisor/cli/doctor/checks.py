@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 
-from cuzk_supervisor.adapters.params import file_sizes, parse_expected
 from cuzk_supervisor.adapters.proofinput import load_c1
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.cli.doctor.judges import (
@@ -29,7 +28,14 @@ from cuzk_supervisor.cli.doctor.judges import (
     judge_memory,
     judge_vram,
 )
-from cuzk_supervisor.cli.doctor.probes import Probes, nearest_existing, os_error_text, probe_folder
+from cuzk_supervisor.cli.doctor.probes import (
+    Probes,
+    nearest_existing,
+    os_error_text,
+    param_cache_need,
+    previous_state,
+    probe_folder,
+)
 from cuzk_supervisor.cli.doctor.results import MANAGER_TIMEOUT_S, CheckResult, fail
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import plan_workers
@@ -62,9 +68,10 @@ def gather_gpus(s: Settings, probes: Probes) -> GpuFacts:
 def check_memory(s: Settings, probes: Probes, gpus: GpuFacts) -> CheckResult:
     sampler = probes.memory_sampler(s)
     snap = sampler.sample()
+    scale = s.plan_memory_scale  # shown as planned: the plan's note names the scale
     facts = MemoryFacts(
-        host_total=snap.host_total,
-        cgroup_limit=snap.cgroup_limit,
+        host_total=int(snap.host_total * scale),
+        cgroup_limit=None if snap.cgroup_limit is None else int(snap.cgroup_limit * scale),
         cgroup_version=snap.cgroup_version,
         cgroup_dir=sampler.cgroup.dir if sampler.cgroup is not None else None,
     )
@@ -80,20 +87,18 @@ def check_memory(s: Settings, probes: Probes, gpus: GpuFacts) -> CheckResult:
 
 
 def check_disk(s: Settings, probes: Probes) -> CheckResult:
+    """Room for the parameters and PCE files: the figure the check before ``run`` refuses by
+    (what is there, what a previous run left in the state file, the simulator's scale)."""
     cache = s.daemon_param_cache.absolute()
     checked = nearest_existing(cache)
-    expected = parse_expected(s.params_expected)
-    present = 0
-    if checked == cache and expected:
-        sizes = file_sizes(cache, expected)
-        present = sum(f.size for f in expected if sizes.get(f.name) == f.size)
+    need = param_cache_need(s, previous_state(s))
     try:
         free: int | None = int(probes.disk_usage(checked).free)
         usage_error = None
     except OSError as exc:
         free, usage_error = None, os_error_text(exc)
     write_error = probe_folder(cache).error
-    return judge_disk(DiskFacts(cache, checked, free, present, usage_error, write_error))
+    return judge_disk(DiskFacts(cache, checked, free, need, usage_error, write_error))
 
 
 def check_folder(name: str, path: Path) -> CheckResult:

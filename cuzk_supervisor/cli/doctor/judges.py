@@ -9,15 +9,8 @@ from pathlib import Path
 
 from cuzk_supervisor.adapters.gpu import GpuDevice, GpuFault
 from cuzk_supervisor.address import Address
-from cuzk_supervisor.cli.doctor.results import (
-    PARAMS_BYTES,
-    PCE_FILES_BYTES,
-    CheckResult,
-    fail,
-    gib,
-    ok,
-    warn,
-)
+from cuzk_supervisor.cli.doctor.results import CheckResult, fail, gib, ok, warn
+from cuzk_supervisor.core.disk import DiskNeed
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan
 from cuzk_supervisor.core.units import GIB
@@ -99,7 +92,8 @@ def judge_vram(facts: GpuFacts, need_gib: float) -> CheckResult:
 
 @dataclass(frozen=True, slots=True)
 class MemoryFacts:
-    """The sampler's reading: host RAM and the cgroup limit (None: no limit found)."""
+    """The sampler's reading: host RAM and the cgroup limit (None: no limit found), in the bytes
+    the plan reads (``plan_memory_scale`` applied: the simulator's figures are simulated GiB)."""
 
     host_total: int
     cgroup_limit: int | None
@@ -135,20 +129,33 @@ def judge_memory(
     return ok(name, detail + notes)
 
 
-def disk_need(present_bytes: int) -> int:
-    """Free bytes needed: ``REQUIRED_FREE_BYTES`` less the parameters already on disk (the PCE
-    files are always written)."""
-    return PCE_FILES_BYTES + max(0, PARAMS_BYTES - max(0, present_bytes))
-
-
 @dataclass(frozen=True, slots=True)
 class DiskFacts:
     cache: Path  # the daemon_param_cache setting
     checked: Path  # the cache, or its nearest existing parent
     free_bytes: int | None
-    present_bytes: int  # parameter files of params_expected already there at full size
+    need: DiskNeed  # what is still to be written there (``core.disk.disk_need``)
     usage_error: str | None = None
     write_error: str | None = None
+
+
+def disk_need_words(need: DiskNeed) -> str:
+    """``needs 125 GiB: PCE files 25 GiB + parameters 100 GiB``, with what the cache or an earlier
+    run already holds, and the scale when the sizes are the simulator's."""
+    notes: list[str] = []
+    if need.present_bytes and not need.params_verified:
+        notes.append(f"{gib(need.present_bytes)} already present")
+    if need.params_verified:
+        notes.append("parameters verified by an earlier run")
+    if need.pce_built:
+        notes.append("PCE files built by an earlier run")
+    if need.scale != 1:
+        notes.append(f"simulated sizes: the real ones / {need.scale:g} (plan_memory_scale)")
+    noted = f" ({'; '.join(notes)})" if notes else ""
+    if not need.total_bytes:
+        return f"needs nothing more{noted}"
+    parts = f"PCE files {gib(need.pce_bytes)} + parameters {gib(need.params_bytes)}"
+    return f"needs {gib(need.total_bytes)}: {parts}{noted}"
 
 
 def judge_disk(facts: DiskFacts) -> CheckResult:
@@ -163,20 +170,10 @@ def judge_disk(facts: DiskFacts) -> CheckResult:
             name,
             f"{where} is not writable: {facts.write_error} (parameters and PCE files go there)",
         )
-    need = disk_need(facts.present_bytes)
-    params_need = need - PCE_FILES_BYTES
-    why = (
-        f"PCE files {gib(PCE_FILES_BYTES)} + parameters {gib(params_need)}"
-        f" ({gib(facts.present_bytes)} already present)"
-        if facts.present_bytes
-        else f"PCE files {gib(PCE_FILES_BYTES)} + parameters {gib(params_need)}"
-    )
-    if facts.free_bytes < need:
-        return fail(
-            name,
-            f"only {gib(facts.free_bytes)} free at {where}, needs {gib(need)}: {why}",
-        )
-    return ok(name, f"{gib(facts.free_bytes)} free at {where}, writable; needs {gib(need)}: {why}")
+    needs = disk_need_words(facts.need)
+    if facts.free_bytes < facts.need.total_bytes:
+        return fail(name, f"only {gib(facts.free_bytes)} free at {where}, {needs}")
+    return ok(name, f"{gib(facts.free_bytes)} free at {where}, writable; {needs}")
 
 
 @dataclass(frozen=True, slots=True)

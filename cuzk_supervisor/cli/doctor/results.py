@@ -1,5 +1,6 @@
 """Doctor's results: a ``CheckResult`` per row, the overall verdict and exit status, the JSON
-report, and the figures the disk and manager checks hold a machine to."""
+report, and the figures the manager and listen checks hold a machine to (the disk's are in
+``core.disk``)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,6 @@ from cuzk_supervisor import exitcodes
 from cuzk_supervisor.core.units import GIB
 
 # --- figures ----------------------------------------------------------------------------------
-
-PCE_FILES_BYTES = 25 * GIB
-"""The budget release writes ~25 GiB of PCE files into ``[srs] param_cache`` on its first proof
-(cuzk.md §2); the workers release keeps its PCE there too."""
-
-PARAMS_BYTES = 100 * GIB
-"""The 32 GiB-sector proof parameters (and their caches) are over 100 GiB on disk once fetched;
-files that ``params_expected`` lists and that are already there at full size are subtracted."""
-
-REQUIRED_FREE_BYTES = PCE_FILES_BYTES + PARAMS_BYTES
-"""Free bytes the param cache's file system needs before a run on a fresh machine: the PCE
-files plus the parameters. What is already present is subtracted (``disk_need``)."""
 
 MANAGER_TIMEOUT_S = 5.0
 """Longest the manager check waits (connect and read each); the setting's connect timeout wins
