@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from cuzk_supervisor.adapters.manager import ManagerClient
 from cuzk_supervisor.adapters.manager_types import (
     InstanceGone,
     ManagerUnavailable,
@@ -128,14 +129,16 @@ class FakeShipper:
 
 class FakeManager:
     """The manager as the reporter and the outbox see it. ``killed``: its record says killed
-    and reports answer 404; ``unavailable_registers``: /register fails that many times."""
+    and reports answer 404; ``unavailable_registers``: /register fails that many times.
+    ``local``: no manager URL; /register and the reports are answered by the real client's
+    local mode (``ManagerClient(None)``), as in a run without a manager."""
 
-    base_url = "http://manager.test"
-    is_local = False
-
-    def __init__(self, world: World, *, pass_rate: float = 1.0) -> None:
+    def __init__(self, world: World, *, pass_rate: float = 1.0, local: bool = False) -> None:
         self.world = world
         self.pass_rate = pass_rate
+        self.local = ManagerClient(None) if local else None
+        self.is_local = local
+        self.base_url = None if local else "http://manager.test"
         self.uuid = UUID
         self.killed: str | None = None
         self.unavailable_registers = 0
@@ -156,6 +159,8 @@ class FakeManager:
             for listener in self.listeners:
                 listener("register", 1, 2.0)
             raise ManagerUnavailable("register", 2, "connection refused")
+        if self.local is not None:
+            return await self.local.register(label, min_rate)
         return Registration(uuid=self.uuid, runner_id=7)
 
     async def send(self, report: Report, *, stop_s: float | None = None) -> Report:
@@ -163,6 +168,8 @@ class FakeManager:
         if self.killed is not None:
             raise InstanceGone(report.kind, report.uuid, self.killed)
         self.sent.append(report)
+        if self.local is not None:
+            return await self.local.send(report)
         passed = None
         if report.kind == BENCH_DONE:
             assert report.rate is not None
@@ -388,13 +395,14 @@ def build(
     host_total: int = HOST_BYTES,
     pass_rate: float = 1.0,
     completed: int = 6,
+    local: bool = False,
     **settings: Any,
 ) -> Rig:
     s = Settings(**{**DEFAULTS, **settings})
     world = World()
     store = store or MemoryStore()
     state = StateKeeper(store)  # type: ignore[arg-type]
-    manager = FakeManager(world, pass_rate=pass_rate)
+    manager = FakeManager(world, pass_rate=pass_rate, local=local)
     progress, signals = Progress(), Signals()
     shipper = FakeShipper()
     daemon = FakeDaemon(world)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+from types import SimpleNamespace
 
 import pytest
-from phasefakes import UUID, MemoryStore, build, stretch, trouble_in_bench
+from phasefakes import UUID, MemoryStore, build, snapshot, stretch, trouble_in_bench
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
@@ -23,7 +24,10 @@ from cuzk_supervisor.adapters.params import ParamsFailed
 from cuzk_supervisor.adapters.statedoc import Report, SupervisorState
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.core.units import GIB
-from cuzk_supervisor.lifecycle.shared import LifecycleFailure, MemoryTrouble
+from cuzk_supervisor.lifecycle.monitors import Monitors
+from cuzk_supervisor.lifecycle.shared import LifecycleFailure, MemoryTrouble, Progress, Signals
+from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.settings import Settings
 
 ALL_PHASES = ["register", "params", "plan", "warmup", "restart", "settle", "bench", "report",
               "run"]  # fmt: skip
@@ -62,6 +66,56 @@ async def test_a_run_enters_every_phase_in_order_and_reports_each_once():
     assert result["workers"] == 6
     assert events(logs, "bench.passed")
     assert any(line.startswith("bench result: 360.00") for line in rig.shipper.texts("benchout"))
+
+
+async def test_a_local_run_says_its_rate_was_not_judged_never_that_it_passed():
+    """Before: without a manager URL the rate nobody judged was logged as ``bench.passed``."""
+    rig = build(local=True)
+    with capture_logs() as logs:
+        assert await rig.run() == exitcodes.OK
+    assert rig.phases == ALL_PHASES
+    (unjudged,) = events(logs, "bench.unjudged")
+    assert unjudged["rate"] == pytest.approx(360.0)
+    assert not events(logs, "bench.passed")
+    assert not [e for e in logs if e.get("passed") is True]
+
+
+async def test_a_local_runs_answered_bench_is_not_called_passed_after_a_restart():
+    answered = Report(kind=BENCH_DONE, uuid="local-C.test", rate=300.0, outcome=OUTCOME_OK,
+                      passed=True)  # fmt: skip
+    state = SupervisorState(uuid="local-C.test", params_verified=True, acked=(answered,))
+    rig = build(store=MemoryStore(state), params_expected=(), local=True)
+    with capture_logs() as logs:
+        assert await rig.run() == exitcodes.OK
+    (again,) = events(logs, "bench.already_reported")
+    assert (again["rate"], again["passed"], again["judged"]) == (300.0, None, False)
+
+
+async def test_memory_in_the_bench_result_is_in_the_plans_gib():
+    """Before: ``ram_gib`` was measured GiB, 0.2 for a simulator's 256 simulated GiB."""
+    rig = build(host_total=256 << 20, plan_memory_scale=1024)  # as against the simulator
+    rig.machine.monitors.last_memory = snapshot(256 << 20)  # type: ignore[misc]
+    with capture_logs() as logs:
+        assert await rig.run() == exitcodes.OK
+    (result,) = events(logs, "bench.result")
+    assert (result["ram_gib"], result["cgroup_limit_gib"]) == (256.0, None)
+    assert result["workers"] == 6  # the plan read the same 256 GiB
+
+
+def test_the_status_lines_headroom_is_in_the_plans_gib():
+    """Before: the demo's status line said "0.4 GiB memory headroom" of a 512 GiB machine."""
+    progress = Progress()
+    progress.phase, progress.phase_started = "warmup", 0.0
+    for scale, shown, text in ((1024.0, 400.0, "400.0 GiB"), (1.0, 0.39, "0.4 GiB")):
+        s = Settings(plan_memory_scale=scale)
+        watch = SimpleNamespace(last=snapshot(400 << 20), level=SimpleNamespace(value="ok"))
+        monitors = Monitors(s, progress=progress, signals=Signals(), watch=watch,  # type: ignore[arg-type]
+                            gpu=None, metrics=SupervisorMetrics(),  # type: ignore[arg-type]
+                            daemon=SimpleNamespace(restarts=0), manager=None,  # type: ignore[arg-type]
+                            clock=lambda: 2.0)  # fmt: skip
+        fields = monitors.status_fields()
+        assert fields["headroom_gib"] == shown
+        assert fields["text"] == f"warmup for 2s, 0 proofs done, {text} memory headroom (ok)"
 
 
 async def test_no_restart_phase_when_the_warmup_plan_is_the_full_plan():
@@ -453,7 +507,11 @@ async def test_register_waits_for_the_manager_and_counts_the_attempts():
     rig.manager.unavailable_registers = 3
     with capture_logs() as logs:
         assert await rig.run() == exitcodes.OK
-    assert len(events(logs, "manager.register_waiting")) == 3
+    waiting = events(logs, "manager.register_waiting")
+    assert len(waiting) == 3
+    # info: the manager client's own warnings name the URL at a steady cadence (before: a
+    # second warning every register_stop_s on top of them).
+    assert {e["log_level"] for e in waiting} == {"info"}
     progress = rig.machine.progress
     # Each failed call: one attempt inside the client (its listener), one that ended it.
     assert progress.register_failures == 6

@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -318,14 +319,51 @@ def test_a_known_warning_reads_as_words_with_its_fields():
 
 
 def test_waiting_for_the_manager_is_in_the_live_line():
+    """``register_waiting`` is info (the client's ``manager.retry`` warnings name the URL at
+    their own cadence): the wait is in the live line, and no second warning line says it."""
     model = ViewModel()
     model.feed(ev("phase.entered", 0, phase="register"))
-    waiting = ev("manager.register_waiting", 1, "warning", url="http://m", reason="refused")
-    assert [x.text for x in lines(model.feed(waiting))] == [
-        "manager at http://m did not answer: refused"
-    ]
+    waiting = ev("manager.register_waiting", 1, url="http://m", reason="refused")
+    assert lines(model.feed(waiting)) == []
     assert model.shown is not None
     assert model.shown.text.startswith("waiting for the manager: http://m did not answer")
+    loud = ev("manager.register_waiting", 2, "warning", url="http://m", reason="refused")
+    assert [x.text for x in lines(model.feed(loud))] == [
+        "manager at http://m did not answer: refused"
+    ]
+
+
+def local_run() -> list[dict]:
+    """The happy path without a manager URL: nothing is sent, nobody judges the rate."""
+    events = []
+    for event in happy_path():
+        if event["event"] == "manager.registered":
+            event = ev("manager.report_skipped", 0.2, call="register", answer="local")
+        elif event["event"] in ("manager.bench_verdict", "bench.passed"):
+            continue
+        events.append(event)
+    at = events.index(next(e for e in events if e["event"] == "bench.result")) + 1
+    events[at:at] = [
+        ev("manager.report_skipped", 10.8, call="bench_done", judged=False),
+        ev("bench.unjudged", 10.8, rate=84.164, reason="no manager configured"),
+    ]
+    return events
+
+
+def test_a_local_runs_rate_is_shown_as_not_judged_never_as_passed():
+    """Before: the lifecycle logged ``bench.passed`` after a rate nobody judged, and the view
+    said "(not checked: no manager)" only when it had seen the skipped report."""
+    model = ViewModel(ViewOptions(command="sim", min_rate=30))
+    shown = lines(feed_all(model, local_run()))
+    by_phase = {line.phase: line for line in shown if line.kind == "phase"}
+    assert by_phase["report"].text == "84.2 proofs/hour (not judged: no manager)"
+    closing = lines(model.close(0, T0 + 12.0))
+    assert "84.2 proofs/hour (not judged: no manager)" in [x.text for x in closing]
+    assert not [x.text for x in shown + closing if "passed" in x.text]
+    # The event alone says it (a log fed without the manager's skipped report).
+    alone = ViewModel(ViewOptions(min_rate=30))
+    feed_all(alone, [e for e in local_run() if e["event"] != "manager.report_skipped"])
+    assert alone.verdict == " (not judged: no manager)"
 
 
 def test_the_live_line_is_sent_only_when_it_changes():
@@ -549,6 +587,15 @@ def test_phase_warning_and_summary_lines():
 # --- the wiring ----------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """These tests configure structlog for the whole process: its defaults come back after, or
+    the level filter they set hides debug lines from a later test's ``capture_logs``."""
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.mark.usefixtures("logging_restored")
 def test_on_a_terminal_the_view_prints_and_the_json_goes_to_the_events_file(tmp_path):
     out = io.StringIO()
     shipped: list[str] = []
@@ -580,6 +627,7 @@ def test_on_a_terminal_the_view_prints_and_the_json_goes_to_the_events_file(tmp_
     assert observe.view_shown()
 
 
+@pytest.mark.usefixtures("logging_restored")
 def test_off_a_terminal_the_json_lines_stay_as_they_are():
     out = io.StringIO()
     view = observe.TerminalView(ViewOptions())

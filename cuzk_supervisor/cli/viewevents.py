@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 Handler = Callable[["ViewModel", Mapping[str, Any]], list[Action]]
 
+UNJUDGED = " (not judged: no manager)"
+"""After a local run's rate: no manager URL, so nobody held it to a min_rate."""
+
 
 def _phase_entered(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     out: list[Action] = []
@@ -56,12 +59,15 @@ def _skipped(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     if e.get("call") == "register":
         return m.note("local run: no manager URL, nothing is reported")
     if e.get("call") == "bench_done":
-        m.verdict = " (not checked: no manager)"
+        m.verdict = UNJUDGED
     return []
 
 
 def _register_waiting(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    """The wait in the live line; the manager client's ``manager.retry`` warnings say it."""
     m.waiting = f"{e.get('url') or 'the manager'} did not answer ({e.get('reason', '')})"
+    if e.get("level") not in ("warning", "error"):
+        return []
     return m.problem(e, f"manager at {e.get('url')} did not answer: {e.get('reason', '')}")
 
 
@@ -202,6 +208,16 @@ def _verdict(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
+def _unjudged(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    """A local run's rate: measured, judged by nobody; never "passed"."""
+    m.verdict = UNJUDGED
+    if m.rate is None:  # bench.result said it first, in the same units
+        m.rate = float(e.get("rate") or 0)
+    if m.phase is not None:
+        m.phase.note = f"{m.rate:.1f} proofs/hour{m.verdict}"
+    return []
+
+
 def _failed(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return m.fail(str(e.get("reason") or e.get("event")))
 
@@ -274,6 +290,7 @@ HANDLERS: dict[str, Handler] = {
     "manager.bench_verdict": _verdict,
     "bench.passed": _verdict,
     "bench.failed": _verdict,
+    "bench.unjudged": _unjudged,
     "lifecycle.failed": _failed,
     "manager.instance_gone": _gone,
     "lifecycle.finished": _finished,

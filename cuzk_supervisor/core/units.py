@@ -27,3 +27,12 @@ def fmt_bytes(n_bytes: float) -> str:
     if abs(n_bytes) >= GIB:
         return fmt_gib(n_bytes)
     return f"{n_bytes / MIB:.1f} MiB"
+
+
+def planned_gib(measured_bytes: float, memory_scale: float, ndigits: int = 1) -> float:
+    """Measured bytes as the GiB the plan reads them in, rounded for a person.
+
+    ``memory_scale`` is ``plan_memory_scale``, planned bytes per measured byte: 1 on a real
+    machine; against the simulator the figure comes out in simulated GiB, as in the plan.
+    """
+    return round(measured_bytes * memory_scale / GIB, ndigits)

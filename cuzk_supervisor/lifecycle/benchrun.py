@@ -31,7 +31,7 @@ from cuzk_supervisor.core.bench import (
     next_submission,
 )
 from cuzk_supervisor.core.plan import WorkerPlan
-from cuzk_supervisor.core.units import GIB
+from cuzk_supervisor.core.units import GIB, planned_gib
 from cuzk_supervisor.proto import proving_pb2 as pb
 
 log = structlog.get_logger("supervisor.bench")
@@ -150,6 +150,7 @@ def bench_result(
     snapshot: MemorySnapshot,
     *,
     rate_time_scale: float,
+    memory_scale: float,
     budget_left_s: float,
     step_downs: int,
 ) -> BenchResult:
@@ -169,10 +170,12 @@ def bench_result(
         "workers": plan.full_workers,
         "gpus": plan.gpu_count,
         "vram_gib": [round(v / GIB, 1) for v in plan.gpu_vram_total_bytes],
-        "ram_gib": round(snapshot.host_total / GIB, 1),
-        "cgroup_limit_gib": round(snapshot.cgroup_limit / GIB, 1)
-        if snapshot.cgroup_limit
-        else None,
+        # Memory in the GiB the plan reads (simulated GiB against the simulator); VRAM is never
+        # scaled (the simulator does not allocate it).
+        "ram_gib": planned_gib(snapshot.host_total, memory_scale),
+        "cgroup_limit_gib": (
+            planned_gib(snapshot.cgroup_limit, memory_scale) if snapshot.cgroup_limit else None
+        ),
         "measurement": how,
     }
     line = (

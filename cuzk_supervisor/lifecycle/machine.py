@@ -116,7 +116,7 @@ class Lifecycle:
         answered = self.reporter.answered_bench()
         if answered is not None:
             # A finished and answered benchmark is not rerun after a restart.
-            log.info("bench.already_reported", rate=answered.rate, passed=answered.passed)
+            log.info("bench.already_reported", **self.reporter.verdict_fields(answered))
             self.metrics.bench_rate(answered.rate or 0.0)
             self.daemon.source = "cuzk"
             if not answered.passed:
@@ -231,7 +231,7 @@ class Lifecycle:
         snapshot = self.monitors.last_memory or self.resources.sample()
         result = bench_result(
             measurement, self._plan_now(), snapshot,
-            rate_time_scale=self.s.rate_time_scale,
+            rate_time_scale=self.s.rate_time_scale, memory_scale=self.s.plan_memory_scale,
             budget_left_s=self.reporter.bench_deadline() - time.monotonic(),
             step_downs=self.progress.step_downs,
         )  # fmt: skip
@@ -251,7 +251,8 @@ class Lifecycle:
             log.warning("bench.failed", rate=rate, min_rate=self.reporter.min_rate, reason=reason)
             self.shipper.add_line("setup", reason)
             return False
-        log.info("bench.passed", rate=rate)
+        if self.reporter.judged:  # else a local run: bench.unjudged (the reporter), never passed
+            log.info("bench.passed", rate=rate)
         return True
 
     async def _run_phase(self) -> int:

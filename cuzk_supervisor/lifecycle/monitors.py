@@ -18,7 +18,7 @@ import structlog
 from cuzk_supervisor.adapters.gpu import GpuProbe
 from cuzk_supervisor.adapters.resources import MemorySnapshot
 from cuzk_supervisor.core.bench import interval_estimate_s, steady_rate_per_s
-from cuzk_supervisor.core.units import GIB
+from cuzk_supervisor.core.units import planned_gib
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
@@ -90,7 +90,9 @@ class Monitors:
             "elapsed_s": round(now - progress.phase_started, 1),
             "proofs_done": progress.proofs_done,
             "proofs_failed": progress.proofs_failed,
-            "headroom_gib": round(snapshot.headroom / GIB, 2) if snapshot else None,
+            "headroom_gib": (
+                planned_gib(snapshot.headroom, self.s.plan_memory_scale, 2) if snapshot else None
+            ),
             "risk": self.watch.level.value,
             "restarts": self._daemon.restarts,
             "step_downs": progress.step_downs,

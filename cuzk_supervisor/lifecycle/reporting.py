@@ -76,6 +76,12 @@ class Reporter:
         self._running_sent_at = float("inf")  # the first /running report, then pings follow
         self._status_usable = True  # False once GET /status proved unusable (one warning)
 
+    @property
+    def judged(self) -> bool:
+        """False in a local run (no manager URL): nobody judges the rate against a min_rate,
+        so a rate is never said to have passed."""
+        return not self.manager.is_local
+
     # --- register -----------------------------------------------------------------------------
 
     async def resend(self) -> None:
@@ -113,7 +119,9 @@ class Reporter:
     def _register_waiting(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         self._register_failed(state.upcoming_sleep)
-        log.warning("manager.register_waiting", url=self.manager.base_url, reason=str(exc))
+        # info: the manager client's own warnings name the URL at a steady cadence
+        # (adapters/manager_away.py); a second warning every register_stop_s would be noise.
+        log.info("manager.register_waiting", url=self.manager.base_url, reason=str(exc))
 
     def on_manager_retry(self, call: str, attempt: int, pause_s: float) -> None:
         """The manager client's retry listener: a failed ``/register`` attempt inside one call."""
@@ -141,13 +149,22 @@ class Reporter:
         verdict = self.outbox.latest(BENCH_DONE)
         return verdict if verdict is not None and verdict.passed is not None else None
 
+    def verdict_fields(self, report: Report) -> dict[str, Any]:
+        """A finished ``/bench-done`` as log fields: its rate, and its verdict only where one
+        was given (``passed`` None in a local run, where nobody judged the rate)."""
+        judged = self.judged
+        return {"rate": report.rate, "passed": report.passed if judged else None, "judged": judged}
+
     async def bench_done(self, rate: float) -> Report:
         """``/bench-done`` with ``rate`` (or the one a crash left queued), unless the instance
-        was killed meanwhile (InstanceGone); returns it with the manager's verdict."""
+        was killed meanwhile (InstanceGone); returns it with the manager's verdict. In a local
+        run nobody gives one: ``bench.unjudged`` says so (the phase machine logs no pass)."""
         await self._check_alive()
         report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self._uuid(), rate=rate)
         done = await self.send(report)
         self.reported = True
+        if not self.judged and done.rate:
+            log.info("bench.unjudged", rate=done.rate, reason="no manager configured")
         return done
 
     async def running(self) -> None:
