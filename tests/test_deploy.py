@@ -381,7 +381,11 @@ def test_wheel_builds_from_the_docker_context_alone(tmp_path):
     assert "cuzk_supervisor/proto/proving_pb2.py" in names
     assert "cuzk_supervisor/sim/daemon.py" in names
     assert not [n for n in names if n.startswith("tests/")]
-    assert "cuzk-supervisor = cuzk_supervisor.cli.main:main" in entry_points
+    # One import package, and not supervisord's: `pip install supervisor cuzk-supervisor` in one
+    # venv must not have one overwrite the other (issue 16.1).
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"cuzk_supervisor"}, tops
+    assert "cuzk-supervisor = cuzk_supervisor.cli.main:entry" in entry_points
 
 
 # --- on-start hook ---------------------------------------------------------------------------
