@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import signal
@@ -87,7 +88,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
 @pytest.mark.parametrize(
     "argv",
     [("--help",), ("config",), ("healthcheck", "--help"), ("doctor", "--help"), ("plan", "--help"),
-     ("daemon", "--help"), ("sim", "--help")],
+     ("daemon", "--help"), ("sim", "--help"), ("run", "--help"), ("prove", "--help")],
 )  # fmt: skip
 def test_help_and_the_light_commands_load_no_heavy_part(argv: tuple[str, ...]) -> None:
     modules = loaded_by(*argv)
@@ -101,12 +102,80 @@ def test_commands_that_do_not_log_do_not_load_structlog(argv: tuple[str, ...]) -
     assert among(loaded_by(*argv), ("structlog", "asyncio")) == [], argv
 
 
-def test_run_loads_no_other_command() -> None:
-    code = "import sys, cuzk_supervisor.cli.commands.run; print(' '.join(sys.modules))"
+def imported_by(*modules: str) -> set[str]:
+    """The modules ``import MODULES`` loads, in a fresh interpreter."""
+    code = f"import sys, {', '.join(modules)}; print(' '.join(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, timeout=60, check=True)  # fmt: skip
+    return set(done.stdout.split())
+
+
+# What the lifecycle loads (the proving client, the manager client, the metrics, the checks).
+LIFECYCLE_ONLY = (
+    "grpc", "google.protobuf", "httpx", "prometheus_client", "tenacity", "cuzk_supervisor.proto",
+    "cuzk_supervisor.lifecycle", "cuzk_supervisor.cli.doctor", "cuzk_supervisor.cli.prestart",
+)  # fmt: skip
+
+
+def test_run_s_module_loads_no_other_command_and_not_the_lifecycle() -> None:
+    """``run --help`` and ``sim --help`` import it: the lifecycle only once ``run`` runs."""
     others = tuple(m for m in OTHER_COMMANDS if not m.endswith(".run"))
-    assert among(set(done.stdout.split()), (*others, "rich")) == []
+    modules = imported_by("cuzk_supervisor.cli.commands.run")
+    assert among(modules, (*others, "rich")) == []
+    assert among(modules, LIFECYCLE_ONLY) == []
+
+
+def test_the_check_before_run_loads_neither_doctor_nor_a_client() -> None:
+    modules = imported_by("cuzk_supervisor.cli.prestart")
+    assert among(modules, ("cuzk_supervisor.cli.doctor", "httpx", "grpc", "tenacity")) == []
+
+
+def test_plan_and_daemon_load_no_grpc() -> None:
+    """They use the lifecycle's wiring (``assemble``) but never prove."""
+    proving = ("grpc", "google.protobuf", "tenacity", "prometheus_client")
+    daemon = imported_by(
+        "cuzk_supervisor.cli.commands.daemon", "cuzk_supervisor.lifecycle.assemble"
+    )
+    assert among(daemon, proving) == []
+    assert among(loaded_by("plan"), proving) == []  # the whole command, whatever it answers
+
+
+def test_prove_s_help_figures_are_the_proto_derived_ones() -> None:
+    from cuzk_supervisor.adapters.proofinput import PROOF_KINDS
+    from cuzk_supervisor.cli.commands import prove, proveprogress
+
+    kinds = prove.HELP_PROOF_KINDS  # what --help lists
+    assert kinds == tuple(PROOF_KINDS)
+    assert prove.HELP_PROGRESS_INTERVAL_S == proveprogress.PROGRESS_INTERVAL_S
+    help_text = subprocess.run([sys.executable, "-m", "cuzk_supervisor", "prove", "--help"],
+                               capture_output=True, text=True, cwd=REPO, env=clean_env(),
+                               timeout=60, check=True).stdout  # fmt: skip
+    assert ", ".join(PROOF_KINDS) in " ".join(help_text.split())
+    assert f"every {proveprogress.PROGRESS_INTERVAL_S:g} s" in " ".join(help_text.split())
+
+
+def _public(cls: type) -> dict[str, inspect.Signature | None]:
+    return {
+        name: None if isinstance(value, property) else inspect.signature(value)
+        for name, value in vars(cls).items()
+        if not name.startswith("_")
+    }
+
+
+def test_no_metrics_has_the_updates_of_the_real_ones() -> None:
+    """The stand-in ``run`` uses with the health server off: every update the lifecycle can make
+    on ``SupervisorMetrics``, with the same signature (``render`` is the health server's)."""
+    from cuzk_supervisor.serve.metrics import SupervisorMetrics
+    from cuzk_supervisor.serve.metricsink import MetricsSink, NoMetrics
+
+    real = _public(SupervisorMetrics)
+    del real["render"]
+    assert _public(NoMetrics) == real
+    assert _public(MetricsSink) == real
+    stand_in = NoMetrics()
+    stand_in.set_phase("bench")
+    stand_in.proof_finished(True, 1.0)
+    assert stand_in.phase == "bench"
 
 
 def test_structlog_imported_after_the_package_still_does_without_rich() -> None:
@@ -213,6 +282,42 @@ def test_sigterm_in_the_run_phase_ends_143_with_the_last_lines_whole(tmp_path: P
     last = out.read_text().splitlines(keepends=True)[-1]
     assert last.startswith("sim: finished with exit code 143 after ")
     assert last.endswith("s\n")
+
+
+_NO_PROMETHEUS = """\
+import runpy, sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "prometheus_client":
+            sys.stderr.write("IMPORTED prometheus_client\\n")
+            raise ImportError("prometheus_client with the health server off")
+sys.meta_path.insert(0, Refuse())
+sys.argv = ["cuzk-supervisor", *sys.argv[1:]]
+runpy.run_module("cuzk_supervisor", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_run_with_the_health_server_off_never_loads_prometheus_client(tmp_path: Path) -> None:
+    """Its metrics are a stand-in: ``sim`` (the whole lifecycle) to the run phase and the stop,
+    with any import of prometheus_client refused and reported."""
+    err = tmp_path / "err.txt"
+    argv = [sys.executable, "-c", _NO_PROMETHEUS, *_sim(tmp_path / "sim")[3:]]
+    env = {**clean_env(), "CUZK_SUPERVISOR_HEALTH_ENABLED": "false"}
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr,
+                                stdin=subprocess.DEVNULL, env=env, cwd=REPO)  # fmt: skip
+        try:
+            _wait_for(lambda: '"phase": "run"' in err.read_text(), 180, "run phase", proc)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = err.read_text()
+    assert "IMPORTED prometheus_client" not in text
+    assert code == 128 + signal.SIGTERM, text[-2000:]
 
 
 @pytest.mark.slow

@@ -26,14 +26,17 @@ from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.inputfile import read_toml
 from cuzk_supervisor.adapters.proofinput import load_c1
 from cuzk_supervisor.adapters.statedoc import SupervisorState
-from cuzk_supervisor.cli.doctor.probes import STATE_FILE as STATE_FILE  # run's state file
-from cuzk_supervisor.cli.doctor.probes import (
+
+# The looks doctor shares, from their own light module: not through the doctor package, whose
+# checks load httpx and the lifecycle's wiring.
+from cuzk_supervisor.cli.looks import STATE_FILE as STATE_FILE  # run's state file
+from cuzk_supervisor.cli.looks import (
     could_create_in,
     nearest_existing,
     param_cache_need,
     previous_state,
 )
-from cuzk_supervisor.cli.doctor.results import gib
+from cuzk_supervisor.core.units import fmt_bytes
 from cuzk_supervisor.daemon.config import DaemonConfigValues, render
 from cuzk_supervisor.daemon.preflight import resolve_binary
 from cuzk_supervisor.errors import UsageError
@@ -141,8 +144,9 @@ def check_disk(s: Settings, disk_usage: Callable[[Path], DiskUsage] = shutil.dis
     need = disk_needed(s, previous_state(s))
     if free < need:
         raise UsageError(
-            f"setting daemon_param_cache: only {gib(free)} free at {checked}, the parameters "
-            f"and PCE files need {gib(need)} (free some space or point it at a bigger disk)"
+            f"setting daemon_param_cache: only {fmt_bytes(free)} free at {checked}, the "
+            f"parameters and PCE files need {fmt_bytes(need)} (free some space or point it at a "
+            "bigger disk)"
         )
 
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
-from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.adapters.resources import MemorySampler
 from cuzk_supervisor.core.bench import BenchPolicy
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.process import DaemonSettings
 from cuzk_supervisor.settings import Settings
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 
 
 def memory_policy(s: Settings) -> MemoryPolicy:
@@ -43,6 +46,10 @@ def restart_policy(s: Settings) -> RestartPolicy:
 
 
 def proving_timeouts(s: Settings) -> ProvingTimeouts:
+    # Not at the top: provingpolicy loads grpc and tenacity, and ``plan`` and ``daemon`` use
+    # this module without ever proving.
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+
     return ProvingTimeouts(
         submit_deadline_s=s.submit_deadline_s,
         await_deadline_s=s.await_deadline_s,

@@ -27,7 +27,7 @@ from cuzk_supervisor.daemon.workers import CommandProcess
 from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
-from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
 
 
@@ -40,7 +40,7 @@ class DaemonControl:
         *,
         spawn: Spawner,
         watch: MemoryWatch,
-        metrics: SupervisorMetrics,
+        metrics: MetricsSink,
         shipper: LogShipper,
         signals: Signals,
         progress: Progress,

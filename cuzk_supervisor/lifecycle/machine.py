@@ -44,7 +44,7 @@ from cuzk_supervisor.lifecycle.shared import (
     cancel_and_wait,
     innermost_frame,
 )
-from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
@@ -63,7 +63,7 @@ class Lifecycle:
     s: Settings
     state: StateKeeper
     shipper: LogShipper
-    metrics: SupervisorMetrics
+    metrics: MetricsSink
     memory_policy: MemoryPolicy
     bench_policy: bench.BenchPolicy
     progress: Progress

@@ -21,7 +21,7 @@ from cuzk_supervisor.core.bench import interval_estimate_s, steady_rate_per_s
 from cuzk_supervisor.core.units import planned_gib
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
-from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
@@ -57,7 +57,7 @@ class Monitors:
         signals: Signals,
         watch: MemoryWatch,
         gpu: GpuProbe,
-        metrics: SupervisorMetrics,
+        metrics: MetricsSink,
         daemon: Restarts,
         manager: ManagerView,
         clock: Callable[[], float] = time.monotonic,

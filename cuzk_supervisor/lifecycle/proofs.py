@@ -38,7 +38,7 @@ from cuzk_supervisor.lifecycle.shared import (
     cancel_and_wait,
 )
 from cuzk_supervisor.proto import proving_pb2 as pb
-from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.serve.metricsink import MetricsSink
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -64,7 +64,7 @@ class ProofRunner:
         c1_file: Path,
         signals: Signals,
         progress: Progress,
-        metrics: SupervisorMetrics,
+        metrics: MetricsSink,
         shipper: LogShipper,
         retry: Retry,
         proof_budget_s: float | None,

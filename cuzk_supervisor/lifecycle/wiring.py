@@ -38,7 +38,7 @@ from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.lifecycle.stepdown import StepDown
 from cuzk_supervisor.runtime import Runtime
-from cuzk_supervisor.serve.metrics import SupervisorMetrics
+from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
 
 
@@ -120,11 +120,16 @@ def build_lifecycle(
     sampler: MemorySampler,
     gpu: GpuProbe,
     risk_policy: RiskPolicy | None = None,
-    metrics: SupervisorMetrics | None = None,
+    metrics: MetricsSink | None = None,
     retries: LifecycleRetries | None = None,
 ) -> Lifecycle:
     s = settings
-    metrics = metrics or SupervisorMetrics()
+    if metrics is None:
+        # Not at the top: prometheus_client is loaded only where metrics are kept (``run``
+        # gives a ``NoMetrics`` when the health server is off).
+        from cuzk_supervisor.serve.metrics import SupervisorMetrics
+
+        metrics = SupervisorMetrics()
     retries = retries or LifecycleRetries()
     spawn = runtime.reaper.spawn
     progress, signals = Progress(), Signals()

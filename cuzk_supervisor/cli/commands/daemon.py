@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from cuzk_supervisor.lifecycle import assemble  # the lifecycle's wiring (gRPC): not for --help
+    from cuzk_supervisor.lifecycle import assemble  # the lifecycle's wiring: not for --help
 
     s = settings.from_namespace(args).settings
     if s.workers < 1:

@@ -23,33 +23,30 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
 from cuzk_supervisor import exitcodes, settings
-from cuzk_supervisor.adapters.proofinput import (
-    PROOF_KINDS,
-    build_submit_request,
-    c1_proof_kind,
-    load_c1,
-)
-from cuzk_supervisor.adapters.proving import ProvingClient
-from cuzk_supervisor.adapters.provingbatch import run_batch
-from cuzk_supervisor.adapters.provingerrors import DaemonNotReady
-from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
-from cuzk_supervisor.adapters.provingresults import ProofResult
-from cuzk_supervisor.address import Address, parse_address
 from cuzk_supervisor.cli import observe
-from cuzk_supervisor.cli.commands import proveprogress as progress
-from cuzk_supervisor.cli.commands import provereport as report
-from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.cli.view import ViewOptions
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.proto import proving_pb2 as pb
+
+# The proving client, the C1 reader and what they report load gRPC and protobuf: imported by
+# the functions that use them, so ``prove --help`` loads neither.
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.adapters.provingresults import ProofResult
+    from cuzk_supervisor.address import Address
+    from cuzk_supervisor.cli.commands import proveprogress as progress
+    from cuzk_supervisor.proto import proving_pb2 as pb
 
 T = TypeVar("T")
 DEFAULT_READY_DEADLINE_S = 30.0
+# The help text's figures, written here so ``prove --help`` imports no proto module; tests check
+# them against ``adapters.proofinput.PROOF_KINDS`` and ``proveprogress.PROGRESS_INTERVAL_S``.
+HELP_PROOF_KINDS = ("porep", "snap", "wpost", "winning")
+HELP_PROGRESS_INTERVAL_S = 5.0
 
 SETTINGS_USED = (
     "c1_file",
@@ -91,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "prove",
         help="run one proof or a small batch against a daemon and report the rate",
-        description=DESCRIPTION.format(interval=f"{progress.PROGRESS_INTERVAL_S:g}"),
+        description=DESCRIPTION.format(interval=f"{HELP_PROGRESS_INTERVAL_S:g}"),
         allow_abbrev=False,
     )
     own = parser.add_argument_group("prove")
@@ -114,7 +111,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--kind",
         default="porep",
         metavar="KIND",
-        help=f"proof kind: {', '.join(PROOF_KINDS)} (default: porep)",
+        help=f"proof kind: {', '.join(HELP_PROOF_KINDS)} (default: porep)",
     )
     own.add_argument(
         "--ready-deadline-s",
@@ -143,6 +140,11 @@ def _daemon_address(s: settings.Settings) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top (gRPC, protobuf): see the imports.
+    from cuzk_supervisor.adapters.proofinput import build_submit_request, c1_proof_kind, load_c1
+    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.address import parse_address
+
     # Validate everything before connecting: bad input never starts anything.
     loaded = settings.from_namespace(args)
     s = loaded.settings
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     c1_proof_kind(args.kind)  # checked before reading ~51 MB
     template = build_submit_request(load_c1(s.c1_file), args.kind)
 
-    configure_logging(
+    observe.configure_logging(
         s.log_level,
         json={"auto": None, "json": True, "console": False}[s.log_format],
         view=observe.TerminalView(ViewOptions(command="prove", verbose=args.verbose)),
@@ -212,6 +214,12 @@ async def _prove(
     plain: bool,
     status_listen: str,
 ) -> int:
+    from cuzk_supervisor.adapters.proving import ProvingClient
+    from cuzk_supervisor.adapters.provingbatch import run_batch
+    from cuzk_supervisor.adapters.provingerrors import DaemonNotReady
+    from cuzk_supervisor.cli.commands import proveprogress as progress
+    from cuzk_supervisor.cli.commands import provereport as report
+
     log.info(
         progress.EVENT_STARTED,
         address=str(address),

@@ -12,28 +12,19 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-import structlog
+from cuzk_supervisor import settings
+from cuzk_supervisor.cli import observe
+from cuzk_supervisor.cli.looks import STATE_FILE as STATE_FILE  # in state_dir
 
-from cuzk_supervisor import exitcodes, settings
-from cuzk_supervisor.adapters.loglines import shipping_processor
-from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
-from cuzk_supervisor.adapters.manager import ManagerClient
-from cuzk_supervisor.adapters.manager_types import ManagerRetry, ManagerTimeouts
-from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
-from cuzk_supervisor.cli import observe, prestart
-from cuzk_supervisor.cli.observe import configure_logging
-from cuzk_supervisor.core.labels import label_warning
-from cuzk_supervisor.lifecycle import assemble
-from cuzk_supervisor.lifecycle.wiring import build_lifecycle, resolve_label, resolve_min_rate
-from cuzk_supervisor.runtime import Runtime, run_supervised
-from cuzk_supervisor.serve.health import HealthServer
-from cuzk_supervisor.serve.metrics import SupervisorMetrics
-from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
-from cuzk_supervisor.settings import Settings
-
-STATE_FILE = prestart.STATE_FILE
+# Everything else is imported by the functions that use it, not here: ``run --help`` and
+# ``sim --help`` load this module, and the lifecycle behind it loads gRPC, protobuf, httpx,
+# prometheus_client and the doctor's checks (see bench/entrypoint.py).
+if TYPE_CHECKING:
+    from cuzk_supervisor.lifecycle.machine import Lifecycle
+    from cuzk_supervisor.runtime import Runtime
+    from cuzk_supervisor.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +44,9 @@ def main(args: argparse.Namespace) -> int:
 def check_inputs(s: Settings, environ: Mapping[str, str]) -> list[str]:
     """Everything that can be refused before anything starts (exit 2, nothing registered,
     started or written): see ``cuzk_supervisor.cli.prestart``. Returns the warnings to log."""
+    # Here, not at the top: the checks read the C1 envelope (protobuf) and the daemon config.
+    from cuzk_supervisor.cli import prestart
+
     return prestart.check_before_start(s, environ)
 
 
@@ -68,6 +62,23 @@ def run_lifecycle(
     """The lifecycle under PID-1 duties. ``keep_children``: children the caller started and
     stops itself afterwards (``sim``'s manager), left alone by the runtime."""
     warnings = check_inputs(s, environ)
+    # The lifecycle and its edges only now that the inputs passed, not when this module is
+    # imported (``run --help``): they load gRPC, protobuf, httpx and the state and log adapters.
+    import structlog
+
+    from cuzk_supervisor import exitcodes
+    from cuzk_supervisor.adapters.loglines import shipping_processor
+    from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
+    from cuzk_supervisor.adapters.manager import ManagerClient
+    from cuzk_supervisor.adapters.manager_types import ManagerRetry, ManagerTimeouts
+    from cuzk_supervisor.adapters.outbox import Outbox
+    from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
+    from cuzk_supervisor.core.labels import label_warning
+    from cuzk_supervisor.lifecycle import assemble
+    from cuzk_supervisor.lifecycle.wiring import build_lifecycle, resolve_label, resolve_min_rate
+    from cuzk_supervisor.runtime import run_supervised
+    from cuzk_supervisor.serve.metricsink import MetricsSink, NoMetrics
+
     label = resolve_label(s, environ)
     min_rate = resolve_min_rate(s, environ)
     manager = ManagerClient(
@@ -84,7 +95,7 @@ def run_lifecycle(
     )
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
     view = observe.lifecycle_view(s, command=command, min_rate=min_rate, verbose=verbose)
-    configure_logging(
+    observe.configure_logging(
         s.log_level, json=json_logs, extra_processors=[shipping_processor(shipper)], view=view
     )
     for warning in warnings:
@@ -100,25 +111,37 @@ def run_lifecycle(
             print(f"cuzk-supervisor run: {exc}", file=sys.stderr)
             return exitcodes.STATE_UNWRITABLE
         async with manager:
-            metrics = SupervisorMetrics()
-            lifecycle = build_lifecycle(
-                s,
-                rt,
-                label=label,
-                min_rate=min_rate,
-                manager=manager,
-                state=keeper,
-                outbox=Outbox.for_keeper(manager, keeper),
-                shipper=shipper,
-                # The simulated machine's when the daemon is the simulator (as doctor sees it).
-                sampler=assemble.memory_sampler(s, environ),
-                gpu=assemble.gpu_probe(s, environ),
-                metrics=metrics,
-            )
-            if on_phase is not None:
-                lifecycle.phase_listeners.append(on_phase)
+
+            def build(metrics: MetricsSink) -> Lifecycle:
+                lifecycle = build_lifecycle(
+                    s,
+                    rt,
+                    label=label,
+                    min_rate=min_rate,
+                    manager=manager,
+                    state=keeper,
+                    outbox=Outbox.for_keeper(manager, keeper),
+                    shipper=shipper,
+                    # The simulated machine's when the daemon is the simulator (as doctor sees).
+                    sampler=assemble.memory_sampler(s, environ),
+                    gpu=assemble.gpu_probe(s, environ),
+                    metrics=metrics,
+                )
+                if on_phase is not None:
+                    lifecycle.phase_listeners.append(on_phase)
+                return lifecycle
+
             if not s.health_enabled:
-                return await lifecycle.run()
+                # No /metrics would read them: a stand-in that keeps nothing, so a run without
+                # the health server never loads prometheus_client.
+                return await build(NoMetrics()).run()
+            # The health server and the metrics registry only when the server is on.
+            from cuzk_supervisor.serve.health import HealthServer
+            from cuzk_supervisor.serve.metrics import SupervisorMetrics
+            from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
+
+            metrics = SupervisorMetrics()
+            lifecycle = build(metrics)
             # /startupz passes once a phase after warmup is entered (the daemon answered).
             startup = StartupLatch()
             lifecycle.phase_listeners.append(startup.on_phase)
