@@ -31,6 +31,7 @@ from cuzk_supervisor.sim.machine import SimMachine, add_machine_arguments
 from cuzk_supervisor.sim.memory import Memory
 from cuzk_supervisor.sim.service import ProvingService, start_grpc_server
 from cuzk_supervisor.sim.status_http import start_status_server
+from cuzk_supervisor.sim.timeline import Timeline
 from cuzk_supervisor.sim.transport import CallRules, Proxy, private_target, remove_stale_socket
 
 VERSION = "0.1.0-sim"
@@ -100,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="grpc-core's ping policy (5 min, 2 strikes, then GOAWAY too_many_pings) instead of "
         "tonic's (every PING acknowledged)",
     )
+    p.add_argument(
+        "--timeline",
+        type=Path,
+        default=os.environ.get("CUZK_SIM_TIMELINE") or None,
+        metavar="FILE",
+        help="append a JSON line per job entering the pipeline and ending, in simulated time "
+        "(sim.timeline)",
+    )
     return p
 
 
@@ -168,6 +177,7 @@ class SimDaemon:
             faults=self.faults,
             first_proof_factor=_first_proof_factor(args),
             vram_bytes=SimMachine.from_args(args).vram_bytes,
+            timeline=Timeline(args.timeline, log) if args.timeline is not None else None,
         )
 
     def _on_memory_grow(self, key: object, total_gib: float) -> None:

@@ -6,7 +6,8 @@ return (they look in the finished results before the running jobs).
 
 Timing: the pure ``Pipeline`` works in simulated seconds; each of its deadlines is turned into
 one ``loop.call_at`` at ``t0 + t / scale``, and a fired deadline is processed at its *ideal*
-time, so late callbacks never accumulate drift.
+time, so late callbacks never accumulate drift. With a ``Timeline`` each job's times on that
+exact clock are recorded as it enters the pipeline and as it ends (``sim.timeline``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from cuzk_supervisor.sim.pipeline import (
     Synthesized,
 )
 from cuzk_supervisor.sim.residency import POREP_CIRCUIT, Release, Residency
+from cuzk_supervisor.sim.timeline import JobTimes, Timeline, starved_s
 
 POREP = pb.POREP_SEAL_COMMIT
 # Parse small inputs inline; a 50 MB C1 in a thread, after SubmitProof has answered.
@@ -66,6 +68,9 @@ class Job:
     proved: bool = False
     awaiting_pce: bool = False
     partitions: list[str] = field(default_factory=list)
+    admitted_at: float | None = None  # entered the partition pipeline
+    reply_to: int | None = None  # the job whose answer this submission followed
+    starved_s: float = 0.0  # idle capacity before it arrived that only the client could fill
 
     @property
     def queue(self) -> str:
@@ -88,6 +93,7 @@ class Engine:
         faults: FaultController | None = None,
         first_proof_factor: float = model.FIRST_PROOF_AFTER_START_FACTOR,
         vram_bytes: int = model.gib_bytes(model.GPU_VRAM_GIB),
+        timeline: Timeline | None = None,
     ) -> None:
         self.release = release
         self.vram_bytes = vram_bytes  # of each GPU
@@ -101,6 +107,10 @@ class Engine:
         self.memory = memory
         self.log = log
         self.faults = faults
+        self.timeline = timeline
+        self._last_answered = 0.0  # when the latest result was set (loop clock, simulated s)
+        # Answers no later PoRep submission has followed yet, oldest first: (seq, answered at).
+        self._unreplied: deque[tuple[int, float]] = deque()
         self.clock: SimClock | None = None
         self.pipeline = Pipeline(slots, self.gpu_workers, factor=self._factor)
         self.jobs: dict[str, Job] = {}  # job_id -> the latest job with that id
@@ -125,6 +135,10 @@ class Engine:
         """Start the clock (needs the running loop)."""
         self.clock = SimClock(self.time_scale)
         self.resident.clock = self.clock
+        if self.timeline is not None:
+            self.timeline.start(
+                time_scale=self.time_scale, synthesis_slots=self.slots, gpu_workers=self.gpu_workers
+            )
         self.log.info(
             "cuzk_core::engine",
             "cuzk engine started",
@@ -259,7 +273,15 @@ class Engine:
                 self._porep_admitted = True
             # Start from the job's arrival if the pipeline had nothing newer to do since.
             at = max(job.submitted_at, self.pipeline.clock, self._porep_ready_at)
-            self._handle(self.pipeline.submit(job.seq, at))
+            events = self.pipeline.advance(at)
+            job.admitted_at = at
+            since = self._last_answered
+            if self._unreplied:
+                job.reply_to, since = self._unreplied.popleft()
+            job.starved_s = starved_s(job.submitted_at, self.pipeline.hungry_since, since)
+            if self.timeline is not None:
+                self.timeline.job(self._times(job, "admitted"))
+            self._handle(events + self.pipeline.submit(job.seq, at))
 
     def _factor(self, seq: int) -> float:
         factor = self._by_seq[seq].factor
@@ -350,7 +372,9 @@ class Engine:
             partition=event.part.index,
             active=event.active,
         )
-        self.memory.alloc(("partition", event.part), model.PARTITION_GIB)
+        # Its real pages come from a worker thread: page faults on the loop would hold up every
+        # answer and the next submission's headers (sim.pages).
+        self.memory.alloc(("partition", event.part), model.PARTITION_GIB, background=True)
         if self.faults is None:
             return []
         fired = self.faults.check("partition", partition=event.part.index)
@@ -371,6 +395,23 @@ class Engine:
             self._timer = self.clock.call_at(deadline, self._on_deadline, deadline)
 
     # --- results --------------------------------------------------------------------------
+    def _times(
+        self, job: Job, status: str, end: float | None = None, answered: float | None = None
+    ) -> JobTimes:
+        return JobTimes(
+            seq=job.seq,
+            job_id=job.job_id,
+            kind=job.queue,
+            status=status,
+            arrived_s=job.submitted_at,
+            admitted_s=job.admitted_at,
+            reply_to=job.reply_to,
+            started_s=job.started_at,
+            completed_s=end,
+            answered_s=answered,
+            starved_s=job.starved_s,
+        )
+
     def _complete(self, job: Job, at: float | None = None) -> None:
         """The proof is done; a ``fail`` fault may still turn it into a failure."""
         if self.faults is not None:
@@ -406,6 +447,12 @@ class Engine:
             )
         self.duration_s[job.queue] += end - job.submitted_at
         self.results.setdefault(job.job_id, response)
+        answered = self.now()
+        self._last_answered = max(self._last_answered, answered)
+        self._unreplied.append((job.seq, answered))
+        if self.timeline is not None:
+            status = "failed" if error else "completed"
+            self.timeline.job(self._times(job, status, end, max(answered, end)))
         if error:
             self.failed[job.queue] += 1
             self.log.error("cuzk_core::engine", "proof failed", job_id=job.job_id, error=error)

@@ -1,8 +1,11 @@
 """Real, scaled memory: what the simulated daemon holds, allocated for real so RSS shows it.
 
-Each piece is an anonymous mmap with every page written (a bare ``bytearray`` or mmap stays
+Each piece is an anonymous mmap with every page backed (a bare ``bytearray`` or mmap stays
 virtual), and is unmapped when freed, so RSS falls again (freed heap memory might not be
-returned). The simulated total is tracked exactly, apart from Python's own overhead.
+returned). The simulated total is tracked exactly, apart from Python's own overhead. A piece
+allocated with ``background=True`` (the partitions, which churn while proofs are served) is
+mapped and unmapped by a worker thread (``sim.pages``), so the event loop never waits on its page
+faults; its real memory follows within milliseconds.
 """
 
 from __future__ import annotations
@@ -11,18 +14,9 @@ import mmap
 from collections.abc import Callable, Hashable
 
 from cuzk_supervisor.sim.model import GIB
+from cuzk_supervisor.sim.pages import Pages, Piece, touched_mapping
 
 MIB = 1 << 20
-PAGE = mmap.PAGESIZE
-
-
-def _touched_mapping(size: int) -> mmap.mmap:
-    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    view = memoryview(buf)
-    # One write per page makes the kernel back every page with real memory.
-    view[::PAGE] = b"\x01" * len(range(0, size, PAGE))
-    view.release()
-    return buf
 
 
 class Memory:
@@ -37,7 +31,8 @@ class Memory:
         self.scale = scale_mib_per_gib
         self._on_grow = on_grow
         self._on_change = on_change  # called with the real bytes held after every change
-        self._held: dict[Hashable, tuple[float, mmap.mmap | None]] = {}
+        self._held: dict[Hashable, tuple[float, mmap.mmap | Piece | None]] = {}
+        self._pages = Pages()
 
     @property
     def simulated_bytes(self) -> int:
@@ -50,11 +45,15 @@ class Memory:
     def holds(self, key: Hashable) -> bool:
         return key in self._held
 
-    def alloc(self, key: Hashable, gib: float) -> None:
-        """Hold ``gib`` simulated GiB under ``key`` (replacing what ``key`` held)."""
+    def alloc(self, key: Hashable, gib: float, *, background: bool = False) -> None:
+        """Hold ``gib`` simulated GiB under ``key`` (replacing what ``key`` held); with
+        ``background`` its real pages are mapped by the worker thread."""
         self.free(key)
         real = int(gib * self.scale * MIB)
-        self._held[key] = (gib, _touched_mapping(real) if real > 0 else None)
+        buf: mmap.mmap | Piece | None = None
+        if real > 0:
+            buf = self._pages.map(real) if background else touched_mapping(real)
+        self._held[key] = (gib, buf)
         self._changed()
         if self._on_grow is not None:
             self._on_grow(key, self.simulated_gib)
@@ -63,7 +62,10 @@ class Memory:
         """Release ``key``; returns the simulated GiB freed (0 if it held nothing)."""
         gib, buf = self._held.pop(key, (0.0, None))
         if buf is not None:
-            buf.close()
+            if isinstance(buf, Piece):
+                self._pages.unmap(buf)
+            else:
+                buf.close()
             self._changed()
         return gib
 

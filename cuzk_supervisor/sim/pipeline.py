@@ -6,6 +6,10 @@ synthesizing once every partition that can start at that instant has started. A 
 partition then queues for one of ``gpu_workers`` GPU workers (3 s each), overlapping with later
 synthesis. A job is proved when all its partitions are through the GPU.
 
+It also keeps ``hungry_since``: since when a synthesis slot has been free with no partition
+waiting (idle capacity only a new job can fill). The engine reads it when a job arrives, which is
+how a client that submits late is told apart from a slow pipeline (``sim.timeline``).
+
 The engine drives it with the event loop's clock; ``simulate_closed_loop`` drives it with a
 virtual one, which is how the model's long-run rate is tested without waiting.
 """
@@ -111,6 +115,9 @@ class Pipeline:
         self._unproved: dict[int, int] = {}
         self.frozen = False
         self.clock = 0.0  # the latest time it has been driven to; work never starts earlier
+        self.hungry_since: float | None = 0.0
+        """Since when a synthesis slot has been free with no partition waiting (None while
+        every slot is busy or work waits); as of ``clock``. Only a submission ends it."""
 
     # --- inputs ---------------------------------------------------------------------------
     def submit(
@@ -132,6 +139,7 @@ class Pipeline:
         self.gpu = [None if s is not None and s[0].seq == seq else s for s in self.gpu]
         self._unsynthesized.pop(seq, None)
         self._unproved.pop(seq, None)
+        self._note_hunger(now)
         return dropped
 
     def refill(self, now: float) -> list[Event]:
@@ -199,7 +207,14 @@ class Pipeline:
                 part = self.gpu_queue.popleft()
                 self.gpu[worker] = (part, t + self._gpu_seconds)
                 events.append(GpuStarted(t, part, worker))
+        self._note_hunger(t)
         return events
+
+    def _note_hunger(self, t: float) -> None:
+        if self.pending or len(self.synthesizing) >= self.slots:
+            self.hungry_since = None
+        elif self.hungry_since is None:
+            self.hungry_since = t
 
 
 def simulate_closed_loop(
