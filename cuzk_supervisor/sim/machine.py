@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from cuzk_supervisor.adapters.gpu import GpuDevice
 from cuzk_supervisor.adapters.resources import HostMemory
@@ -167,7 +168,7 @@ class SimMachine:
 class _Parser(argparse.ArgumentParser):
     """Raises instead of printing usage and exiting: the supervisor reads the arguments."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"simulated daemon arguments: {message}")
 
 
