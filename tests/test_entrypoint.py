@@ -13,12 +13,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from ptyhelpers import clean_env, emulate
-from simhelpers import free_tcp_port
+from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor import runtime
 from cuzk_supervisor.cli import main as cli
@@ -250,11 +249,9 @@ def _sim(sim_dir: Path) -> list[str]:
 
 
 def _wait_for(check, timeout_s: float, what: str, proc: subprocess.Popen) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert proc.poll() is None, f"exited {proc.returncode} before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s:g} s"
-        time.sleep(0.1)
+    """Until ``check`` holds, failing at once if the process exits first."""
+    poll_until(lambda: check() or proc.poll() is not None, timeout_s, interval=0.1, what=what)
+    assert proc.poll() is None or check(), f"exited {proc.returncode} before {what}"
 
 
 @pytest.mark.slow
@@ -349,10 +346,8 @@ def test_sigterm_on_a_terminal_ends_143_with_the_summary_and_the_events_file_who
 
         _wait_for(lambda: drained_and(in_run), 180, "run phase", proc)
         proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            drained_and(lambda: True)
-            time.sleep(0.05)
+        poll_until(lambda: drained_and(lambda: proc.poll() is not None), 60, interval=0.05,
+                   what="the exit after SIGTERM")  # fmt: skip
         code = proc.wait(5)
         drained_and(lambda: True)
     finally:
