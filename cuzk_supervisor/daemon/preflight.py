@@ -41,11 +41,17 @@ def address_in_use(address: Address) -> bool:
             except OSError:
                 return False  # a stale socket file: the daemon removes it at start
             return True
+    error = tcp_bind_error(address)
+    return error is not None and error.errno == errno.EADDRINUSE
+
+
+def tcp_bind_error(address: Address) -> OSError | None:
+    """What binding the TCP ``address`` now raises (None: it binds), as the daemon would."""
     family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address.host, address.port))
         except OSError as exc:
-            return exc.errno == errno.EADDRINUSE
-    return False
+            return exc
+    return None

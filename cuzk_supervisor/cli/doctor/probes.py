@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from cuzk_supervisor.cli.looks import nearest_existing as nearest_existing
 from cuzk_supervisor.cli.looks import param_cache_need as param_cache_need
 from cuzk_supervisor.cli.looks import present_param_bytes as present_param_bytes
 from cuzk_supervisor.cli.looks import previous_state as previous_state
-from cuzk_supervisor.daemon.preflight import address_in_use
+from cuzk_supervisor.daemon.preflight import address_in_use, tcp_bind_error
 from cuzk_supervisor.daemon.preflight import resolve_binary as _resolve_binary
 from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.settings import Settings
@@ -86,16 +85,12 @@ def listen_problem(address: Address) -> str | None:
         if folder.error is not None:
             return f"socket folder {folder.path} is not writable: {folder.error}"
         return None
-    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((address.host, address.port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return "in use by another process"
-            return f"cannot bind: {os_error_text(exc)}"
-    return None
+    error = tcp_bind_error(address)
+    if error is None:
+        return None
+    if error.errno == errno.EADDRINUSE:
+        return "in use by another process"
+    return f"cannot bind: {os_error_text(error)}"
 
 
 @dataclass(frozen=True)
