@@ -145,9 +145,12 @@ def test_a_proactive_step_down_in_the_bench_reports_the_new_plans_rate(tmp_path,
     # The sim's memory.current: SRS + PCE 70 MiB, 15 MiB per active partition. A settle proof
     # at 20 workers has its 10 partitions active (220 MiB: 25% headroom, where a trend is not
     # yet trusted); the bench at concurrency 2 has 20 (370 MiB): over the limit, so the step
-    # comes in the bench, to what fits.
+    # comes in the bench, to what fits. Those 20 are active together only while the first two
+    # bench proofs synthesize (85 simulated s: 0.85 s here), which one sample a second can miss;
+    # sampled every 0.05 s (the field's 1 s would be 0.01 s at this time scale) it cannot.
     folder = fake_cgroup(tmp_path / "cgroup", 295 * 2**20)
     env = env_for(tmp_path, mgr, workers=20, max_workers=20, bench_count=16, cgroup_root=folder,
+                  memory_sample_interval_s=0.05, memory_alert_sample_interval_s=0.05,
                   sim_args=("--cgroup-dir", str(folder)))  # fmt: skip
     run = start_run(env)
     assert finish(run) == exitcodes.OK

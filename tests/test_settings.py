@@ -12,6 +12,7 @@ import pytest
 from cuzk_supervisor import settings
 from cuzk_supervisor.cli import main as cli
 from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.settings.values import _bad
 
 DECLS = settings.declarations()
@@ -22,6 +23,8 @@ SPECIAL = {
     "manager_url": ("http://127.0.0.1:7001", "http://127.0.0.1:7001"),
     "restart_backoff_initial_s": ("2.5", 2.5),
     "restart_backoff_max_s": ("90", 90.0),
+    "memory_sample_interval_s": ("2.5", 2.5),
+    "memory_alert_sample_interval_s": ("0.05", 0.05),
     "params_expected": ("a.params:10 'b c.vk:20'", ("a.params:10", "b c.vk:20")),
     "daemon_log_level": ("cuzk=debug,info", "cuzk=debug,info"),
 }
@@ -123,6 +126,7 @@ def test_section_tables_flatten_to_setting_names(tmp_path):
         ({"CUZK_SUPERVISOR_PROACTIVE_OOM": "maybe"}, "true or false"),
         ({"CUZK_SUPERVISOR_AWAIT_DEADLINE_S": "nan"}, "await_deadline_s"),
         ({"CUZK_SUPERVISOR_WARMUP_WORKERS": "13"}, "warmup_workers=13"),
+        ({"CUZK_SUPERVISOR_MEMORY_ALERT_SAMPLE_INTERVAL_S": "2"}, "must be <= memory_sample"),
         ({"CUZK_SUPERVISOR_MANAGER_URL": "ftp://x"}, "manager_url"),
         ({"CUZK_SUPERVISOR_PARAMS_EXPECTED": "a.params"}, "NAME:BYTES"),
     ],
@@ -220,3 +224,12 @@ def test_every_flag_help_is_plain_with_a_metavar_and_its_default(decl):
     shown = settings.format_value(decl, decl.default)
     if shown:
         assert f"default: {shown}" in text
+
+
+def test_the_memory_sample_intervals_reach_the_risk_policy():
+    env = {
+        "CUZK_SUPERVISOR_MEMORY_SAMPLE_INTERVAL_S": "0.5",
+        "CUZK_SUPERVISOR_MEMORY_ALERT_SAMPLE_INTERVAL_S": "0.02",
+    }
+    policy = assemble.risk_policy(settings.load({}, environ=env).settings)
+    assert (policy.interval_s, policy.fast_interval_s) == (0.5, 0.02)

@@ -17,6 +17,7 @@ from cuzk_supervisor.adapters.resources import MemorySampler
 from cuzk_supervisor.core.bench import BenchPolicy
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy
+from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.daemon.process import DaemonSettings
 from cuzk_supervisor.settings import Settings
 
@@ -32,6 +33,13 @@ def memory_policy(s: Settings) -> MemoryPolicy:
         per_worker_gib=s.memory_per_worker_gib,
         max_workers=s.max_workers,
         warmup_workers=s.warmup_workers,
+    )
+
+
+def risk_policy(s: Settings) -> RiskPolicy:
+    return RiskPolicy(
+        interval_s=s.memory_sample_interval_s,
+        fast_interval_s=s.memory_alert_sample_interval_s,
     )
 
 

@@ -135,7 +135,7 @@ def build_lifecycle(
     progress, signals = Progress(), Signals()
     memory_policy = assemble.memory_policy(s)
     # The watch samples the daemon's process tree: the pid is the daemon control's, read late.
-    watch = MemoryWatch(sampler, risk_policy or RiskPolicy(), lambda: daemon.pid())
+    watch = MemoryWatch(sampler, risk_policy or assemble.risk_policy(s), lambda: daemon.pid())
     watch.add_listener(lambda a: metrics.memory(a.headroom_bytes, a.level))
     daemon = DaemonControl(
         s, spawn=spawn, watch=watch, metrics=metrics, shipper=shipper, signals=signals,

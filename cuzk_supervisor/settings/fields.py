@@ -179,6 +179,16 @@ class Settings:
     proactive_oom: bool = setting(
         True, "stop and step down before the kernel's OOM killer acts", group="supervision"
     )
+    memory_sample_interval_s: float = setting(
+        1.0,
+        "seconds between memory samples while memory is ok (shorter than a proof's climb)",
+        minimum=0.01, maximum=60, group="supervision",
+    )  # fmt: skip
+    memory_alert_sample_interval_s: float = setting(
+        0.1,
+        "seconds between memory samples while memory is at warn or critical",
+        minimum=0.01, maximum=60, group="supervision",
+    )  # fmt: skip
 
     # --- memory and plan ----------------------------------------------------------------------
     workers: int = setting(
@@ -327,6 +337,12 @@ class Settings:
             raise UsageError(
                 f"setting restart_backoff_max_s={self.restart_backoff_max_s:g}: must be >= "
                 f"restart_backoff_initial_s ({self.restart_backoff_initial_s:g})"
+            )
+        if self.memory_alert_sample_interval_s > self.memory_sample_interval_s:
+            raise UsageError(
+                "setting memory_alert_sample_interval_s="
+                f"{self.memory_alert_sample_interval_s:g}: must be <= memory_sample_interval_s "
+                f"({self.memory_sample_interval_s:g}); memory at risk is sampled more often"
             )
         if self.manager_url and urlsplit(self.manager_url).scheme not in ("http", "https"):
             raise UsageError(

@@ -135,7 +135,8 @@ def metrics_text(engine: Engine, deadline_cuts: Mapping[str, int] | None = None)
     metric(
         "cuzk_sim_deadline_cuts_total",
         "counter",
-        'Calls the server-side deadline cut (answered CANCELLED "Timeout expired"), by call.',
+        "Calls ended at their grpc-timeout, by call: cut by the server-side deadline (answered"
+        ' CANCELLED "Timeout expired") or cancelled by the client\'s own timer just before it.',
         [(f'{{call="{call}"}}', n) for call, n in sorted((deadline_cuts or {}).items())],
     )
     metric(

@@ -46,7 +46,7 @@ def test_by_default_the_server_cuts_a_call_at_the_clients_grpc_timeout(
     stuck(sim)
     with pytest.raises(grpc.RpcError) as err:
         sim.stub().AwaitProof(pb.AwaitProofRequest(job_id="stuck"), timeout=0.5)
-    # Both timers fire at the same moment: whichever wins, the server cut its side too.
+    # Both timers fire at the same moment: whichever wins, the server ended its side too.
     assert err.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
     poll_until(lambda: cuts(sim, "await") == 1, 5, what="the server-side cut counted")
     # A call without a deadline is never cut by the server.
