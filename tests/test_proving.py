@@ -190,6 +190,17 @@ async def test_submit_that_landed_but_lost_its_answer_is_not_submitted_again():
     assert result.uploads_cut == 0
 
 
+async def test_a_lost_submit_answer_bounds_the_landing_by_the_cut_attempts_end():
+    """The daemon had the job by the time the submit that carried it was cut, so its
+    ``total_ms`` counts from then at the latest (benchrun.completed_at), not from when the
+    result was heard."""
+    timeouts = replace(FAST, submit_deadline_s=0.3)
+    _, result = await prove_once(Behaviour(proof_s=0.2, submit_ack_hang=1), timeouts)
+    assert result.ok, result.error
+    assert result.landed_at is not None
+    assert result.started_at + 0.3 <= result.landed_at < result.finished_at
+
+
 async def test_rejected_submit_is_a_failure_without_retry():
     fake, result = await prove_once(Behaviour(submit_reject=1))
     assert result.status is ProofStatus.REJECTED

@@ -63,10 +63,11 @@ class ProofResult:
     await_attempts: int = 0
     """AwaitProof calls made."""
     uploads_cut: int = 0
-    landed_at: float | None = None
-    """``time.monotonic()`` when the daemon accepted the job this result is of (its SubmitProof
-    answered); None when that was never seen (a submit whose fate was unknown)."""
     """SubmitProof calls cut before they landed (cut, then the job was NOT_FOUND)."""
+    landed_at: float | None = None
+    """``time.monotonic()`` by which the daemon had accepted the job this result is of: when
+    its SubmitProof answered or, where that answer was lost and the job then found, when the
+    submit attempt that carried it ended; None when neither was seen."""
 
     @property
     def ok(self) -> bool:

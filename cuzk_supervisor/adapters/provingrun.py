@@ -96,6 +96,7 @@ class ProofRun:
                     if self.submit_cut:
                         self.submissions -= 1
                         self.uploads_cut += 1
+                    self.landed_at = None
                     log.info(
                         "proof.submit_not_landed",
                         job_id=self.job_id,
@@ -150,6 +151,8 @@ class ProofRun:
             if not policy.fate_unknown(exc):
                 raise
             self.submit_cut = is_cut(exc)
+            # If the await then finds the job, this attempt carried it: the daemon had it by now.
+            self.landed_at = time.monotonic()
             log.warning(
                 "proof.submit_uncertain",
                 job_id=self.job_id,

@@ -65,9 +65,10 @@ class StretchRun:
         """When the daemon finished the proof, on our clock.
 
         The daemon's ``total_ms`` (its wall time for the job, from when it accepted it) added to
-        when its SubmitProof answered: a result seen late (a dropped or frozen connection, an
-        await backing off) still counts when it was done, not when we heard of it. Without
-        that (a submit whose answer was lost, no timings) the time we saw it.
+        when it had accepted it at the latest (``landed_at``: its SubmitProof answer, or the
+        end of the submit whose answer was lost): a result seen late (a dropped or frozen
+        connection, an await backing off) still counts when it was done, not when we heard of
+        it. Without that (no timings) the time we saw it.
         """
         total_ms = result.timings.total_ms
         if total_ms <= 0 or result.landed_at is None:

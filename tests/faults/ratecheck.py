@@ -67,7 +67,8 @@ class ClientView:
     """What the supervisor's own log says about one proof, as Unix times."""
 
     landed: float | None = None
-    """The SubmitProof answer arrived (``proof.submitted``)."""
+    """The daemon had the job by then: the latest SubmitProof answered (``proof.submitted``)
+    or was cut with the job landed (``proof.submit_uncertain``, then found by its await)."""
     heard: float | None = None
     """The result was seen (``proof.completed``)."""
 
@@ -286,9 +287,15 @@ def find_window(
 
 
 def judge(
-    jobs: Sequence[JobRecord], views: Mapping[str, ClientView], bench: set[str], reported: Reported
+    jobs: Sequence[JobRecord],
+    views: Mapping[str, ClientView],
+    bench: set[str],
+    reported: Reported,
+    *,
+    feeding: bool = True,
 ) -> Verdict:
-    """(a) and (b) of the module's docstring; ``bench``: the job ids submitted in the bench."""
+    """(a) and, with ``feeding``, (b) of the module's docstring; ``bench``: the job ids
+    submitted in the bench."""
     verdict = Verdict(reported.rate)
     if reported.proofs < 2:
         verdict.problems.append(f"(a) a rate from {reported.proofs} proof(s) is no steady rate")
@@ -310,7 +317,8 @@ def judge(
             f"(the daemon's own {verdict.truth:.2f}/h, moved by what the client cannot know) "
             f"+-{RATE_TOLERANCE:.0%}"
         )
-    _judge_feeding(verdict, groups[window[0].job.pid])
+    if feeding:
+        _judge_feeding(verdict, groups[window[0].job.pid])
     return verdict
 
 

@@ -269,17 +269,20 @@ class Row:
     events: tuple[str, ...] = ()  # events the run must have logged
     state_file: bool = True  # a valid state file must exist afterwards
     rate_zero: bool = False  # it stopped before a real rate: bench-done says 0
-    # Checked against the model (_check_rate) unless the fault itself starves the pipeline:
-    # with every connection cut at every partition, or frozen mid-bench, the client cannot
-    # submit or hear in time, and the daemon really proves less (its own timings show it).
-    rate_check: bool = True
+    # Every row that reaches the bench has its rate judged (_check_rate): (a) it measures what
+    # the daemon delivered and (b) the supervisor kept the pipeline fed. (b) is left out where
+    # the fault is the transport itself (every connection cut at every partition, or frozen
+    # mid-bench): each recovery takes real time, a few hundred ms, that this time scale makes
+    # minutes of the daemon's, longer than a proof. What a recovery costs is measured apart:
+    # bench/frozen_recovery.py.
+    feeding_check: bool = True
 
 
 FAST = {"daemon_liveness_interval_s": 0.5, "daemon_liveness_timeout_s": 0.5}
 
 ROWS = [
     Row("drop-once-mid-await", 0, sim_faults=("drop,times=1",)),
-    Row("drop-every-partition", 0, sim_faults=("drop,times=0",), rate_check=False),
+    Row("drop-every-partition", 0, sim_faults=("drop,times=0",), feeding_check=False),
     Row("first-proof-slower-than-any-deadline", 0,
         settings={"await_deadline_s": 0.1, "submit_deadline_s": 2},
         events=("proof.await_retry",)),
@@ -369,7 +372,7 @@ ROWS = [
     *(
         Row(f"frozen-connection-in-{phase}", 0, sim_faults=(f"freeze:60,{when},once={{tmp}}/m",),
             action=run_seeing(daemon_line="froze client connections"),
-            events=("proving.reconnect",), rate_check=phase != "bench")
+            events=("proving.reconnect",), feeding_check=phase != "bench")
         for phase, when in (("warmup", "at_partition=5"), ("bench", "after_proofs=2"))
     ),
     # Issue 12: the manager down through params (the warmup does not wait), a dashboard kill in
@@ -462,8 +465,7 @@ def test_fault_row(row: Row, ctx) -> None:
     if row.exit == 0:
         assert len(reports(mgr, "/bench-done")) == 1
         assert mgr.instances()[0]["state"] == "running"
-        if row.rate_check:
-            _check_rate(context)
+        _check_rate(context, feeding=row.feeding_check)
     if row.exit == exitcodes.INSTANCE_GONE:
         # Killed, and nothing sent after that revived it.
         assert all(i["state"] == "killed" for i in mgr.instances())
@@ -487,7 +489,7 @@ def _unix(event: dict[str, Any]) -> float:
     return dt.datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
-def _check_rate(context: Ctx) -> None:
+def _check_rate(context: Ctx, *, feeding: bool) -> None:
     """The reported rate against the simulated daemon's own record of the same proofs
     (ratecheck: (a) it measures what the daemon delivered, (b) the supervisor kept the pipeline
     fed), not against a model of a perfect client: at this time scale the load of the machine
@@ -504,14 +506,21 @@ def _check_rate(context: Ctx) -> None:
     for run in context.runs:
         for event in run.events:
             name, job = event.get("event"), event.get("job_id")
-            if name == "proof.submitted" and job:
+            if not (job and str(name).startswith("proof.")):
+                continue
+            # A bench proof whose submit answer was cut is never "submitted" (the client
+            # learns it landed from its await), but it is one of the bench's.
+            if event.get("phase") == "bench":
+                bench_ids.add(job)
+            if name in ("proof.submitted", "proof.submit_uncertain"):
+                # The latest submit: its answer, or its cut (the daemon had the job by then).
                 views[job] = replace(views.get(job, ClientView()), landed=_unix(event))
-                if event.get("phase") == "bench":
-                    bench_ids.add(job)
-            elif name == "proof.completed" and job:
+            elif name == "proof.completed":
                 views[job] = replace(views.get(job, ClientView()), heard=_unix(event))
     reported = Reported(result["rate"], how["proofs"], how["interval_s"])
-    verdict = judge(read_timeline(context.tmp / TIMELINE), views, bench_ids, reported)
+    verdict = judge(
+        read_timeline(context.tmp / TIMELINE), views, bench_ids, reported, feeding=feeding
+    )
     assert not verdict.problems, verdict.describe()
 
 

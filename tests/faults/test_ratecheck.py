@@ -124,6 +124,15 @@ def test_a_supervisor_waiting_out_a_cut_call_fails_b() -> None:
     assert [p[:11] for p in check(bench_run(react_s=0.3))] == ["(b) feeding"]
 
 
+def test_without_the_feeding_check_only_the_measurement_is_judged() -> None:
+    """The fault rows whose fault is the transport itself: a late supervisor passes (b) unasked,
+    a skewed measurement still fails (a)."""
+    late, skewed = bench_run(react_s=0.3), bench_run(skew=0.04)
+    assert judge(late.jobs, late.views, late.bench, late.reported, feeding=False).problems == []
+    problems = judge(skewed.jobs, skewed.views, skewed.bench, skewed.reported, feeding=False)
+    assert [p[:15] for p in problems.problems] == ["(a) measurement"]
+
+
 def test_a_slow_machine_is_not_the_supervisors_fault() -> None:
     """The daemon answers 80 ms late every time, and the first submissions take 120 ms to land:
     the realized rate is far below the model's, the stamps are off by up to 120 ms, yet the
