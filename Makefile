@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 2 --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
