@@ -472,6 +472,12 @@ def test_the_state_a_previous_run_left_is_read_without_touching_it(tmp_path: Pat
         ("-m cuzk_supervisor.sim.daemon --fault bogus", {}, "unknown fault kind 'bogus'"),
         ("-m cuzk_supervisor.sim.daemon", {"CUZK_SIM_FAULTS": "oom"}, "needs an argument"),
         ("-m cuzk_supervisor.sim.daemon --gpus 0", {}, "--gpus must be >= 1"),
+        ("-m cuzk_supervisor.sim.daemon --cgroup-dir /nonexistent/cg", {}, "no such directory"),
+        (
+            "-m cuzk_supervisor.sim.daemon",
+            {"CUZK_SIM_CGROUP_DIR": "/nonexistent/cg"},
+            "--cgroup-dir /nonexistent/cg: no such directory",
+        ),
     ],
 )
 def test_what_the_simulated_daemon_would_refuse_is_refused_now(

@@ -305,7 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults = parse_faults(args.fault, os.environ.get("CUZK_SIM_FAULTS"))
     except (UsageError, FaultSpecError) as exc:
         fatal(log, "invalid arguments", exc)
-    problem = machine.problem() or ("need time scale > 0" if not args.time_scale > 0 else None)
+    problem = (
+        machine.problem()
+        or machine.folder_problem()
+        or ("need time scale > 0" if not args.time_scale > 0 else None)
+    )
     if problem is not None:
         fatal(log, "invalid arguments", problem)
     if not 1 <= args.first_proof_factor <= 1000:

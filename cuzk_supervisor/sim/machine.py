@@ -95,6 +95,16 @@ class SimMachine:
                 return "--host-gib needs a --memory-scale above 0"
         return None
 
+    def folder_problem(self) -> str | None:
+        """Why the daemon could not keep its ``memory.current`` (None: it can). Checked when the
+        daemon starts, not with the arguments: ``sim`` makes the folder after checking them."""
+        if self.cgroup_dir is not None and not self.cgroup_dir.is_dir():
+            return (
+                f"--cgroup-dir {self.cgroup_dir}: no such directory (the simulated daemon "
+                "keeps its memory.current there)"
+            )
+        return None
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SimMachine:
         return cls(

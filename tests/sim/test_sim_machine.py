@@ -197,3 +197,23 @@ def test_what_the_simulated_daemon_would_refuse_exits_2_before_anything(
     assert fragment in done.stderr
     assert done.stdout == ""  # no manager started, nothing announced
     assert not (tmp_path / "sim").exists()  # nothing written
+
+
+def test_the_simulated_daemon_refuses_a_missing_cgroup_dir_at_its_start(tmp_path: Path) -> None:
+    """Before, it started, served, and died at its first allocation (then at every restart)."""
+    missing = tmp_path / "no-such-cgroup"
+    machine = SimMachine.from_daemon_argv(["--cgroup-dir", str(missing)], {})
+    assert machine.problem() is None  # the arguments are fine: `sim` makes the folder later
+    assert machine.folder_problem() == (
+        f"--cgroup-dir {missing}: no such directory (the simulated daemon keeps its "
+        "memory.current there)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cuzk_supervisor.sim.daemon", "--cgroup-dir", str(missing)],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr  # as the Rust daemon exits on an error from main
+    assert "Error: invalid arguments" in done.stderr
+    assert "no such directory" in done.stderr
+    missing.mkdir()
+    assert machine.folder_problem() is None
