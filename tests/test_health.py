@@ -502,6 +502,17 @@ async def test_probes_are_answered_with_200_slow_clients_connected(source, metri
         assert all(seconds < 1.0 for _, seconds in results), results
 
 
+async def test_the_kernel_queues_connections_beyond_the_connection_cap(source, metrics):
+    """The listen backlog is not max_connections: while the server has not accepted them yet,
+    100 connections (the flood's reconnects, a probe among them) all complete their handshake."""
+    async with HealthServer("127.0.0.1:0", source, metrics, max_connections=16) as server:
+        # Blocking the loop on purpose: nothing is accepted while these connect.
+        socks = [socket.create_connection(("127.0.0.1", server.port), timeout=0.5)
+                 for _ in range(100)]  # fmt: skip
+        for sock in socks:
+            sock.close()
+
+
 async def test_probes_get_through_a_flood_over_the_connection_cap(source, metrics):
     # 200 slow clients against 16 slots, each dropped one reconnecting at once, and the head
     # deadline cutting the slow ones off: a probe evicts the oldest slow client and is answered.

@@ -41,6 +41,7 @@ from cuzk_supervisor.serve.endpoint import ROUTES, HealthServerError, check_list
 from cuzk_supervisor.serve.httpwire import (
     MAX_HEAD_BYTES,
     ClientGone,
+    head_arrived,
     http_response,
     json_response,
     read_head,
@@ -53,6 +54,14 @@ log = structlog.get_logger()
 # After answering, read and drop at most this much of what the client still sends (a request
 # body), so that closing does not turn unread bytes into a RST that can eat our response.
 MAX_DRAIN_BYTES = 65536
+
+# Connections the kernel queues before we accept them, whatever max_connections is: a queue only
+# that deep (say 16) fills with a flood's reconnects, and the kubelet's SYN is dropped and sent
+# again a second later, past the probe's 1 s timeout. Once accepted, the flood is evicted by age.
+LISTEN_BACKLOG = 1024
+# Connections accepted in one turn of the loop: few, so that a flood cannot hold the loop (the
+# heartbeat, the answers) for a thousand accepts at a time.
+ACCEPT_BATCH = 16
 
 
 @dataclass(slots=True)
@@ -130,7 +139,7 @@ class HealthServer:
                 self.host,
                 self.port,
                 limit=MAX_HEAD_BYTES,
-                backlog=min(self.max_connections, 1024),
+                backlog=ACCEPT_BATCH,
             )
         except OSError as exc:
             why = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
@@ -139,6 +148,10 @@ class HealthServer:
                 f"{why or exc} "
                 "(setting health_listen; health_enabled=false turns the server off)"
             ) from exc
+        for listening in self._server.sockets:
+            # A deeper kernel queue than asyncio's accept batch (it passes one number for both).
+            with listening.dup() as same:
+                same.listen(LISTEN_BACKLOG)
         self.port = int(self._server.sockets[0].getsockname()[1])  # the real one when 0 was asked
         self.heartbeat.beat()
         self._heartbeat_task = asyncio.create_task(self.heartbeat.run(), name="health-heartbeat")
@@ -208,7 +221,10 @@ class HealthServer:
             self._drop("refused")
             writer.transport.abort()  # every slot is answering: no work at all for this one
             return
+        # A head already whole (a probe) is not evicted by the slow clients accepted after it
+        # before the loop gets to read it.
         conn = _Connection(task, writer.transport, time.monotonic())
+        conn.reading_head = not head_arrived(writer.transport)
         self._connections[task] = conn
         try:
             await self._exchange(reader, writer, conn)
