@@ -37,6 +37,13 @@ from cuzk_supervisor.adapters.loglines import SUPERVISOR_SOURCE
 from cuzk_supervisor.adapters.logpush import MAX_BODY_BYTES, normalize_line
 from cuzk_supervisor.adapters.manager import ManagerClient
 from cuzk_supervisor.adapters.manager_types import ManagerRejected, ManagerUnavailable
+from cuzk_supervisor.core.checks import (
+    POSITIVE,
+    in_range,
+    int_at_least,
+    require_fields,
+    require_relation,
+)
 
 __all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
 
@@ -68,18 +75,13 @@ class ShipperSettings:
     """Time given to the last flush when the shipper stops."""
 
     def __post_init__(self) -> None:
-        for name in ("flush_interval_s", "retry_pause_s", "final_flush_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 256 <= self.max_body_bytes <= MAX_BODY_BYTES:
-            raise ValueError(f"max_body_bytes must be in [256, {MAX_BODY_BYTES}]")
-        if not 0 < self.batch_bytes <= self.max_body_bytes:
-            raise ValueError("batch_bytes must be in (0, max_body_bytes]")
-        if self.batch_lines < 1 or self.max_buffer_lines < 1:
-            raise ValueError("batch_lines and max_buffer_lines must be >= 1")
+        require_fields(self, ("flush_interval_s", "retry_pause_s", "final_flush_s"), POSITIVE)
+        require_fields(self, ("max_body_bytes",), in_range(256, MAX_BODY_BYTES))
+        require_fields(self, ("batch_bytes",), int_at_least(1))
+        require_relation(self, "batch_bytes", "<=", "max_body_bytes")
+        require_fields(self, ("batch_lines", "max_buffer_lines"), int_at_least(1))
         # One line (up to a whole body) must always fit in the buffer.
-        if self.max_buffer_bytes < self.max_body_bytes:
-            raise ValueError("max_buffer_bytes must be >= max_body_bytes")
+        require_relation(self, "max_buffer_bytes", ">=", "max_body_bytes")
 
 
 # --- the shipper --------------------------------------------------------------------------------

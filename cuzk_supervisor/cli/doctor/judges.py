@@ -9,11 +9,11 @@ from pathlib import Path
 
 from cuzk_supervisor.adapters.gpu import GpuDevice, GpuFault
 from cuzk_supervisor.address import Address
-from cuzk_supervisor.cli.doctor.results import CheckResult, fail, gib, ok, warn
+from cuzk_supervisor.cli.doctor.results import CheckResult, fail, ok, warn
 from cuzk_supervisor.core.disk import DiskNeed
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan
-from cuzk_supervisor.core.units import GIB
+from cuzk_supervisor.core.units import GIB, fmt_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,17 +74,18 @@ def judge_vram(facts: GpuFacts, need_gib: float) -> CheckResult:
     if not facts.devices:
         return warn(name, "not checked: no GPU seen (see gpus)")
     need = need_gib * GIB
-    listing = ", ".join(f"GPU {d.index}: {gib(d.total_bytes)}" for d in facts.devices)
+    listing = ", ".join(f"GPU {d.index}: {fmt_bytes(d.total_bytes)}" for d in facts.devices)
     small = [d for d in facts.devices if d.total_bytes < need]
     if len(small) == len(facts.devices):
         return fail(name, f"every GPU has less than the {need_gib:g} GiB a proof needs: {listing}")
     if small:
-        low = ", ".join(f"GPU {d.index}: {gib(d.total_bytes)}" for d in small)
+        low = ", ".join(f"GPU {d.index}: {fmt_bytes(d.total_bytes)}" for d in small)
         return warn(name, f"below the {need_gib:g} GiB a proof needs, may fail proofs: {low}")
     busy = [d for d in facts.devices if d.free_bytes < need]
     if busy:
         held = ", ".join(
-            f"GPU {d.index}: {gib(d.free_bytes)} free of {gib(d.total_bytes)}" for d in busy
+            f"GPU {d.index}: {fmt_bytes(d.free_bytes)} free of {fmt_bytes(d.total_bytes)}"
+            for d in busy
         )
         return warn(name, f"less than {need_gib:g} GiB free (another process holds VRAM): {held}")
     return ok(name, f"{listing}; each ≥ the {need_gib:g} GiB a proof needs")
@@ -110,8 +111,8 @@ def judge_memory(
         cgroup = "no cgroup limit"
     else:
         where = f" at {facts.cgroup_dir}" if facts.cgroup_dir is not None else ""
-        cgroup = f"cgroup {gib(facts.cgroup_limit)} (v{facts.cgroup_version}{where})"
-    seen = f"host {gib(facts.host_total)}, {cgroup}"
+        cgroup = f"cgroup {fmt_bytes(facts.cgroup_limit)} (v{facts.cgroup_version}{where})"
+    seen = f"host {fmt_bytes(facts.host_total)}, {cgroup}"
     if isinstance(result, PlanRefusal):
         return fail(name, f"{seen}: plan refused: {result.reason}")
     detail = (
@@ -123,8 +124,8 @@ def judge_memory(
     if peak > result.limit.limit_bytes:
         return warn(
             name,
-            f"{detail}: peak by the rule {gib(peak)} > effective limit "
-            f"{gib(result.limit.limit_bytes)} (OOM risk){notes}",
+            f"{detail}: peak by the rule {fmt_bytes(peak)} > effective limit "
+            f"{fmt_bytes(result.limit.limit_bytes)} (OOM risk){notes}",
         )
     return ok(name, detail + notes)
 
@@ -144,7 +145,7 @@ def disk_need_words(need: DiskNeed) -> str:
     run already holds, and the scale when the sizes are the simulator's."""
     notes: list[str] = []
     if need.present_bytes and not need.params_verified:
-        notes.append(f"{gib(need.present_bytes)} already present")
+        notes.append(f"{fmt_bytes(need.present_bytes)} already present")
     if need.params_verified:
         notes.append("parameters verified by an earlier run")
     if need.pce_built:
@@ -154,8 +155,8 @@ def disk_need_words(need: DiskNeed) -> str:
     noted = f" ({'; '.join(notes)})" if notes else ""
     if not need.total_bytes:
         return f"needs nothing more{noted}"
-    parts = f"PCE files {gib(need.pce_bytes)} + parameters {gib(need.params_bytes)}"
-    return f"needs {gib(need.total_bytes)}: {parts}{noted}"
+    parts = f"PCE files {fmt_bytes(need.pce_bytes)} + parameters {fmt_bytes(need.params_bytes)}"
+    return f"needs {fmt_bytes(need.total_bytes)}: {parts}{noted}"
 
 
 def judge_disk(facts: DiskFacts) -> CheckResult:
@@ -172,8 +173,8 @@ def judge_disk(facts: DiskFacts) -> CheckResult:
         )
     needs = disk_need_words(facts.need)
     if facts.free_bytes < facts.need.total_bytes:
-        return fail(name, f"only {gib(facts.free_bytes)} free at {where}, {needs}")
-    return ok(name, f"{gib(facts.free_bytes)} free at {where}, writable; {needs}")
+        return fail(name, f"only {fmt_bytes(facts.free_bytes)} free at {where}, {needs}")
+    return ok(name, f"{fmt_bytes(facts.free_bytes)} free at {where}, writable; {needs}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,5 +285,5 @@ def judge_c1(
     name = "c1_file"
     if error is not None or size is None:
         return fail(name, error or f"cannot read C1 file {path}")
-    sector = f", sector size {gib(sector_size)}" if sector_size else ""
+    sector = f", sector size {fmt_bytes(sector_size)}" if sector_size else ""
     return ok(name, f"{path}: {size / 1e6:.1f} MB, readable and well-formed{sector}")

@@ -10,7 +10,6 @@ from enum import StrEnum
 from typing import Any
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.core.units import GIB
 
 # --- figures ----------------------------------------------------------------------------------
 
@@ -72,11 +71,3 @@ def report(results: Sequence[CheckResult]) -> dict[str, Any]:
         "exit_code": exit_code(results),
         "checks": [r.to_dict() for r in results],
     }
-
-
-def gib(n_bytes: float) -> str:
-    """``"24 GiB"`` for (nearly) whole GiB, one decimal otherwise; MiB below 1 GiB."""
-    if abs(n_bytes) < GIB:
-        return f"{n_bytes / (1 << 20):.1f} MiB"
-    value = n_bytes / GIB
-    return f"{round(value)} GiB" if abs(value - round(value)) < 0.05 else f"{value:.1f} GiB"
