@@ -149,8 +149,9 @@ class HealthServer:
                 "(setting health_listen; health_enabled=false turns the server off)"
             ) from exc
         for listening in self._server.sockets:
-            # A deeper kernel queue than asyncio's accept batch (it passes one number for both).
-            with listening.dup() as same:
+            # A deeper kernel queue than asyncio's accept batch (it passes one number for both);
+            # best effort: without it the server still serves, with the shallower queue.
+            with contextlib.suppress(OSError), listening.dup() as same:
                 same.listen(LISTEN_BACKLOG)
         self.port = int(self._server.sockets[0].getsockname()[1])  # the real one when 0 was asked
         self.heartbeat.beat()
