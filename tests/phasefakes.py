@@ -33,7 +33,7 @@ from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK
 from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy
 from cuzk_supervisor.core.units import GIB
-from cuzk_supervisor.daemon.keeper import KeeperOutcome
+from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
 from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.machine import Lifecycle
 from cuzk_supervisor.lifecycle.reporting import Reporter
@@ -201,7 +201,7 @@ class FakeDaemon:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.keeper = None
+        self.keeper: DaemonKeeper | None = None
         self.source = "benchdaemon"
         self.workers: int | None = None
         self.calls: list[tuple[str, int]] = []

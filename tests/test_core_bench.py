@@ -287,7 +287,14 @@ def test_an_interrupted_batch_then_a_new_stretch_measures_the_model(
     offset = before[-1] + 500
     fresh = [offset + t for t in simulate_closed_loop(workers, gw, concurrency, after)]
     stretches = [
-        Stretch(workers, concurrency, 0.0, tuple(before), cut + concurrency, "daemon crashed"),
+        Stretch(
+            workers,
+            concurrency,
+            0.0,
+            tuple(before),
+            cut + concurrency,
+            interrupted="daemon crashed",
+        ),
         Stretch(workers, concurrency, offset, tuple(fresh), after),
     ]
     m = choose_measurement(stretches, BenchPolicy(concurrency=concurrency))

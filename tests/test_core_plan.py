@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 import pytest
 from hypothesis import assume, given
@@ -108,6 +109,7 @@ def test_100_gib_cgroup_on_2_tb_host_plans_from_100_gib():
     as_host = plan_workers(PlanInputs(100 * GIB, None, gpu_ok), DEFAULT)
     # The measured peak at 1 worker is 104 GiB (cuzk.md §3): refusing 100 GiB is right.
     assert isinstance(result, PlanRefusal)
+    assert isinstance(as_host, PlanRefusal)
     assert result.limit.bound_by == "cgroup"
     assert result.limit.bound_bytes == 100 * GIB
     assert result.limit.limit_bytes == as_host.limit.limit_bytes == 75 * GIB
@@ -224,6 +226,7 @@ def test_a_lower_cgroup_limit_never_more_workers(host, a, b):
 def test_workers_fit_and_are_clamped(host, cgroup, policy):
     result = plan_workers(PlanInputs(host, cgroup), policy)
     assume(isinstance(result, WorkerPlan))
+    assert isinstance(result, WorkerPlan)  # assume() does not narrow the type
     w = result.full_workers
     assert 1 <= w <= policy.max_workers
     peak = math.ceil(policy.base_gib * GIB) + w * math.ceil(policy.per_worker_gib * GIB)
@@ -238,6 +241,7 @@ def test_workers_fit_and_are_clamped(host, cgroup, policy):
 def test_total_budget_default_within_limit_and_enough_for_w_partitions(host, cgroup):
     result = plan_workers(PlanInputs(host, cgroup), DEFAULT)
     assume(isinstance(result, WorkerPlan))
+    assert isinstance(result, WorkerPlan)  # assume() does not narrow the type
     budget = result.total_budget_gib * GIB
     assert budget <= result.limit.limit_bytes
     # With the default figures 70 + 14 W ≤ 69 + 20 W for every W ≥ 1, so it is never cut.
@@ -249,6 +253,7 @@ def test_total_budget_default_within_limit_and_enough_for_w_partitions(host, cgr
 def test_total_budget_never_above_limit_and_cut_only_with_a_note(host, cgroup, policy):
     result = plan_workers(PlanInputs(host, cgroup), policy)
     assume(isinstance(result, WorkerPlan))
+    assert isinstance(result, WorkerPlan)  # assume() does not narrow the type
     need = math.ceil(
         policy.srs_gib + policy.pce_gib + result.full_workers * policy.budget_partition_gib
     )
@@ -346,7 +351,9 @@ def test_override_skips_the_memory_refusal_but_not_the_gpu_refusal():
 
 def test_config_values_make_a_daemon_config_that_checks():
     p = plan(384, gpu_vram_total_bytes=gpu_ok)
-    values = DaemonConfigValues(**p.config_values(), listen="127.0.0.1:9820")
+    # config_values() is a dict[str, int]; spread as keyword arguments it is typed loosely.
+    config: dict[str, Any] = p.config_values()
+    values = DaemonConfigValues(**config, listen="127.0.0.1:9820")
     assert (values.partition_workers, values.total_budget_gib, values.max_parallel_synthesis) == (
         10,
         210,
@@ -491,8 +498,10 @@ def test_step_down_starts_from_the_workers_that_ran_out_of_memory():
 
     policy = MemoryPolicy()
     plan = plan_workers(PlanInputs(host_total_bytes=512 * 2**30), policy)
+    assert isinstance(plan, WorkerPlan)
     assert plan.full_workers == 12
     # OOM during the warmup at 2 workers: 11 would only fail again; the next plan is 1.
     stepped = step_down(plan, "oom in warmup", policy, running_workers=2)
+    assert isinstance(stepped, WorkerPlan)
     assert stepped.full_workers == 1
     assert isinstance(step_down(stepped, "again", policy, running_workers=1), GiveUpOOM)

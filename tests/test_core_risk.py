@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
-from cuzk_supervisor.core.plan import GiveUpOOM, WorkerPlan, plan_workers, step_down
+from cuzk_supervisor.core.plan import GiveUpOOM, PlanRefusal, WorkerPlan, plan_workers, step_down
 from cuzk_supervisor.core.risk import (
     MemorySample,
     RiskAssessment,
@@ -239,6 +239,7 @@ def test_time_to_limit_property_for_linear_growth(start, per_s, n):
     ]
     a = assess_risk(samples, LIMIT, OK, RiskPolicy(trend_window_s=1000.0))
     assert a.slope_bytes_per_s == pytest.approx(per_s * LIMIT, rel=1e-3, abs=16.0)
+    assert a.slope_bytes_per_s is not None
     expected = max(0, LIMIT - samples[-1].used_bytes) / a.slope_bytes_per_s
     assert a.seconds_to_limit == pytest.approx(expected)
 
@@ -395,8 +396,9 @@ def test_step_down_by_is_a_field_and_never_goes_below_one():
 )
 def test_step_down_always_ends_in_give_up_within_bounded_steps(host_gib, by):
     policy = MemoryPolicy(step_down_by=by)
-    plan: WorkerPlan | GiveUpOOM = full_plan(host_gib)
-    start = plan.full_workers
+    first = full_plan(host_gib)
+    start = first.full_workers
+    plan: WorkerPlan | GiveUpOOM = first
     steps = 0
     while isinstance(plan, WorkerPlan):
         before = plan.full_workers
@@ -409,6 +411,7 @@ def test_step_down_always_ends_in_give_up_within_bounded_steps(host_gib, by):
 
 def test_a_budget_note_does_not_outlive_the_step_down_that_fixes_it():
     # An override of 14 on 256 GiB (192 GiB limit): 70 + 14 × 14 = 266 GiB is cut to 192.
+    plan: WorkerPlan | PlanRefusal | GiveUpOOM
     plan = plan_workers(PlanInputs(256 * GIB, workers_override=14), MEMORY)
     assert isinstance(plan, WorkerPlan)
     assert any(n.startswith("total_budget ") for n in plan.notes)

@@ -34,7 +34,7 @@ from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.adapters.proving import ProvingClient
 from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 from cuzk_supervisor.address import parse_address
-from cuzk_supervisor.core.exits import ExitKind
+from cuzk_supervisor.core.exits import DaemonExit, ExitKind
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.sim.c1 import write_c1
@@ -61,12 +61,14 @@ async def _kill_while_proving(tmp_path, c1_request):
     settings = sim_settings(tmp_path)
     values = sim_values(tmp_path)
     keeper = DaemonKeeper(settings, values, FAST_RESTARTS)
-    exits = []
+    exits: list[DaemonExit] = []
     keeper.add_exit_listener(exits.append)
     run = asyncio.create_task(keeper.run())
     try:
         await asyncio.wait_for(keeper.wait_ready(), 30)
+        assert keeper.current is not None
         first_pid = keeper.current.pid
+        assert first_pid is not None
         async with ProvingClient(parse_address(values.listen), CLIENT) as client:
             proof = asyncio.create_task(client.prove(c1_request, budget_s=60))
             await apoll_until(lambda: _proving(client), 20, what="proof in progress")
@@ -107,7 +109,7 @@ async def test_sim_oom_kill_with_counter_bump_is_classified_oom_killed(tmp_path,
     )
     values = sim_values(tmp_path)
     keeper = DaemonKeeper(settings, values, FAST_RESTARTS)
-    exits = []
+    exits: list[DaemonExit] = []
     keeper.add_exit_listener(exits.append)
     run = asyncio.create_task(keeper.run())
     try:

@@ -179,7 +179,7 @@ async def test_a_measured_fit_steps_down_to_what_fits_and_sets_the_plateau():
         assessment=SimpleNamespace(limit_bytes=960 * MIB, used_bytes=930 * MIB,
                                    slope_bytes_per_s=None),
     )  # fmt: skip
-    step = StepDown(daemon=daemon, watch=watch, signals=signals, progress=progress,  # type: ignore[arg-type]
+    step = StepDown(daemon=daemon, watch=watch, signals=signals, progress=progress,
                     memory_policy=policy, active_partitions=lambda: 10)  # fmt: skip
     signals.flag_trouble("memory critical")
     with capture_logs() as logs:
@@ -200,7 +200,7 @@ async def test_a_step_down_before_any_daemon_only_changes_the_plan():
     daemon = FakeDaemon(World())
     watch = SimpleNamespace(policy=RiskPolicy(), base_bytes=None, plateau_bytes=1,
                             assessment=None, acknowledge=lambda: None)  # fmt: skip
-    step = StepDown(daemon=daemon, watch=watch, signals=Signals(), progress=Progress(),  # type: ignore[arg-type]
+    step = StepDown(daemon=daemon, watch=watch, signals=Signals(), progress=Progress(),
                     memory_policy=policy,
                     active_partitions=lambda: pytest.fail("asked"))  # fmt: skip
     new, fit = await step.next_plan(plan, "cause")
@@ -283,7 +283,7 @@ async def test_a_report_waits_for_the_manager_under_its_policy():
             raise failures.pop()
         return await FakeManager.send(rig.manager, report, stop_s=stop_s)
 
-    rig.manager.send = send  # type: ignore[method-assign]
+    rig.manager.send = send
     with capture_logs() as logs:
         await rep.running()
     assert [e["event"] for e in logs].count("manager.report_waiting") == 2
@@ -297,7 +297,7 @@ async def test_a_report_the_manager_rejects_is_logged_and_given_up():
     async def send(report: Report, *, stop_s: float | None = None) -> Report:
         raise ManagerRejected(report.kind, 400, "bad uuid")
 
-    rig.manager.send = send  # type: ignore[method-assign]
+    rig.manager.send = send
     report = Report(kind=RUNNING, uuid=UUID)
     with capture_logs() as logs:
         done = await rep.send(report)
@@ -325,7 +325,7 @@ async def test_a_ping_answered_404_marks_the_instance_gone():
     async def running(uuid: str, *, stop_s: float | None = None) -> None:
         raise InstanceGone("running", uuid, "no such instance")
 
-    rig.manager.running = running  # type: ignore[method-assign]
+    rig.manager.running = running
     assert await rep.ping(stop_s=1.0) is False
     assert rig.signals.gone_reason == "/running answered: no such instance"
     assert not rep.ping_due()

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+from collections.abc import Mapping, MutableMapping, Sequence
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
-from phasefakes import UUID, MemoryStore, build, snapshot, stretch, trouble_in_bench
+from phasefakes import UUID, MemoryStore, Rig, build, snapshot, stretch, trouble_in_bench
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
@@ -33,7 +35,7 @@ ALL_PHASES = ["register", "params", "plan", "warmup", "restart", "settle", "benc
               "run"]  # fmt: skip
 
 
-def events(logs: list[dict], name: str) -> list[dict]:
+def events(logs: Sequence[Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
     return [e for e in logs if e["event"] == name]
 
 
@@ -143,6 +145,7 @@ async def test_the_run_phase_keeps_going_until_the_manager_kills_the_instance():
     assert ("workers_kept", 0) in rig.daemon.calls
     assert rig.manager.kinds() == [PARAM_DONE, BENCH_DONE, RUNNING]
     assert rig.daemon.stopped
+    assert rig.store.state.verdict is not None
     assert rig.store.state.verdict["exit_code"] == exitcodes.INSTANCE_GONE
 
 
@@ -188,7 +191,7 @@ async def test_a_signal_in_the_run_phase_ends_the_phases_with_nothing_left_unhea
 # --- each phase failing ----------------------------------------------------------------------
 
 
-async def _fails(rig, code: int, phase: str) -> list[dict]:
+async def _fails(rig: Rig, code: int, phase: str) -> list[MutableMapping[str, Any]]:
     with capture_logs() as logs:
         assert await rig.run() == code
     assert rig.phases[-1] == phase
@@ -222,6 +225,7 @@ async def test_a_plan_refused_for_memory_is_out_of_memory_and_stands():
     await _fails(rig, exitcodes.OUT_OF_MEMORY, "plan")
     assert rig.manager.rates() == [0.0]
     verdict = rig.store.state.verdict
+    assert verdict is not None
     assert verdict["exit_code"] == exitcodes.OUT_OF_MEMORY
     assert verdict["reason"].startswith("plan refused: ")
 
@@ -250,6 +254,7 @@ async def test_a_proof_that_keeps_failing_is_bench_failed_and_stands(phase):
         exitcodes.BENCH_FAILED, f"{phase} proof failed 3 times; last: boom")]  # fmt: skip
     await _fails(rig, exitcodes.BENCH_FAILED, phase)
     assert rig.manager.rates() == [0.0]
+    assert rig.store.state.verdict is not None
     assert rig.store.state.verdict["reason"] == f"{phase} proof failed 3 times; last: boom"
 
 
@@ -260,6 +265,7 @@ async def test_a_bench_without_a_completed_proof_reports_rate_0():
     assert events(logs, "bench.result")[0]["completed"] == 0
     assert rig.manager.rates() == [0.0]
     assert rig.store.state.bench[-1].completed == 0
+    assert rig.store.state.verdict is not None
     assert "no benchmark proof completed" in rig.store.state.verdict["reason"]
 
 
@@ -271,6 +277,7 @@ async def test_a_rate_below_min_rate_is_bench_failed_without_running():
     assert rig.manager.kinds() == [PARAM_DONE, BENCH_DONE]  # no rate-0 after the verdict
     (failed,) = events(logs, "bench.failed")
     assert failed["min_rate"] == 1000.0
+    assert rig.store.state.verdict is not None
     assert "below min_rate" in rig.store.state.verdict["reason"]
 
 
@@ -308,6 +315,7 @@ async def test_memory_trouble_in_the_warmup_steps_down_and_warms_up_again():
     assert rig.daemon.calls[:3] == [("start", 2), ("forget_failures", 2), ("replace", 1)]
     assert rig.machine.progress.step_downs == 1
     assert rig.watch.acknowledged == 1
+    assert rig.store.state.plan is not None
     assert rig.store.state.plan["step_downs"] == ["memory critical: headroom 2%"]
     assert rig.machine.signals.acted.is_set()
     assert not rig.machine.signals.trouble.is_set()
@@ -334,6 +342,7 @@ async def test_memory_trouble_at_one_worker_is_out_of_memory_and_stands():
     rig.proofs.script["warmup"] = [MemoryTrouble("daemon OOM-killed (signal 9)")]
     await _fails(rig, exitcodes.OUT_OF_MEMORY, "warmup")
     verdict = rig.store.state.verdict
+    assert verdict is not None
     assert verdict["exit_code"] == exitcodes.OUT_OF_MEMORY
     assert verdict["reason"].startswith("out of memory: out of memory at 1 partition worker")
     assert rig.manager.rates() == [0.0]
@@ -354,6 +363,7 @@ async def test_memory_trouble_in_the_run_phase_steps_down_and_keeps_running():
     rig.on_entering("run", trouble_then_kill)
     assert await rig.run() == exitcodes.INSTANCE_GONE
     assert rig.daemon.calls[-2:] == [("forget_failures", 6), ("replace", 5)]
+    assert rig.machine.plan is not None
     assert rig.machine.plan.full_workers == 5
 
 
@@ -383,6 +393,7 @@ async def test_a_kill_in_any_phase_ends_the_instance_with_7_and_nothing_more_rep
     assert gone["reason"] == "killed by the manager: test"
     assert not events(logs, "lifecycle.failed")
     assert rig.daemon.stopped
+    assert rig.store.state.verdict is not None
     assert rig.store.state.verdict["exit_code"] == exitcodes.INSTANCE_GONE
     assert rig.store.state.failures[-1] == "instance gone: killed by the manager: test"
 
@@ -395,6 +406,7 @@ async def test_a_kill_found_before_the_bench_report_sends_no_rate():
     assert rig.manager.kinds() == [PARAM_DONE]
     reason = "killed by the manager: too slow"
     assert events(logs, "manager.instance_gone")[0]["reason"] == reason
+    assert rig.store.state.verdict is not None
     assert rig.store.state.verdict["reason"] == f"instance gone: {reason}"
 
 

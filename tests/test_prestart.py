@@ -446,8 +446,8 @@ def test_the_disk_need_counts_what_is_already_there(tmp_path: Path) -> None:
     assert prestart.disk_needed(simulated, None) == 125 * GIB // 1024  # simulated sizes
 
 
-def settings_state(**fields: bool) -> SupervisorState:
-    return SupervisorState(**fields)
+def settings_state(*, params_verified: bool = False, pce_ready: bool = False) -> SupervisorState:
+    return SupervisorState(params_verified=params_verified, pce_ready=pce_ready)
 
 
 def test_the_state_a_previous_run_left_is_read_without_touching_it(tmp_path: Path) -> None:

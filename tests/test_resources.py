@@ -352,7 +352,7 @@ def test_sampler_with_no_proc_files_and_missing_cgroup_files(tmp_path: Path) -> 
     empty = tmp_path / "empty"
     empty.mkdir()
     for version in (1, 2):
-        loc = CgroupLocation(version, empty, empty)  # type: ignore[arg-type]
+        loc = CgroupLocation(version, empty, empty)
         snap = sampler_for(tmp_path, cgroup=loc).sample()
         assert snap.cgroup_version == version
         assert (snap.cgroup_limit, snap.cgroup_usage, snap.cgroup_working_set) == (None,) * 3
@@ -382,7 +382,7 @@ def test_read_oom_kill_count_v1_and_missing() -> None:
 
 
 def snapshot(**kw: object) -> MemorySnapshot:
-    base: dict[str, object] = dict.fromkeys(MemorySnapshot.__slots__)  # type: ignore[arg-type]
+    base: dict[str, object] = dict.fromkeys(MemorySnapshot.__slots__)
     base.update(timestamp=0.0, host_total=100 * GIB, host_available=90 * GIB, host_used=10 * GIB)
     base["daemon_processes"] = 0
     base.update(kw)

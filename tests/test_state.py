@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from cuzk_supervisor.adapters import files
 from cuzk_supervisor.adapters.files import FileOps
 from cuzk_supervisor.adapters.state import (
+    Loaded,
     StateFolderUnsafe,
     StateKeeper,
     StateStore,
@@ -263,7 +264,7 @@ def test_short_writes_are_completed(tmp_path):
 # --- bad files are moved aside ------------------------------------------------------------------
 
 
-def assert_moved_aside(store: StateStore, original: bytes, problem_part: str) -> None:
+def assert_moved_aside(store: StateStore, original: bytes | None, problem_part: str) -> None:
     with capture_logs() as logs:
         loaded = store.load_detailed()
     assert loaded.status == "recovered"
@@ -340,6 +341,8 @@ def test_a_second_corrupt_file_in_the_same_second_gets_its_own_name(tmp_path):
     store.path.write_text("junk 2")
     second = store.load_detailed().moved_to
     assert first != second
+    assert first is not None
+    assert second is not None
     assert first.read_text() == "junk 1"
     assert second.read_text() == "junk 2"
 
@@ -394,13 +397,14 @@ def test_state_file_is_0600_and_its_folder_0750_under_umask_0(tmp_path):
 def test_a_fifo_as_the_state_file_is_moved_aside_without_blocking(tmp_path):
     store = store_at(tmp_path)
     os.mkfifo(store.path)
-    done: list[object] = []
+    done: list[Loaded] = []
     thread = threading.Thread(target=lambda: done.append(store.load_detailed()), daemon=True)
     thread.start()
     thread.join(5)
     assert not thread.is_alive(), "load blocked on the FIFO"
     (loaded,) = done
     assert loaded.status == "recovered"
+    assert loaded.problem is not None
     assert "FIFO" in loaded.problem
     assert loaded.moved_to is not None
     assert stat.S_ISFIFO(os.lstat(loaded.moved_to).st_mode)
