@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any
 
 import pytest
 from hypothesis import assume, given
@@ -351,9 +350,7 @@ def test_override_skips_the_memory_refusal_but_not_the_gpu_refusal():
 
 def test_config_values_make_a_daemon_config_that_checks():
     p = plan(384, gpu_vram_total_bytes=gpu_ok)
-    # config_values() is a dict[str, int]; spread as keyword arguments it is typed loosely.
-    config: dict[str, Any] = p.config_values()
-    values = DaemonConfigValues(**config, listen="127.0.0.1:9820")
+    values = DaemonConfigValues(**p.config_values(), listen="127.0.0.1:9820")
     assert (values.partition_workers, values.total_budget_gib, values.max_parallel_synthesis) == (
         10,
         210,

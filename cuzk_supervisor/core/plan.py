@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from cuzk_supervisor.core.memory import EffectiveLimit, MemoryPolicy, PlanInputs, effective_limit
 from cuzk_supervisor.core.units import GIB, MIB, fmt_gib, gib_to_bytes
+
+
+class PlanConfigValues(TypedDict):
+    """The daemon config values a plan decides (the rest of ``DaemonConfigValues`` is settings)."""
+
+    partition_workers: int
+    total_budget_gib: int
+    max_parallel_synthesis: int
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class WorkerPlan:
             f"{self.reason('full_workers')}"
         )
 
-    def config_values(self) -> dict[str, int]:
+    def config_values(self) -> PlanConfigValues:
         """The plan's part of ``DaemonConfigValues``: ``DaemonConfigValues(**plan.config_values(),
         listen=...)``. (Kept as a dict so this module imports nothing that does I/O.)"""
         return {
