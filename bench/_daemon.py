@@ -6,7 +6,9 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import _settings as cfg
 import psutil
@@ -34,13 +36,18 @@ FLOOD_OFFERED = 50_000
 FLOOD_PROBE = 200_000
 
 
-def _ready_with_pid(sup: SupervisorProc, seen: set[int], timeout: float) -> dict[str, object]:
+def _ready_with_pid(sup: SupervisorProc, seen: set[int], timeout: float) -> dict[str, Any]:
     """The next ``daemon.ready`` of DaemonProcess (it carries the pid) for a pid not seen yet."""
     return sup.wait_for(
         lambda e: e.get("event") == "daemon.ready" and "pid" in e and int(e["pid"]) not in seen,
         timeout,
         "daemon.ready of a new daemon",
     )
+
+
+def _exit_of(pid: int) -> Callable[[dict[str, Any]], bool]:
+    """Accepts the ``daemon.exited`` event of ``pid``."""
+    return lambda e: e.get("event") == "daemon.exited" and e.get("pid") == pid
 
 
 def crash_and_readiness(
@@ -71,7 +78,7 @@ def crash_and_readiness(
             killed_at = time.time()
             os.kill(pid, signal.SIGKILL)
             exited = sup.wait_for(
-                lambda e, pid=pid: e.get("event") == "daemon.exited" and e.get("pid") == pid,
+                _exit_of(pid),
                 30,
                 f"daemon.exited pid={pid}",
             )
@@ -170,7 +177,7 @@ def log_throughput(
         return [failed(name, "lines/s", f">= {FLOOD_TARGET:g}", f"counter {n1} -> {n2}")]
     rate = (n2 - n1) / (t2 - t1)
     cpu_pct = 100 * ((c2.user - c1.user) + (c2.system - c1.system)) / (t2 - t1)
-    numbers = []
+    numbers: list[int] = []
     for path in sorted((root / "log").glob("cuzk.log*")):
         numbers.extend(int(n) for n in FLOOD_RE.findall(path.read_bytes()))
     unique = set(numbers)

@@ -338,8 +338,8 @@ def main() -> int:
         f"{args.time_scale:g}, workers {args.workers}, critical below "
         f"{RiskPolicy().critical_enter_headroom:.0%} headroom"
     )
-    header = ("run", "outcome", "cross→crit", "burst→crit", "crit→step", "crit→stopped")
-    header += ("missed", "oom_kill", "acted first")
+    header: tuple[str, ...] = ("run", "outcome", "cross→crit", "burst→crit", "crit→step")
+    header += ("crit→stopped", "missed", "oom_kill", "acted first")
     print(
         f"{header[0]:>3} {header[1]:<16}{header[2]:>11}{header[3]:>11}{header[4]:>10}"
         f"{header[5]:>13}{header[6]:>7}{header[7]:>9}{header[8]:>12}"
