@@ -2,9 +2,10 @@
 
 import contextlib
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
+import pluggy
 import psutil
 import pytest
 
@@ -16,7 +17,9 @@ from managerhelpers import ManagerProcess
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     """A failed test's report shows how each supervisor it started ended and what it printed;
     without this a timeout in an end-to-end test says nothing about why."""
     outcome = yield
@@ -29,7 +32,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def manager(tmp_path: Path) -> Generator:
+def manager(tmp_path: Path) -> Generator[Callable[..., ManagerProcess], None, None]:
     """Start simulated managers (real processes) for an end-to-end test; all killed after."""
     managers: list[ManagerProcess] = []
 

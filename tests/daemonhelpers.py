@@ -98,6 +98,7 @@ class Supervisor:
             if not k.startswith(("CUZK_SIM_", "CUZK_SUPERVISOR_", "VAST_", "MIN_RATE"))
         }
         env = {**base, **(env or {})}
+        self.argv = argv
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.events: list[dict[str, Any]] = []
         self.plain_lines: list[str] = []
@@ -113,7 +114,7 @@ class Supervisor:
         status = "still running" if code is None else f"exit code {code}"
         with self._lock:
             lines = self.raw_lines[-tail:]
-        return f"{' '.join(self.proc.args)}\n{status}\n" + "\n".join(lines)
+        return f"{' '.join(self.argv)}\n{status}\n" + "\n".join(lines)
 
     def _read(self) -> None:
         assert self.proc.stderr is not None

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,8 @@ def start(folder: Path) -> bool:
 def read(folder: Path) -> dict[str, Any] | None:
     """What the probe recorded, or None while it runs."""
     try:
-        return json.loads((folder / RESULT).read_text())  # type: ignore[no-any-return]
+        result: dict[str, Any] = json.loads((folder / RESULT).read_text())
+        return result
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
@@ -84,7 +85,9 @@ async def _loop(listen: str) -> dict[str, Any]:
 
     events: list[dict[str, Any]] = []
 
-    def capture(logger: object, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    def capture(
+        logger: object, method: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
         events.append(dict(event_dict))
         raise structlog.DropEvent
 

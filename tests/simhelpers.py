@@ -19,6 +19,7 @@ or a wait for a log line (``SimProcess.wait_for_line``). The ``sim`` fixture in
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import os
 import random
@@ -31,7 +32,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import grpc
 
@@ -100,10 +101,14 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
 
 
 def poll_until(
-    check: Callable[[], T], timeout: float, interval: float = 0.02, what: str = "condition"
+    check: Callable[[], T | Literal[False] | None],
+    timeout: float,
+    interval: float = 0.02,
+    what: str = "condition",
 ) -> T:
     """Call ``check`` until it returns something truthy (returned); AssertionError after
-    ``timeout`` seconds. Exceptions from ``check`` count as "not yet"; the last one is shown."""
+    ``timeout`` seconds. Exceptions from ``check`` count as "not yet"; the last one is shown.
+    The result is never ``None`` or ``False``: ``lambda: cond and value`` types as ``value``."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -119,7 +124,10 @@ def poll_until(
 
 
 async def apoll_until(
-    check: Callable[[], Awaitable[T]], within: float, interval: float = 0.02, what: str = "it"
+    check: Callable[[], Awaitable[T | Literal[False] | None]],
+    within: float,
+    interval: float = 0.02,
+    what: str = "it",
 ) -> T:
     """``poll_until`` for a coroutine function (deadline ``within`` seconds), without blocking
     the event loop."""
@@ -149,7 +157,9 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot render {value!r} as TOML")
 
 
-def write_config(directory: Path, name: str = "cuzk.toml", **sections: Mapping[str, Any]) -> Path:
+def write_config(
+    directory: Path, name: str = "cuzk.toml", /, **sections: Mapping[str, Any]
+) -> Path:
     """Write a cuzk TOML config: ``write_config(tmp, synthesis={"partition_workers": 2})``."""
     lines = []
     for section, values in sections.items():
@@ -269,7 +279,7 @@ class SimProcess:
         return self._reader is not None and self._reader.is_alive()
 
     def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
+        assert isinstance(self.proc.stderr, io.BufferedReader)  # Popen's default buffering
         while chunk := self.proc.stderr.read1(65536):
             self._stderr += chunk
 
@@ -345,4 +355,8 @@ def submit_request(
         from cuzk_supervisor.sim.c1 import make_c1
 
         payload = make_c1(2_000) if kind == pb.POREP_SEAL_COMMIT else b""
-    return pb.SubmitProofRequest(request_id=request_id, proof_kind=kind, vanilla_proof=payload)
+    # ``kind`` is any number: tests send unknown ones (99) on purpose.
+    proof_kind = cast("pb.ProofKind", kind)
+    return pb.SubmitProofRequest(
+        request_id=request_id, proof_kind=proof_kind, vanilla_proof=payload
+    )

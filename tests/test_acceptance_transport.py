@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,9 @@ def submissions(sim: SimProcess, request_id: str) -> int:
 def captured_events() -> Iterator[list[dict[str, Any]]]:
     events: list[dict[str, Any]] = []
 
-    def capture(logger: object, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    def capture(
+        logger: object, method: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
         events.append(dict(event_dict))
         raise structlog.DropEvent
 

@@ -49,7 +49,7 @@ def test_the_reapers_spawn_filters_whatever_it_is_given(monkeypatch) -> None:
         proc = await reaper.spawn(
             "/usr/bin/env",
             stdout=asyncio.subprocess.PIPE,
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
         out, _ = await proc.communicate()
         return out.decode()

@@ -135,6 +135,7 @@ def test_the_old_flag_names_are_refused(old, c1_file, capsys):
 def test_the_help_names_the_shared_settings():
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
+    assert isinstance(sub.choices, dict)  # the subcommands' parsers by name
     text = sub.choices["prove"].format_help()
     for flag in (
         "--c1-file",

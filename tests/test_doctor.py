@@ -49,6 +49,11 @@ class Usage(NamedTuple):
     free: int
 
 
+def free_disk(free: int) -> Callable[[Path], Usage]:
+    """A ``disk_usage`` probe: a disk of ``free`` bytes, all of them free."""
+    return lambda path: Usage(free, 0, free)
+
+
 def write_c1(path: Path) -> Path:
     phase1 = base64.b64encode(b'{"registered_proof": "StackedDrg32GiBV1_1"}').decode()
     path.write_text(json.dumps({"SectorNum": 1, "Phase1Out": phase1, "SectorSize": 32 * GIB}))
@@ -227,9 +232,8 @@ def test_doctor_creates_no_folder_on_a_clean_machine(
         "daemon_param_cache": fresh / "data" / "zk" / "params",
     }
     before = sorted(machine.root.rglob("*"))
-    _, document = run_command(
-        machine, monkeypatch, capsys, **{name: str(path) for name, path in folders.items()}
-    )
+    overrides = {name: str(path) for name, path in folders.items()}
+    _, document = run_command(machine, monkeypatch, capsys, probes=machine.probes, **overrides)
     by_name = {row["name"]: row for row in document["checks"]}
     for name in ("state_dir", "run_dir", "log_dir"):
         assert by_name[name]["verdict"] == "ok"
@@ -363,11 +367,11 @@ def test_doctor_and_the_check_before_run_refuse_the_same_disk(machine: Machine, 
     need = prestart.disk_needed(s, prestart.previous_state(s))
     assert need == -(-(100 * GIB - 1000 * int(scale)) // int(scale))  # the PCE files are built
     for free, verdict in ((need, Verdict.OK), (need - 1, Verdict.FAIL)):
-        room = replace(machine.probes, disk_usage=lambda path, free=free: Usage(free, 0, free))
+        room = replace(machine.probes, disk_usage=free_disk(free))
         assert rows(doctor.run_checks(s, room))["disk"].verdict is verdict, (scale, free)
         refused = free < need
         try:
-            prestart.check_disk(s, lambda path, free=free: Usage(free, 0, free))
+            prestart.check_disk(s, free_disk(free))
         except UsageError:
             assert refused
         else:

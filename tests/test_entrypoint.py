@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -248,7 +249,9 @@ def _sim(sim_dir: Path) -> list[str]:
             "--health-listen", f"127.0.0.1:{free_tcp_port()}", "--bench-count", "2"]  # fmt: skip
 
 
-def _wait_for(check, timeout_s: float, what: str, proc: subprocess.Popen) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(
+    check: Callable[[], bool], timeout_s: float, what: str, proc: subprocess.Popen[bytes]
+) -> None:
     """Until ``check`` holds, failing at once if the process exits first."""
     poll_until(lambda: check() or proc.poll() is not None, timeout_s, interval=0.1, what=what)
     assert proc.poll() is None or check(), f"exited {proc.returncode} before {what}"
@@ -333,7 +336,7 @@ def test_sigterm_on_a_terminal_ends_143_with_the_summary_and_the_events_file_who
     try:
         os.set_blocking(master, False)
 
-        def drained_and(check) -> bool:  # type: ignore[no-untyped-def]
+        def drained_and(check: Callable[[], object]) -> bool:
             try:
                 while chunk := os.read(master, 65536):
                     chunks.append(chunk)

@@ -113,8 +113,10 @@ def _enclosing_forwarder(tree: ast.Module) -> dict[ast.AST, str]:
     """Each node inside a forwarder (function or class) mapped to the forwarder's name."""
     inside: dict[ast.AST, str] = {}
     for node in ast.walk(tree):
-        named = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-        if named and node.name in FORWARDERS:
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and node.name in FORWARDERS
+        ):
             for child in ast.walk(node):
                 inside[child] = node.name
     return inside

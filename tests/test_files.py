@@ -8,7 +8,7 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -102,7 +102,7 @@ def test_a_failed_write_leaves_no_temp_file_and_the_old_file(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
 
-def _no_hang(call, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+def _no_hang(call: Callable[[], object], timeout: float = 5.0) -> object:
     """Run ``call`` in a thread; fail (rather than hang the suite) if it blocks."""
     result: list[object] = []
 

@@ -338,9 +338,12 @@ async def test_add_line_from_another_thread_wakes_the_sender():
     async with running_shipper(settings) as (shipper, fake):
         # run() must own the loop already, so the thread has to hand the wake-up over.
         await wait_for(lambda: shipper.running)
-        worker = threading.Thread(
-            target=lambda: [shipper.add_line("supervisor", f"t{n}") for n in range(2)]
-        )
+
+        def add_two() -> None:
+            for n in range(2):
+                shipper.add_line("supervisor", f"t{n}")
+
+        worker = threading.Thread(target=add_two)
         worker.start()
         worker.join()
         await asyncio.wait_for(fake.received.wait(), 5.0)

@@ -13,6 +13,7 @@ import json
 import socket
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,7 @@ class FakeClock:
         return self.now
 
 
-def _failure_lines(logs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+def _failure_lines(logs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     """(event, level, call) of each line about a failed request."""
     events = ("manager.retry", "manager.unavailable")
     return [(e["event"], e["log_level"], e["call"]) for e in logs if e["event"] in events]

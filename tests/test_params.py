@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 from cuzk_supervisor.adapters.params import (
     ExpectedFile,
     ParamsFailed,
+    Progress,
     ensure_params,
     fetch_role,
     missing,
@@ -66,7 +67,7 @@ async def test_fetch_shows_progress_then_skips_next_time(tmp_path):
     folder = tmp_path / "params"
     sizes = {"a.params": 2_000_000, "b.vk": 1_000_000}
     expected = [ExpectedFile(n, s) for n, s in sizes.items()]
-    seen = []
+    seen: list[Progress] = []
     outcome = await ensure_params(
         folder, expected, _writer_command(tmp_path, sizes), timeout_s=60,
         progress_interval_s=0.1, on_progress=seen.append,
@@ -75,6 +76,7 @@ async def test_fetch_shows_progress_then_skips_next_time(tmp_path):
     assert len(seen) >= 3
     assert [p.done_bytes for p in seen] == sorted(p.done_bytes for p in seen)
     assert any(0 < (p.percent or 0) < 100 for p in seen)
+    assert outcome.progress is not None
     assert outcome.progress.done_bytes == sum(sizes.values())
     again = await ensure_params(folder, expected, "exit 1", timeout_s=60, progress_interval_s=0.1)
     assert not again.fetched

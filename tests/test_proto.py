@@ -174,8 +174,10 @@ def _local(full_name: str) -> str:
 
 def _type_of(field: FieldDescriptor) -> str:
     if field.type == FieldDescriptor.TYPE_ENUM:
+        assert field.enum_type is not None, field.full_name
         name = _local(field.enum_type.full_name)
     elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        assert field.message_type is not None, field.full_name
         name = _local(field.message_type.full_name)
     else:
         name = _SCALARS[field.type]
@@ -206,6 +208,7 @@ def _diff(kind: str, expected: dict[str, Any], actual: dict[str, Any]) -> list[s
     for name in sorted(expected.keys() & actual.keys()):
         if expected[name] != actual[name]:
             want, got = expected[name], actual[name]
+            detail: object
             if isinstance(want, dict):
                 keys = sorted(want.keys() | got.keys())
                 detail = {k: (want.get(k), got.get(k)) for k in keys if want.get(k) != got.get(k)}

@@ -6,9 +6,12 @@ registers nothing, reruns no bench, reports the verdict again in its logs and st
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 
 import pytest
+from daemonhelpers import Supervisor
 from lifecyclehelpers import lifecycle_env, reports, start_run
+from managerhelpers import ManagerProcess
 from simhelpers import poll_until
 
 from cuzk_supervisor import exitcodes
@@ -18,14 +21,18 @@ pytestmark = pytest.mark.slow
 RESTARTS = 2
 
 
-def restart_like_always(env: dict[str, str], mgr) -> None:
+def finished_or_exited(run: Supervisor) -> Callable[[], bool]:
+    """A check for ``poll_until``: ``run`` entered the ``finished`` phase or exited."""
+    return lambda: "finished" in run.phases() or run.proc.poll() is not None
+
+
+def restart_like_always(env: dict[str, str], mgr: ManagerProcess) -> None:
     """What the restart policy does after each exit: start the same container again. Each
     restart must settle in ``finished``; it is then stopped as an operator would stop it."""
     for _ in range(RESTARTS):
         run = start_run(env)
         try:
-            poll_until(lambda r=run: "finished" in r.phases() or r.proc.poll() is not None, 30,
-                       what="finished")  # fmt: skip
+            poll_until(finished_or_exited(run), 30, what="finished")
             assert run.proc.poll() is None, "a finished supervisor must stay up, not exit"
             assert run.phases() == ["finished"]
             (event,) = run.named("lifecycle.finished")

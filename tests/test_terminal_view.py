@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -29,12 +30,12 @@ from cuzk_supervisor.cli.viewtext import PHASES, describe, duration, exit_words,
 T0 = 1_800_000_000.0
 
 
-def ev(event: str, at: float = 0.0, level: str = "info", **fields):
+def ev(event: str, at: float = 0.0, level: str = "info", /, **fields: Any) -> dict[str, Any]:
     stamp = datetime.fromtimestamp(T0 + at, UTC).isoformat().replace("+00:00", "Z")
     return {"event": event, "level": level, "timestamp": stamp, **fields}
 
 
-def daemon_line(text: str, at: float = 0.0):
+def daemon_line(text: str, at: float = 0.0) -> dict[str, Any]:
     return ev("child.line", at, source="cuzk", stream="stdout", line=text)
 
 

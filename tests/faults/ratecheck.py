@@ -39,7 +39,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cuzk_supervisor.core.bench import steady_rate_per_s
@@ -166,6 +166,7 @@ def _proof(job: JobRecord, view: ClientView | None, reaction: str) -> Proof:
     completed = job.unix(_done(job))
     candidates = []
     if view is not None and view.landed is not None:
+        assert t.completed_s is not None, f"a proof is a completed job: {t}"
         candidates.append(view.landed + (t.completed_s - t.arrived_s) / job.time_scale)
     if view is not None and view.heard is not None:
         candidates.append(view.heard)
@@ -185,6 +186,7 @@ def rate_band(window: Sequence[Proof]) -> tuple[float, float]:
     scale = window[0].job.time_scale
     truth = [p.completed for p in window]
     shifts = [p.unknown_s for p in window]
+    corners: Iterable[Sequence[int]]
     if len(window) <= EXACT_BAND_MAX:
         corners = itertools.product((0, 1), repeat=len(window))
     else:  # larger windows: the two corners that move one half against the other

@@ -20,10 +20,10 @@ from typing import Any
 import psutil
 import pytest
 from daemonhelpers import Supervisor, processes_mentioning
+from faults.ratecheck import ClientView, Reported, judge
 from lifecyclehelpers import fake_cgroup as fake_cgroup_folder
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
 from managerhelpers import ManagerProcess
-from ratecheck import ClientView, Reported, judge
 from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes

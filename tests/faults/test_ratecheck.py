@@ -7,7 +7,7 @@ import heapq
 from dataclasses import dataclass
 
 import pytest
-from ratecheck import FEEDING_COST_MAX, ClientView, Reported, judge, replay
+from faults.ratecheck import FEEDING_COST_MAX, ClientView, Reported, judge, replay
 
 from cuzk_supervisor.core.bench import steady_rate_per_s
 from cuzk_supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
@@ -41,7 +41,9 @@ def bench_run(
     ``answer_late_s`` the daemon's own lateness in answering, ``land_s`` how long a submission
     takes to land (``fill_land_s`` for the first ``concurrency``), ``skew`` on the report."""
     pipe = Pipeline(slots, 2)
-    arrivals = [(100.0, seq, None) for seq in range(concurrency)]
+    arrivals: list[tuple[float, int, int | None]] = [
+        (100.0, seq, None) for seq in range(concurrency)
+    ]
     heapq.heapify(arrivals)
     admitted: dict[int, tuple[float, int | None]] = {}
     done: dict[int, float] = {}

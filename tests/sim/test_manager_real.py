@@ -10,7 +10,7 @@ import json
 import re
 import time
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,11 @@ def record(mgr: ManagerProcess, uuid: str) -> dict[str, Any]:
     found = mgr.instance(uuid)
     assert found is not None, f"{uuid} not in /status"
     return found
+
+
+def is_killed(mgr: ManagerProcess, uuid: str) -> Callable[[], bool]:
+    """A check for ``poll_until``: the record of ``uuid`` is in state ``killed``."""
+    return lambda: record(mgr, uuid)["state"] == "killed"
 
 
 def kills_of(mgr: ManagerProcess, uuid: str) -> list[dict[str, Any]]:
@@ -255,7 +260,7 @@ def test_records_the_platform_list_does_not_name_are_killed(
     live = {name: mgr.register(name) for name in ("C.101", "C.202", "box-3", "C.404404")}
     gone = {name: mgr.register(name) for name in ("C.505", "my-box", "C.202x")}
     for name, reg in gone.items():
-        poll_until(lambda reg=reg: record(mgr, reg["uuid"])["state"] == "killed", 10, what=name)
+        poll_until(is_killed(mgr, reg["uuid"]), 10, what=name)
         inst = record(mgr, reg["uuid"])
         assert inst["kill_reason"] == "instance disappeared from vast"
         assert [k["destroyed"] for k in kills_of(mgr, reg["uuid"])] == [False]
@@ -268,9 +273,7 @@ def test_records_the_platform_list_does_not_name_are_killed(
     # the instance goes away on the platform: its record follows at the next sweep
     write_platform(platform, [{"id": 101, "label": "C.101"}, {"id": 303, "label": "box-3"}])
     for name in ("C.202", "C.404404"):
-        poll_until(
-            lambda name=name: record(mgr, live[name]["uuid"])["state"] == "killed", 10, what=name
-        )
+        poll_until(is_killed(mgr, live[name]["uuid"]), 10, what=name)
     assert record(mgr, live["C.101"]["uuid"])["state"] == "registered"
     assert mgr.state()["platform"] == [
         {"id": 101, "label": "C.101", "machine_id": None},
