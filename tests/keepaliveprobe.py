@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,26 +77,18 @@ def log_tail(folder: Path) -> str:
 
 
 async def _loop(listen: str) -> dict[str, Any]:
-    import structlog
+    from structlog.testing import capture_logs
 
     from cuzk_supervisor.adapters.proving import ProvingClient
     from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
     from cuzk_supervisor.address import parse_address
 
-    events: list[dict[str, Any]] = []
-
-    def capture(
-        logger: object, method: str, event_dict: MutableMapping[str, Any]
-    ) -> MutableMapping[str, Any]:
-        events.append(dict(event_dict))
-        raise structlog.DropEvent
-
-    structlog.configure(processors=[capture])
-    async with ProvingClient(parse_address(listen), ProvingTimeouts()) as client:
-        # Its job never ends: the client awaits it (30 s calls) until the budget is spent.
-        started = time.monotonic()
-        result = await client.prove(submit_request("loop"), budget_s=LOOP_S)
-        elapsed = time.monotonic() - started
+    with capture_logs() as events:
+        async with ProvingClient(parse_address(listen), ProvingTimeouts()) as client:
+            # Its job never ends: the client awaits it (30 s calls) until the budget is spent.
+            started = time.monotonic()
+            result = await client.prove(submit_request("loop"), budget_s=LOOP_S)
+            elapsed = time.monotonic() - started
     retries = [e for e in events if e.get("event") == "proof.await_retry"]
     return {
         "elapsed_s": elapsed,

@@ -7,14 +7,14 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Callable, Iterator, MutableMapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
+from structlog.testing import capture_logs
 
 from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.adapters.proving import ProvingClient
@@ -46,25 +46,12 @@ def submissions(sim: SimProcess, request_id: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-@contextmanager
-def captured_events() -> Iterator[list[dict[str, Any]]]:
-    events: list[dict[str, Any]] = []
-
-    def capture(
-        logger: object, method: str, event_dict: MutableMapping[str, Any]
-    ) -> MutableMapping[str, Any]:
-        events.append(dict(event_dict))
-        raise structlog.DropEvent
-
-    old = structlog.get_config()["processors"]
-    structlog.configure(processors=[capture])
-    try:
-        yield events
-    finally:
-        structlog.configure(processors=old)
+def captured_events() -> AbstractContextManager[list[MutableMapping[str, Any]]]:
+    """Every event logged inside the block (structlog's own capture, no output)."""
+    return capture_logs()
 
 
-def retry_codes(events: list[dict[str, Any]], event: str = "proof.await_retry") -> list[str]:
+def retry_codes(events: Sequence[Mapping[str, Any]], event: str = "proof.await_retry") -> list[str]:
     return [e["code"] for e in events if e.get("event") == event]
 
 
