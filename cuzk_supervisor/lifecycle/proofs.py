@@ -28,6 +28,7 @@ from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.daemon.keeper import KeeperOutcome
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.lifecycle.benchrun import StretchRun
+from cuzk_supervisor.lifecycle.looplag import LoopLag
 from cuzk_supervisor.lifecycle.retries import Retry
 from cuzk_supervisor.lifecycle.shared import (
     DaemonRestarted,
@@ -69,6 +70,7 @@ class ProofRunner:
         retry: Retry,
         proof_budget_s: float | None,
         rate_time_scale: float,
+        loop_lag: Callable[[], LoopLag] = LoopLag,
     ) -> None:
         self._daemon = daemon
         self._client = client_factory
@@ -80,6 +82,7 @@ class ProofRunner:
         self._retry = retry
         self._proof_budget_s = proof_budget_s
         self._rate_time_scale = rate_time_scale
+        self._loop_lag = loop_lag
         self._request: pb.SubmitProofRequest | None = None
 
     # --- one proof ----------------------------------------------------------------------------
@@ -161,22 +164,24 @@ class ProofRunner:
             )
 
         request = self.c1_request()
-        try:
-            stretch = await self._watched(
-                lambda client: run.run(client, request, self._proof_budget_s, on_result)
-            )
-        except DaemonRestarted as restart:
-            stretch = run.stretch.interrupt(restart.cause)
-            log.warning("bench.interrupted", cause=restart.cause,
-                        completed=len(stretch.completions), lost=stretch.in_flight)  # fmt: skip
-            benchout(f"bench interrupted: {restart.cause}; {stretch.in_flight} proof(s) lost")
-            await self._daemon.ready()
-        except MemoryTrouble:
-            progress.stretch = run.stretch
-            raise
+        async with self._loop_lag() as lag:  # how late we ourselves woke while it ran
+            try:
+                stretch = await self._watched(
+                    lambda client: run.run(client, request, self._proof_budget_s, on_result)
+                )
+            except DaemonRestarted as restart:
+                stretch = run.stretch.interrupt(restart.cause)
+                log.warning("bench.interrupted", cause=restart.cause,
+                            completed=len(stretch.completions), lost=stretch.in_flight)  # fmt: skip
+                benchout(f"bench interrupted: {restart.cause}; {stretch.in_flight} proof(s) lost")
+                await self._daemon.ready()
+            except MemoryTrouble:
+                progress.stretch = run.stretch
+                raise
         progress.stretch = None
         log.info("bench.stretch_done", submitted=stretch.submitted,
-                 completed=len(stretch.completions), stopped=run.stop_reason)  # fmt: skip
+                 completed=len(stretch.completions), stopped=run.stop_reason,
+                 loop_lag_max_ms=round(lag.worst_s * 1000, 1))  # fmt: skip
         return stretch
 
     # --- inside -------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ asks the two questions the rate is for (issue 10: it must be the pipeline's stea
     flight submits one for each answer) and when it entered the pipeline. The pipeline is
     replayed from the record as a closed loop (``sim.pipeline.Pipeline``; with the recorded
     reactions it must reproduce the daemon's completions), then again with every reaction capped
-    at an allowance for scheduling (``NOISE_S``, plus ``NOISE_FACTOR`` times the daemon's own
-    worst lateness in answering in the window: how slow the machine was then). The window's rate
+    at an allowance for scheduling (``NOISE_S``, plus ``NOISE_FACTOR`` times how slow the machine
+    was then, (c)). The window's rate
     in the second replay is what a prompt supervisor would have measured; the rate the daemon
     delivered may differ from it by at most ``FEEDING_COST_MAX`` (a late submission can bend a
     short window either way). The timeline's ``starved_s`` (how long a synthesis slot was free
@@ -31,7 +31,10 @@ asks the two questions the rate is for (issue 10: it must be the pipeline's stea
 
 (c) The machine being slow is neither: the daemon answering late delays the next submission but
     is kept in the prompt replay (reactions count from the answer), and the machine's lateness
-    widens the band of (a) and the allowance of (b).
+    widens the band of (a) and the allowance of (b). Its lateness is seen from both sides: the
+    daemon's worst answering lateness in the window, and the supervisor's own, the worst
+    lateness of its event loop's wake-ups while the stretch ran (``bench.stretch_done``
+    ``loop_lag_max_ms``): a starved supervisor is a loaded machine, and it says so in its log.
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ NOISE_S = 0.02
 """(b): real seconds per submission that carrying an answer to the client and the next
 submission back may take on a loaded machine (transport, two processes' scheduling)."""
 NOISE_FACTOR = 2.0
-"""(b): the allowance grows by this many times the daemon's own worst answering lateness in the
-window (the supervisor and the transport share the loaded machine with it)."""
+"""(b): the allowance grows by this many times the machine's lateness: the worse of the daemon's
+answering lateness in the window and the supervisor's own loop lag (the supervisor and the
+transport share the loaded machine with the daemon)."""
 FEEDING_COST_MAX = 0.02
 """(b): how far the rate the daemon delivered may be from a prompt supervisor's."""
 EXACT_BAND_MAX = 12
@@ -295,9 +299,10 @@ def judge(
     reported: Reported,
     *,
     feeding: bool = True,
+    client_lag_s: float = 0.0,
 ) -> Verdict:
     """(a) and, with ``feeding``, (b) of the module's docstring; ``bench``: the job ids
-    submitted in the bench."""
+    submitted in the bench; ``client_lag_s``: the supervisor's worst loop lag in the bench."""
     verdict = Verdict(reported.rate)
     if reported.proofs < 2:
         verdict.problems.append(f"(a) a rate from {reported.proofs} proof(s) is no steady rate")
@@ -320,14 +325,14 @@ def judge(
             f"+-{RATE_TOLERANCE:.0%}"
         )
     if feeding:
-        _judge_feeding(verdict, groups[window[0].job.pid])
+        _judge_feeding(verdict, groups[window[0].job.pid], client_lag_s)
     return verdict
 
 
-def _judge_feeding(verdict: Verdict, group: Sequence[JobRecord]) -> None:
+def _judge_feeding(verdict: Verdict, group: Sequence[JobRecord], client_lag_s: float) -> None:
     window = verdict.window
     scale = window[0].job.time_scale
-    late = max(_answer_late_s(p.job) for p in window)
+    late = max(client_lag_s, *(_answer_late_s(p.job) for p in window))
     verdict.allowance_s = NOISE_S + NOISE_FACTOR * late
     seqs = [p.job.times.seq for p in window]
     jobs = {j.times.seq: j for j in group}

@@ -518,9 +518,13 @@ def _check_rate(context: Ctx, *, feeding: bool) -> None:
             elif name == "proof.completed":
                 views[job] = replace(views.get(job, ClientView()), heard=_unix(event))
     reported = Reported(result["rate"], how["proofs"], how["interval_s"])
+    # How late the supervisor's own loop woke in the bench: the machine's load, on its side.
+    lags = [e.get("loop_lag_max_ms", 0.0) for run in context.runs
+            for e in run.named("bench.stretch_done")]  # fmt: skip
     verdict = judge(
-        read_timeline(context.tmp / TIMELINE), views, bench_ids, reported, feeding=feeding
-    )
+        read_timeline(context.tmp / TIMELINE), views, bench_ids, reported, feeding=feeding,
+        client_lag_s=max(lags, default=0.0) / 1000,
+    )  # fmt: skip
     assert not verdict.problems, verdict.describe()
 
 

@@ -7,7 +7,15 @@ import heapq
 from dataclasses import dataclass
 
 import pytest
-from faults.ratecheck import FEEDING_COST_MAX, ClientView, Reported, judge, replay
+from faults.ratecheck import (
+    FEEDING_COST_MAX,
+    NOISE_FACTOR,
+    NOISE_S,
+    ClientView,
+    Reported,
+    judge,
+    replay,
+)
 
 from cuzk_supervisor.core.bench import steady_rate_per_s
 from cuzk_supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
@@ -124,6 +132,17 @@ def test_a_supervisor_submitting_late_fails_b() -> None:
 def test_a_supervisor_waiting_out_a_cut_call_fails_b() -> None:
     """A result heard only when a cut await is retried after a backoff (300 ms)."""
     assert [p[:11] for p in check(bench_run(react_s=0.3))] == ["(b) feeding"]
+
+
+def test_a_starved_supervisor_is_a_loaded_machine_not_a_late_one() -> None:
+    """60 ms late on every submission fails (b), unless the supervisor's own loop woke that late
+    in the bench (its loop lag): then the machine was starving it, as (c) allows for."""
+    run = bench_run(react_s=0.06)
+    lagging = judge(run.jobs, run.views, run.bench, run.reported, client_lag_s=0.03)
+    assert lagging.problems == []
+    assert lagging.allowance_s == pytest.approx(NOISE_S + NOISE_FACTOR * 0.03)
+    barely = judge(run.jobs, run.views, run.bench, run.reported, client_lag_s=0.005)
+    assert [p[:11] for p in barely.problems] == ["(b) feeding"]
 
 
 def test_without_the_feeding_check_only_the_measurement_is_judged() -> None:
