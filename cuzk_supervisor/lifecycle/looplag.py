@@ -11,10 +11,11 @@ itself was starved can be told from a slow machine.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from types import TracebackType
+
+from cuzk_supervisor.lifecycle.shared import cancel_and_wait
 
 INTERVAL_S = 0.05
 """Between wake-ups: 20 a second, a few microseconds each."""
@@ -44,9 +45,7 @@ class LoopLag:
         tb: TracebackType | None,
     ) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _watch(self) -> None:
