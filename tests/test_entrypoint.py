@@ -257,6 +257,19 @@ def _wait_for(
     assert proc.poll() is None or check(), f"exited {proc.returncode} before {what}"
 
 
+def _sigterm_in_the_run_phase(proc: subprocess.Popen[bytes], err: Path) -> int:
+    """SIGTERM once the events on ``err`` reach the run phase; the exit code (killed if the
+    test fails before it ends)."""
+    try:
+        _wait_for(lambda: '"phase": "run"' in err.read_text(), 180, "run phase", proc)
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.slow
 def test_sigterm_in_the_run_phase_ends_143_with_the_last_lines_whole(tmp_path: Path) -> None:
     """Off a terminal: the JSON events on stderr, sim's own lines on stdout (a pipe, so
@@ -265,14 +278,7 @@ def test_sigterm_in_the_run_phase_ends_143_with_the_last_lines_whole(tmp_path: P
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen(_sim(tmp_path / "sim"), stdout=stdout, stderr=stderr,
                                 stdin=subprocess.DEVNULL, env=clean_env(), cwd=REPO)  # fmt: skip
-        try:
-            _wait_for(lambda: '"phase": "run"' in err.read_text(), 180, "run phase", proc)
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        code = _sigterm_in_the_run_phase(proc, err)
     assert code == 128 + signal.SIGTERM
     text = err.read_text()
     assert text.endswith("\n")
@@ -307,14 +313,7 @@ def test_a_run_with_the_health_server_off_never_loads_prometheus_client(tmp_path
     with err.open("wb") as stderr:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr,
                                 stdin=subprocess.DEVNULL, env=env, cwd=REPO)  # fmt: skip
-        try:
-            _wait_for(lambda: '"phase": "run"' in err.read_text(), 180, "run phase", proc)
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        code = _sigterm_in_the_run_phase(proc, err)
     text = err.read_text()
     assert "IMPORTED prometheus_client" not in text
     assert code == 128 + signal.SIGTERM, text[-2000:]
