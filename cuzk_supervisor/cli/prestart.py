@@ -152,13 +152,12 @@ def check_disk(s: Settings, disk_usage: Callable[[Path], DiskUsage] = shutil.dis
 
 def check_simulator(s: Settings, environ: Mapping[str, str]) -> None:
     """When the daemon is the simulator: what it would refuse at its start, refused now."""
-    from cuzk_supervisor.sim.machine import SimMachine, check_daemon_argv, sim_daemon_argv
+    from cuzk_supervisor.sim.machine import check_daemon_argv, sim_daemon_argv
 
     argv = sim_daemon_argv(s.daemon_binary, s.daemon_args)
     if argv is None:
         return
-    check_daemon_argv(argv, environ)
-    problem = SimMachine.from_daemon_argv(argv, environ).folder_problem()
+    problem = check_daemon_argv(argv, environ).folder_problem()
     if problem is not None:  # it would exit at every start: a crash loop, not a run
         raise UsageError(f"simulated daemon: {problem}")
 

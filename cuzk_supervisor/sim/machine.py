@@ -193,10 +193,11 @@ def sim_daemon_argv(binary: str, args: Sequence[str]) -> list[str] | None:
     return None
 
 
-def check_daemon_argv(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
+def check_daemon_argv(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> SimMachine:
     """What the simulated daemon would refuse at its start, refused now (UsageError): the
-    machine's values and every fault switch (``--fault`` and ``CUZK_SIM_FAULTS``)."""
-    SimMachine.from_daemon_argv(argv, environ)
+    machine's values and every fault switch (``--fault`` and ``CUZK_SIM_FAULTS``). Returns the
+    machine it would simulate."""
+    machine = SimMachine.from_daemon_argv(argv, environ)
     parser = _Parser(add_help=False)
     parser.add_argument("--fault", action="append", default=[])
     args, _ = parser.parse_known_args(list(argv))
@@ -204,3 +205,4 @@ def check_daemon_argv(argv: Sequence[str], environ: Mapping[str, str] = os.envir
         parse_faults(args.fault, environ.get(FAULTS_ENV))
     except FaultSpecError as exc:
         raise UsageError(f"simulated daemon fault: {exc}") from None
+    return machine

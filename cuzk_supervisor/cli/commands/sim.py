@@ -218,8 +218,7 @@ def _check_simulator(args: argparse.Namespace, sim_dir: Path) -> SimMachine:
     argv = _machine_args(args, sim_dir)[2:]
     for fault in args.sim_fault:
         argv += ["--fault", fault]
-    check_daemon_argv(argv, os.environ)
-    return SimMachine.from_daemon_argv(argv, os.environ)
+    return check_daemon_argv(argv, os.environ)
 
 
 def _start_manager(sim_dir: Path, faults: str) -> tuple[subprocess.Popen[bytes], str]:
