@@ -42,6 +42,12 @@ class Memory:
     def simulated_gib(self) -> float:
         return sum(gib for gib, _ in self._held.values())
 
+    @property
+    def pending_changes(self) -> int:
+        """Background pieces whose real mapping or unmapping is still queued: RSS lags the
+        simulated total until this is 0."""
+        return self._pages.pending
+
     def holds(self, key: Hashable) -> bool:
         return key in self._held
 

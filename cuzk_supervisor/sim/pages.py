@@ -11,7 +11,9 @@ and answers from others.
 :class:`Pages` maps each piece in one background thread with ``MAP_POPULATE`` (the kernel backs
 every page inside the ``mmap`` call, which runs without the GIL) and unmaps it there too, in the
 order asked, so a piece freed at once is still mapped first and then unmapped. The real memory
-follows the simulated accounting (which never waits) within milliseconds.
+follows the simulated accounting (which never waits) within milliseconds on an idle machine, and
+further behind on a loaded one; :attr:`Pages.pending` says how many changes are still queued
+(``cuzk_sim_rss_pending_changes``), so whoever reads RSS can wait for it to catch up.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import mmap
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PAGE = mmap.PAGESIZE
@@ -48,9 +51,18 @@ class Pages:
     """One worker thread mapping and unmapping pieces in the order asked (started on first use,
     a daemon thread: it never holds the process up at exit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mapper: Callable[[int], mmap.mmap] = touched_mapping) -> None:
+        self._mapper = mapper
         self._queue: queue.SimpleQueue[tuple[bool, Piece]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pending = 0
+
+    @property
+    def pending(self) -> int:
+        """Mappings and unmappings asked for and not yet done."""
+        with self._lock:
+            return self._pending
 
     def map(self, size: int) -> Piece:
         piece = Piece(size)
@@ -64,13 +76,17 @@ class Pages:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="sim-pages", daemon=True)
             self._thread.start()
+        with self._lock:
+            self._pending += 1
         self._queue.put((mapping, piece))
 
     def _run(self) -> None:
         while True:
             mapping, piece = self._queue.get()
             if mapping:
-                piece.buf = touched_mapping(piece.size)
+                piece.buf = self._mapper(piece.size)
             elif piece.buf is not None:
                 piece.buf.close()
                 piece.buf = None
+            with self._lock:
+                self._pending -= 1

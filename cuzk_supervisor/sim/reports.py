@@ -157,6 +157,13 @@ def metrics_text(engine: Engine, deadline_cuts: Mapping[str, int] | None = None)
         "Simulated resident memory.",
         [("", engine.memory.simulated_bytes)],
     )
+    metric(
+        "cuzk_sim_rss_pending_changes",
+        "gauge",
+        "Partition memory mappings and unmappings queued for the page thread: until 0, the real"
+        " RSS lags the simulated figure (more so on a loaded machine).",
+        [("", engine.memory.pending_changes)],
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -206,6 +213,7 @@ def status_document(
         },
         "sim": {
             "rss_simulated_bytes": used,
+            "rss_pending_changes": engine.memory.pending_changes,
             "submissions": dict(engine.submissions),
             "steady_state_proofs_per_hour": steady_state(engine),
             "steady_state_proofs_per_hour_by_concurrency": {

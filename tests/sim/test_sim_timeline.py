@@ -3,6 +3,8 @@ records it writes and reads back, and partition memory mapped off the event loop
 
 from __future__ import annotations
 
+import mmap
+import threading
 from pathlib import Path
 
 import psutil
@@ -12,6 +14,7 @@ from simhelpers import poll_until
 from cuzk_supervisor.sim.logfmt import DaemonLog
 from cuzk_supervisor.sim.memory import MIB, Memory
 from cuzk_supervisor.sim.model import GIB
+from cuzk_supervisor.sim.pages import PAGE, Pages, touched_mapping
 from cuzk_supervisor.sim.pipeline import Pipeline
 from cuzk_supervisor.sim.timeline import JobTimes, Timeline, read_timeline, starved_s
 
@@ -79,3 +82,24 @@ def test_background_pieces_are_counted_at_once_and_backed_soon() -> None:
     assert mem.free(("partition", 0)) == 15
     assert mem.simulated_bytes == 0
     poll_until(lambda: risen() < 0.1, 5, interval=0.005, what="the pages unmapped")
+
+
+def test_pending_counts_the_changes_the_page_thread_has_not_made_yet() -> None:
+    release = threading.Event()
+    mapped: list[int] = []
+
+    def slow_mapper(size: int) -> mmap.mmap:
+        release.wait(10)  # a loaded machine: the thread is behind the accounting
+        mapped.append(size)
+        return touched_mapping(size)
+
+    pages = Pages(mapper=slow_mapper)
+    assert pages.pending == 0
+    first = pages.map(PAGE)
+    pages.map(2 * PAGE)
+    pages.unmap(first)
+    assert pages.pending == 3
+    release.set()
+    poll_until(lambda: pages.pending == 0, 5, interval=0.005, what="the page thread to catch up")
+    assert mapped == [PAGE, 2 * PAGE]  # in the order asked
+    assert first.buf is None
