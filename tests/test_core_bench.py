@@ -20,7 +20,6 @@ from cuzk_supervisor.core.bench import (
     measurement_fits,
     next_submission,
     proofs_per_hour,
-    size_bench,
     split_at_stalls,
     steady_rate_per_s,
 )
@@ -335,40 +334,7 @@ def test_a_stretch_without_stalls_is_one_piece():
     assert split_at_stalls(stretch) == [stretch]
 
 
-# --- a batch fitted up front, and the plain rate -----------------------------------------------
-
-
-def test_whole_batch_when_it_fits():
-    size = size_bench(12, 2, per_proof_s=100, remaining_s=2000)
-    assert (size.count, size.concurrency) == (12, 2)
-
-
-def test_cut_to_fit_the_remaining_budget():
-    size = size_bench(12, 2, per_proof_s=100, remaining_s=700, safety=1.25)
-    assert size.count == 5
-    assert "cut from 12 to 5" in size.reason
-
-
-def test_one_proof_even_when_none_fits_and_concurrency_follows():
-    size = size_bench(12, 4, per_proof_s=100, remaining_s=10)
-    assert (size.count, size.concurrency) == (1, 1)
-    assert "not even one" in size.reason
-
-
-@given(
-    requested=st.integers(1, 50),
-    concurrency=st.integers(1, 8),
-    per_proof=st.floats(0.01, 1e4),
-    remaining=st.floats(-100, 1e6),
-)
-def test_estimate_fits_whenever_more_than_one_proof_runs(
-    requested, concurrency, per_proof, remaining
-):
-    size = size_bench(requested, concurrency, per_proof, remaining)
-    assert 1 <= size.count <= requested
-    assert size.concurrency <= size.count
-    if size.count > 1:
-        assert size.estimated_s <= remaining + 1e-6
+# --- the plain rate ---------------------------------------------------------------------------
 
 
 def test_rate_from_wall_clock():

@@ -1,8 +1,7 @@
 """The benchmark's arithmetic (incidents I5, I6): when to stop submitting, and what rate to report.
 
 Every bench decision lives here: the batch sized while it runs (:func:`next_submission`), the
-rate (:func:`steady_rate_per_s`, :func:`choose_measurement`, :func:`proofs_per_hour`) and the
-batch fitted up front to a budget (:func:`size_bench`).
+rate (:func:`steady_rate_per_s`, :func:`choose_measurement`, :func:`proofs_per_hour`).
 
 Pure: every time is a number on one clock the caller chooses (monotonic seconds in the lifecycle,
 simulated seconds in the tests); nothing here reads a clock or does I/O.
@@ -28,11 +27,9 @@ from typing import Any
 
 from cuzk_supervisor.core.checks import (
     int_at_least,
-    number_above,
     number_at_least,
     require,
     require_fields,
-    require_value,
 )
 
 HOUR_S = 3600.0
@@ -326,55 +323,7 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
                     f", fewer than bench_min_proofs {policy.min_proofs} ({why})")  # fmt: skip
 
 
-# --- a batch fitted up front, and the plain rate -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BenchSize:
-    """How many proofs the benchmark runs, at what concurrency, and why."""
-
-    count: int
-    concurrency: int
-    estimated_s: float
-    reason: str
-
-
-def size_bench(
-    requested: int,
-    concurrency: int,
-    per_proof_s: float,
-    remaining_s: float,
-    safety: float = 1.25,
-) -> BenchSize:
-    """Largest batch (up to ``requested``) whose estimate fits the remaining budget.
-
-    ``per_proof_s`` is the wall time of one proof alone at full workers (the settle proof). The
-    estimate assumes concurrency buys no throughput (true when partitions already fill the
-    workers, cuzk.md §3) and adds ``safety``; so a batch that fits here fits in practice.
-    At least one proof always runs: a rate needs one, and the manager kills silence anyway.
-    """
-    require_value("size_bench", "requested", requested, int_at_least(1))
-    require_value("size_bench", "concurrency", concurrency, int_at_least(1))
-    require_value("size_bench", "per_proof_s", per_proof_s, number_above(0))
-    require_value("size_bench", "safety", safety, number_at_least(1))
-    per_proof = per_proof_s * safety
-    fits = int(max(0.0, remaining_s) // per_proof)
-    count = max(1, min(requested, fits))
-    if fits >= requested:
-        reason = (
-            f"{requested} requested, about {requested * per_proof:.0f} s fit in {remaining_s:.0f} s"
-        )
-    elif fits >= 1:
-        reason = (
-            f"cut from {requested} to {count}: {per_proof_s:.1f} s per proof x {safety:g} safety "
-            f"leaves room for {fits} in the {remaining_s:.0f} s left of the manager's budget"
-        )
-    else:
-        reason = (
-            f"not even one proof ({per_proof_s:.1f} s x {safety:g}) fits the {remaining_s:.0f} s "
-            "left; running one anyway so a rate is reported"
-        )
-    return BenchSize(count, min(concurrency, count), count * per_proof, reason)
+# --- the plain rate -------------------------------------------------------------------------
 
 
 def proofs_per_hour(completed: int, wall_s: float) -> float:
