@@ -177,9 +177,13 @@ rotate_program='
         size += length(line)
     }'
 
-# mawk (Debian's awk) reads a pipe in blocks unless told to read line by line.
+# mawk (Debian's awk) reads a pipe in blocks unless told to read line by line. Its version text
+# is read whole before it is matched: `awk -W version | grep -q mawk` under pipefail is false
+# whenever grep quits before awk has written its last line (awk gets SIGPIPE), and then every
+# line of the supervisor sat in awk's buffer, not in the log, until 4 KiB had come.
+awk_version=$(awk -W version 2>&1 < /dev/null || true)
 awk_flags=()
-if awk -W version 2>&1 | grep -q mawk; then
+if [[ "$awk_version" == *mawk* ]]; then
     awk_flags=(-W interactive)
 fi
 
