@@ -127,6 +127,14 @@ def test_section_tables_flatten_to_setting_names(tmp_path):
         ({"CUZK_SUPERVISOR_AWAIT_DEADLINE_S": "nan"}, "await_deadline_s"),
         ({"CUZK_SUPERVISOR_WARMUP_WORKERS": "13"}, "warmup_workers=13"),
         ({"CUZK_SUPERVISOR_MEMORY_ALERT_SAMPLE_INTERVAL_S": "2"}, "must be <= memory_sample"),
+        (
+            {"CUZK_SUPERVISOR_RESTART_BACKOFF_MAX_S": "0.5"},
+            "restart_backoff_max_s=0.5: must be >= restart_backoff_initial_s (1)",
+        ),
+        (
+            {"CUZK_SUPERVISOR_MANAGER_BACKOFF_MAX_S": "0.2"},
+            "manager_backoff_max_s=0.2: must be >= manager_backoff_initial_s (0.5)",
+        ),
         ({"CUZK_SUPERVISOR_MANAGER_URL": "ftp://x"}, "manager_url"),
         ({"CUZK_SUPERVISOR_PARAMS_EXPECTED": "a.params"}, "NAME:BYTES"),
     ],
@@ -233,3 +241,17 @@ def test_the_memory_sample_intervals_reach_the_risk_policy():
     }
     policy = assemble.risk_policy(settings.load({}, environ=env).settings)
     assert (policy.interval_s, policy.fast_interval_s) == (0.5, 0.02)
+
+
+def test_the_manager_settings_reach_its_client():
+    env = {
+        "CUZK_SUPERVISOR_MANAGER_CONNECT_TIMEOUT_S": "1.5",
+        "CUZK_SUPERVISOR_MANAGER_READ_TIMEOUT_S": "7",
+        "CUZK_SUPERVISOR_MANAGER_BACKOFF_INITIAL_S": "0.25",
+        "CUZK_SUPERVISOR_MANAGER_BACKOFF_MAX_S": "4",
+        "CUZK_SUPERVISOR_MANAGER_RETRY_S": "90",
+    }
+    s = settings.load({}, environ=env).settings
+    timeouts, retry = assemble.manager_timeouts(s), assemble.manager_retry(s)
+    assert (timeouts.connect_s, timeouts.read_s) == (1.5, 7.0)
+    assert (retry.backoff_base_s, retry.backoff_max_s, retry.report_stop_s) == (0.25, 4.0, 90.0)

@@ -22,6 +22,7 @@ from cuzk_supervisor.daemon.process import DaemonSettings
 from cuzk_supervisor.settings import Settings
 
 if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.manager_types import ManagerRetry, ManagerTimeouts
     from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
 
 
@@ -63,6 +64,22 @@ def proving_timeouts(s: Settings) -> ProvingTimeouts:
         await_deadline_s=s.await_deadline_s,
         proof_budget_s=s.proof_budget_s,
         startup_deadline_s=s.daemon_startup_deadline_s,
+    )
+
+
+def manager_timeouts(s: Settings) -> ManagerTimeouts:
+    from cuzk_supervisor.adapters.manager_types import ManagerTimeouts  # loads httpx: see above
+
+    return ManagerTimeouts(connect_s=s.manager_connect_timeout_s, read_s=s.manager_read_timeout_s)
+
+
+def manager_retry(s: Settings) -> ManagerRetry:
+    from cuzk_supervisor.adapters.manager_types import ManagerRetry
+
+    return ManagerRetry(
+        backoff_base_s=s.manager_backoff_initial_s,
+        backoff_max_s=s.manager_backoff_max_s,
+        report_stop_s=s.manager_retry_s,
     )
 
 

@@ -51,6 +51,16 @@ class Settings:
         "how long one report is retried before it is left in the outbox for later",
         minimum=1, maximum=DAY_S, group="manager",
     )  # fmt: skip
+    manager_backoff_initial_s: float = setting(
+        0.5,
+        "first pause before a failed manager request is tried again (full jitter, doubled at "
+        "each failure up to manager_backoff_max_s)",
+        minimum=0.01, maximum=600, group="manager",
+    )  # fmt: skip
+    manager_backoff_max_s: float = setting(
+        15.0, "longest pause between two tries of one manager request", minimum=0.01,
+        maximum=HOUR_S, group="manager",
+    )  # fmt: skip
     status_interval_s: float = setting(
         60.0,
         "cadence of status lines pushed to the manager in long phases and the run phase",
@@ -328,22 +338,12 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        if self.warmup_workers > self.max_workers:
-            raise UsageError(
-                f"setting warmup_workers={self.warmup_workers}: must be <= max_workers "
-                f"({self.max_workers})"
-            )
-        if self.restart_backoff_max_s < self.restart_backoff_initial_s:
-            raise UsageError(
-                f"setting restart_backoff_max_s={self.restart_backoff_max_s:g}: must be >= "
-                f"restart_backoff_initial_s ({self.restart_backoff_initial_s:g})"
-            )
-        if self.memory_alert_sample_interval_s > self.memory_sample_interval_s:
-            raise UsageError(
-                "setting memory_alert_sample_interval_s="
-                f"{self.memory_alert_sample_interval_s:g}: must be <= memory_sample_interval_s "
-                f"({self.memory_sample_interval_s:g}); memory at risk is sampled more often"
-            )
+        for name, relation, other, why in RELATIONS:
+            value, bound = getattr(self, name), getattr(self, other)
+            if not (value <= bound if relation == "<=" else value >= bound):
+                raise UsageError(
+                    f"setting {name}={value:g}: must be {relation} {other} ({bound:g}){why}"
+                )
         if self.manager_url and urlsplit(self.manager_url).scheme not in ("http", "https"):
             raise UsageError(
                 f"setting manager_url={redact_url(self.manager_url)!r}: must be an http(s) URL"
@@ -355,6 +355,16 @@ class Settings:
             _, sep, size = entry.rpartition(":")
             if not sep or not size.isdigit():
                 raise UsageError(f"setting params_expected: {entry!r} is not NAME:BYTES")
+
+
+# (setting, relation, other setting, why): checked once each is within its own range.
+RELATIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("warmup_workers", "<=", "max_workers", ""),
+    ("restart_backoff_max_s", ">=", "restart_backoff_initial_s", ""),
+    ("manager_backoff_max_s", ">=", "manager_backoff_initial_s", ""),
+    ("memory_alert_sample_interval_s", "<=", "memory_sample_interval_s",
+     "; memory at risk is sampled more often"),
+)  # fmt: skip
 
 
 def public_listen_warning(s: Settings, name: str) -> str | None:

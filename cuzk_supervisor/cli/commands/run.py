@@ -70,7 +70,6 @@ def run_lifecycle(
     from cuzk_supervisor.adapters.loglines import shipping_processor
     from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
     from cuzk_supervisor.adapters.manager import ManagerClient
-    from cuzk_supervisor.adapters.manager_types import ManagerRetry, ManagerTimeouts
     from cuzk_supervisor.adapters.outbox import Outbox
     from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
     from cuzk_supervisor.core.labels import label_warning
@@ -83,10 +82,8 @@ def run_lifecycle(
     min_rate = resolve_min_rate(s, environ)
     manager = ManagerClient(
         s.manager_url or None,
-        timeouts=ManagerTimeouts(
-            connect_s=s.manager_connect_timeout_s, read_s=s.manager_read_timeout_s
-        ),
-        retry=ManagerRetry(report_stop_s=s.manager_retry_s),
+        timeouts=assemble.manager_timeouts(s),
+        retry=assemble.manager_retry(s),
         headers={"Authorization": f"Bearer {s.manager_token}"} if s.manager_token else None,
     )
     shipper = LogShipper(
