@@ -6,7 +6,7 @@
 Per run: a fresh simulated daemon (``python -m cuzk_supervisor.sim.daemon``) with the fault
 ``freeze:60,at_partition=9``: when the last partition of the proof starts, every open client
 connection goes silent for good (no FIN, no RST: a frozen path) and new connections freeze too
-for 60 simulated seconds. The proving client (``cuzk_supervisor.adapters.proving``, default
+for 60 simulated seconds. The proving client (``cuzk_supervisor.adapters.proving.client``, default
 settings but the
 await deadline) proves one PoRep proof; the proof ends a partition time after the freeze, on
 the daemon, while the client's connection is dead.
@@ -48,9 +48,9 @@ from _harness import (
     print_table,
 )
 
-from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.proving import ProvingClient
-from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.client import ProvingClient
+from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.sim.c1 import write_c1
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.adapters.machine.resources import MemorySampler
 
 # A root that starts three children; all wait on stdin so the tree is stable while we measure.
 _TREE = (

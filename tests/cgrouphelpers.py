@@ -17,8 +17,8 @@ a test can let the kernel's OOM killer act for real (DESIGN.md, "Tests")::
 ``prefix()`` is a tiny ``sh`` wrapper that writes its own pid into the cgroup and then ``exec``s
 the command, so the command (and every child it starts) is inside before its first instruction.
 
-The discovery below is deliberately independent of ``cuzk_supervisor.adapters.resources``: a test
-that found
+The discovery below is deliberately independent of
+``cuzk_supervisor.adapters.machine.resources``: a test that found
 the cgroup with the product's own code could not catch that code finding the wrong one.
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from cuzk_supervisor.adapters.cgroupfind import discover_memory_cgroup
+from cuzk_supervisor.adapters.machine.cgroupfind import discover_memory_cgroup
 
 MIB = 1 << 20
 _V1 = 1

@@ -79,8 +79,8 @@ def log_tail(folder: Path) -> str:
 async def _loop(listen: str) -> dict[str, Any]:
     from structlog.testing import capture_logs
 
-    from cuzk_supervisor.adapters.proving import ProvingClient
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
     from cuzk_supervisor.address import parse_address
 
     with capture_logs() as events:

@@ -17,18 +17,18 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from cuzk_supervisor.adapters.manager import ManagerClient
-from cuzk_supervisor.adapters.manager_types import (
+from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
+from cuzk_supervisor.adapters.manager.client import ManagerClient
+from cuzk_supervisor.adapters.manager.outbox import Outbox
+from cuzk_supervisor.adapters.manager.values import (
     InstanceGone,
     ManagerUnavailable,
     Registration,
 )
-from cuzk_supervisor.adapters.outbox import Outbox
 from cuzk_supervisor.adapters.params import ExpectedFile, ParamsFailed
-from cuzk_supervisor.adapters.provingresults import ProofResult, ProofStatus
-from cuzk_supervisor.adapters.resources import MemorySnapshot
-from cuzk_supervisor.adapters.state import StateKeeper, StateWriteError
-from cuzk_supervisor.adapters.statedoc import Report, SupervisorState, utc_now_iso
+from cuzk_supervisor.adapters.proving.results import ProofResult, ProofStatus
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState, utc_now_iso
+from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK
 from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy

@@ -15,10 +15,10 @@ from datetime import datetime
 import pytest
 from simhelpers import SimProcess, free_tcp_port, write_config
 
-from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.proving import ProvingClient
-from cuzk_supervisor.adapters.provingerrors import DaemonNotReady
-from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.client import ProvingClient
+from cuzk_supervisor.adapters.proving.errors import DaemonNotReady
+from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.sim.c1 import write_c1
 

@@ -16,11 +16,11 @@ import pytest
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 from structlog.testing import capture_logs
 
-from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.proving import ProvingClient
-from cuzk_supervisor.adapters.provingbatch import run_batch
-from cuzk_supervisor.adapters.provingerrors import DaemonCallError
-from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.batch import run_batch
+from cuzk_supervisor.adapters.proving.client import ProvingClient
+from cuzk_supervisor.adapters.proving.errors import DaemonCallError
+from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.daemon.spec import grpc_alive_probe as _grpc_alive_probe
 from cuzk_supervisor.proto import proving_pb2 as pb

@@ -20,7 +20,7 @@ import structlog
 from fakedaemon import Behaviour, FakeDaemon, free_port
 from ptyhelpers import emulate, run_on_a_terminal
 
-from cuzk_supervisor.adapters.provingresults import (
+from cuzk_supervisor.adapters.proving.results import (
     BatchResult,
     DaemonTimings,
     ProofResult,

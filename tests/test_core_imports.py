@@ -105,7 +105,7 @@ def test_core_module_is_pure(path: Path) -> None:
         ("import os.path", "imports os.path, which does I/O"),
         ("from time import monotonic", "imports time, which does I/O"),
         ("import asyncio", "imports asyncio"),
-        ("from cuzk_supervisor.adapters.state import Report", "outside core/"),
+        ("from cuzk_supervisor.adapters.state.store import Report", "outside core/"),
         ("from ..adapters import state", "imports cuzk_supervisor.adapters, outside core/"),
         ("from cuzk_supervisor import errors", "outside core/"),
         ("import signal", "imports all of signal"),

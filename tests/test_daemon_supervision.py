@@ -30,9 +30,9 @@ from daemonhelpers import (
 from simhelpers import apoll_until, free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.proving import ProvingClient
-from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.client import ProvingClient
+from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
 from cuzk_supervisor.core.restart import RestartPolicy

@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from cuzk_supervisor import settings
-from cuzk_supervisor.adapters.cgroupfind import CgroupLocation
-from cuzk_supervisor.adapters.gpu import GpuDevice, GpuFault, NvmlProbe, StaticProbe
-from cuzk_supervisor.adapters.resources import HostMemory, MemorySampler
-from cuzk_supervisor.adapters.statedoc import SupervisorState
+from cuzk_supervisor.adapters.machine.cgroupfind import CgroupLocation
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuFault, NvmlProbe, StaticProbe
+from cuzk_supervisor.adapters.machine.resources import HostMemory, MemorySampler
+from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.address import Address, free_loopback_port
 from cuzk_supervisor.cli import doctor, prestart
 from cuzk_supervisor.cli.commands import doctor as doctor_command

@@ -141,7 +141,7 @@ def test_plan_and_daemon_load_no_grpc() -> None:
 
 
 def test_prove_s_help_figures_are_the_proto_derived_ones() -> None:
-    from cuzk_supervisor.adapters.proofinput import PROOF_KINDS
+    from cuzk_supervisor.adapters.proving.proofinput import PROOF_KINDS
     from cuzk_supervisor.cli.commands import prove, proveprogress
 
     kinds = prove.HELP_PROOF_KINDS  # what --help lists

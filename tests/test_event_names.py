@@ -31,7 +31,7 @@ METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "
 LOGGER = re.compile(r"(^|[._])log(ger)?$")
 
 FORWARDERS: dict[str, str] = {
-    "log_retry": "event",  # adapters/provingpolicy.py: tenacity's before_sleep hook
+    "log_retry": "event",  # adapters/proving/policy.py: tenacity's before_sleep hook
     "Ticker": "self.event",  # cli/commands/proveprogress.py: prove's progress events
 }
 """A function or class whose logger calls take the event name from its caller: the name of the

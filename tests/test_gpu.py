@@ -16,7 +16,7 @@ import pytest
 from simhelpers import SimProcess, free_tcp_port, write_config
 from structlog.testing import capture_logs
 
-from cuzk_supervisor.adapters.gpu import (
+from cuzk_supervisor.adapters.machine.gpu import (
     GIB,
     GpuDevice,
     GpuFault,

@@ -19,7 +19,7 @@ import pytest
 from keepaliveprobe import LOOP_S
 from simhelpers import SimProcess, poll_until
 
-from cuzk_supervisor.adapters.provingresults import ProofStatus
+from cuzk_supervisor.adapters.proving.results import ProofStatus
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
 

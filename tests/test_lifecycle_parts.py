@@ -16,10 +16,10 @@ from phasefakes import UUID, FakeDaemon, FakeManager, FakeShipper, MemoryStore, 
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.manager_types import ManagerRejected, ManagerUnavailable
-from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import StateKeeper
-from cuzk_supervisor.adapters.statedoc import Report, SupervisorState
+from cuzk_supervisor.adapters.manager.outbox import Outbox
+from cuzk_supervisor.adapters.manager.values import ManagerRejected, ManagerUnavailable
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
+from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.bench import BenchPolicy
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import plan_workers
@@ -320,7 +320,7 @@ async def test_a_ping_answered_404_marks_the_instance_gone():
     await rep.running()
     rig.clock.now += 300
     assert rep.ping_due()
-    from cuzk_supervisor.adapters.manager_types import InstanceGone
+    from cuzk_supervisor.adapters.manager.values import InstanceGone
 
     async def running(uuid: str, *, stop_s: float | None = None) -> None:
         raise InstanceGone("running", uuid, "no such instance")

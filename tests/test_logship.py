@@ -20,10 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from cuzk_supervisor.adapters.logbuffer import LogBuffer, dropped_warning
-from cuzk_supervisor.adapters.loglines import event_to_line, shipping_processor
-from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
-from cuzk_supervisor.adapters.manager import (
+from cuzk_supervisor.adapters.logship.buffer import LogBuffer, dropped_warning
+from cuzk_supervisor.adapters.logship.lines import event_to_line, shipping_processor
+from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
+from cuzk_supervisor.adapters.manager.client import (
     MAX_BODY_BYTES,
     ManagerClient,
     ManagerRetry,

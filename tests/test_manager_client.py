@@ -21,10 +21,11 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from cuzk_supervisor.adapters.logpush import MAX_BODY_BYTES
-from cuzk_supervisor.adapters.manager import ManagerClient
-from cuzk_supervisor.adapters.manager_away import AwayWarnings
-from cuzk_supervisor.adapters.manager_types import (
+from cuzk_supervisor.adapters.logship.push import MAX_BODY_BYTES
+from cuzk_supervisor.adapters.manager.away import AwayWarnings
+from cuzk_supervisor.adapters.manager.client import ManagerClient
+from cuzk_supervisor.adapters.manager.outbox import Outbox
+from cuzk_supervisor.adapters.manager.values import (
     HttpRetryPolicy,
     InstanceGone,
     ManagerRejected,
@@ -33,9 +34,8 @@ from cuzk_supervisor.adapters.manager_types import (
     ManagerUnavailable,
     is_transient,
 )
-from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
-from cuzk_supervisor.adapters.statedoc import Report
+from cuzk_supervisor.adapters.state.doc import Report
+from cuzk_supervisor.adapters.state.store import StateKeeper, StateStore, StateWriteError
 from cuzk_supervisor.core.reports import (
     BENCH_DONE,
     OUTCOME_GONE,

@@ -6,7 +6,7 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cuzk_supervisor.adapters.gpu import GpuDevice
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice
 from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.risk import RiskLevel
 from cuzk_supervisor.serve.metrics import CONTENT_TYPE, PHASES, PROOF_BUCKETS, SupervisorMetrics

@@ -21,9 +21,9 @@ from phasefakes import UUID, MemoryStore, Rig, build, snapshot, stretch, trouble
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.manager_types import ManagerRejected
+from cuzk_supervisor.adapters.manager.values import ManagerRejected
 from cuzk_supervisor.adapters.params import ParamsFailed
-from cuzk_supervisor.adapters.statedoc import Report, SupervisorState
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.lifecycle.monitors import Monitors

@@ -24,8 +24,8 @@ import pytest
 
 from cuzk_supervisor import exitcodes, settings
 from cuzk_supervisor.adapters.inputfile import read_bytes, read_text
-from cuzk_supervisor.adapters.proofinput import C1_MAX_BYTES, load_c1
-from cuzk_supervisor.adapters.statedoc import SupervisorState
+from cuzk_supervisor.adapters.proving.proofinput import C1_MAX_BYTES, load_c1
+from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.cli import main as cli
 from cuzk_supervisor.cli import prestart
 from cuzk_supervisor.errors import UsageError

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cuzk_supervisor.adapters.proofinput import (
+from cuzk_supervisor.adapters.proving.proofinput import (
     DEFAULT_MINER_ID,
     PROOF_KINDS,
     SECTOR_SIZE_32GIB,

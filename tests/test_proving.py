@@ -22,24 +22,24 @@ from fakedaemon import PROOF, Behaviour, FakeDaemon, free_port
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.adapters.proving import RECONNECT_AFTER_CUTS, ProvingClient
-from cuzk_supervisor.adapters.provingbatch import run_batch
-from cuzk_supervisor.adapters.provingchannel import MAX_MESSAGE_BYTES, channel_options
-from cuzk_supervisor.adapters.provingerrors import (
+from cuzk_supervisor.adapters.proving.batch import run_batch
+from cuzk_supervisor.adapters.proving.channel import MAX_MESSAGE_BYTES, channel_options
+from cuzk_supervisor.adapters.proving.client import RECONNECT_AFTER_CUTS, ProvingClient
+from cuzk_supervisor.adapters.proving.errors import (
     CUT_CODES,
     DaemonCallError,
     DaemonNotReady,
     is_cut,
     is_own_cancel,
 )
-from cuzk_supervisor.adapters.provingpolicy import (
+from cuzk_supervisor.adapters.proving.policy import (
     ProvingTimeouts,
     await_policy,
     call_policy,
     ready_policy,
     submit_policy,
 )
-from cuzk_supervisor.adapters.provingresults import ProofStatus, summarize_batch
+from cuzk_supervisor.adapters.proving.results import ProofStatus, summarize_batch
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.core.bench import proofs_per_hour
 from cuzk_supervisor.proto import proving_pb2 as pb

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cuzk_supervisor.adapters.statedoc import Report
+from cuzk_supervisor.adapters.state.doc import Report
 from cuzk_supervisor.core.reconcile import Recorded, find_record, recorded_outcome
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.adapters.cgroupfind import (
+from cuzk_supervisor.adapters.machine.cgroupfind import (
     CgroupLine,
     CgroupLocation,
     Mount,
@@ -24,7 +24,7 @@ from cuzk_supervisor.adapters.cgroupfind import (
     parse_mountinfo,
     parse_proc_cgroup,
 )
-from cuzk_supervisor.adapters.cgroupmem import (
+from cuzk_supervisor.adapters.machine.cgroupmem import (
     UNLIMITED_THRESHOLD,
     cgroup_memory_v1,
     cgroup_memory_v2,
@@ -32,10 +32,10 @@ from cuzk_supervisor.adapters.cgroupmem import (
     read_oom_kill_count,
     working_set,
 )
-from cuzk_supervisor.adapters.kernelfiles import parse_keyed
-from cuzk_supervisor.adapters.proctree import ProcessTree, parse_proc_stat
-from cuzk_supervisor.adapters.psi import Psi, parse_psi
-from cuzk_supervisor.adapters.resources import HostMemory, MemorySampler, MemorySnapshot
+from cuzk_supervisor.adapters.machine.kernelfiles import parse_keyed
+from cuzk_supervisor.adapters.machine.proctree import ProcessTree, parse_proc_stat
+from cuzk_supervisor.adapters.machine.psi import Psi, parse_psi
+from cuzk_supervisor.adapters.machine.resources import HostMemory, MemorySampler, MemorySnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 GIB = 1 << 30

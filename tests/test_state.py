@@ -18,21 +18,21 @@ from structlog.testing import capture_logs
 
 from cuzk_supervisor.adapters import files
 from cuzk_supervisor.adapters.files import FileOps
-from cuzk_supervisor.adapters.state import (
-    Loaded,
-    StateFolderUnsafe,
-    StateKeeper,
-    StateStore,
-    StateWriteError,
-)
-from cuzk_supervisor.adapters.statedoc import (
+from cuzk_supervisor.adapters.state.doc import (
     MAX_FAILURES,
     STATE_VERSION,
     BenchRecord,
     Report,
     SupervisorState,
 )
-from cuzk_supervisor.adapters.statefields import StateFormatError
+from cuzk_supervisor.adapters.state.fields import StateFormatError
+from cuzk_supervisor.adapters.state.store import (
+    Loaded,
+    StateFolderUnsafe,
+    StateKeeper,
+    StateStore,
+    StateWriteError,
+)
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 
 FIXED_NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z

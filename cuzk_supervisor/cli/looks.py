@@ -19,7 +19,7 @@ from cuzk_supervisor.core.disk import DiskNeed, disk_need
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.params import ExpectedFile
-    from cuzk_supervisor.adapters.statedoc import SupervisorState
+    from cuzk_supervisor.adapters.state.doc import SupervisorState
     from cuzk_supervisor.settings import Settings
 
 STATE_FILE = "state.json"
@@ -50,7 +50,7 @@ def could_create_in(parent: Path) -> str | None:
 def previous_state(s: Settings) -> SupervisorState | None:
     """The state a previous run left (read only; anything unusable is as good as none: the
     run itself moves a bad file aside and starts afresh)."""
-    from cuzk_supervisor.adapters.statedoc import SupervisorState  # only when there is a file
+    from cuzk_supervisor.adapters.state.doc import SupervisorState  # only when there is a file
 
     path = s.state_dir / STATE_FILE
     try:

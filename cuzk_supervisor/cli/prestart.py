@@ -24,8 +24,8 @@ import tomli_w
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.inputfile import read_toml
-from cuzk_supervisor.adapters.proofinput import load_c1
-from cuzk_supervisor.adapters.statedoc import SupervisorState
+from cuzk_supervisor.adapters.proving.proofinput import load_c1
+from cuzk_supervisor.adapters.state.doc import SupervisorState
 
 # The looks doctor shares, from their own light module: not through the doctor package, whose
 # checks load httpx and the lifecycle's wiring.

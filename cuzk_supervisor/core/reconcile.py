@@ -36,7 +36,7 @@ def _number(value: Any) -> float | None:
 
 
 class Queued(Protocol):
-    """What the decision needs of a queued report (``adapters.statedoc.Report`` has it)."""
+    """What the decision needs of a queued report (``adapters.state.doc.Report`` has it)."""
 
     @property
     def kind(self) -> str: ...

@@ -1,7 +1,8 @@
 """The words of a report to the manager: its kinds and how it can end (plain data, no I/O).
 
-The outbox (:mod:`cuzk_supervisor.adapters.state`, :mod:`cuzk_supervisor.adapters.manager`)
-stores reports with these; :mod:`cuzk_supervisor.core.reconcile` decides with them.
+The outbox (:mod:`cuzk_supervisor.adapters.state.store`,
+:mod:`cuzk_supervisor.adapters.manager.client`) stores reports with these;
+:mod:`cuzk_supervisor.core.reconcile` decides with them.
 """
 
 from __future__ import annotations

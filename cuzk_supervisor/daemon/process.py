@@ -19,7 +19,7 @@ import structlog
 
 from cuzk_supervisor import killtree
 from cuzk_supervisor.adapters import files
-from cuzk_supervisor.adapters.cgroupmem import read_oom_kill_count
+from cuzk_supervisor.adapters.machine.cgroupmem import read_oom_kill_count
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
 from cuzk_supervisor.daemon import config as daemon_config

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cuzk_supervisor.adapters.proctree import ProcessTree
+from cuzk_supervisor.adapters.machine.proctree import ProcessTree
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.core.exits import DaemonExit
 
@@ -70,8 +70,8 @@ def tree_rss_sampler() -> RssSampler:
 
 
 async def grpc_alive_probe(address: Address, timeout_s: float) -> None:
-    from cuzk_supervisor.adapters.proving import ProvingClient
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 
     timeouts = ProvingTimeouts(call_deadline_s=timeout_s)
     async with ProvingClient(address, timeouts) as client:
@@ -79,8 +79,8 @@ async def grpc_alive_probe(address: Address, timeout_s: float) -> None:
 
 
 async def grpc_ready_probe(address: Address, deadline_s: float) -> None:
-    from cuzk_supervisor.adapters.proving import ProvingClient
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 
     async with ProvingClient(address, ProvingTimeouts()) as client:
         await client.wait_ready(deadline_s)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
-from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
+from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.core.bench import BenchPolicy
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy
@@ -22,8 +22,8 @@ from cuzk_supervisor.daemon.process import DaemonSettings
 from cuzk_supervisor.settings import Settings
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.manager_types import ManagerRetry, ManagerTimeouts
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 
 
 def memory_policy(s: Settings) -> MemoryPolicy:
@@ -55,9 +55,9 @@ def restart_policy(s: Settings) -> RestartPolicy:
 
 
 def proving_timeouts(s: Settings) -> ProvingTimeouts:
-    # Not at the top: provingpolicy loads grpc and tenacity, and ``plan`` and ``daemon`` use
+    # Not at the top: proving.policy loads grpc and tenacity, and ``plan`` and ``daemon`` use
     # this module without ever proving.
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 
     return ProvingTimeouts(
         submit_deadline_s=s.submit_deadline_s,
@@ -68,13 +68,13 @@ def proving_timeouts(s: Settings) -> ProvingTimeouts:
 
 
 def manager_timeouts(s: Settings) -> ManagerTimeouts:
-    from cuzk_supervisor.adapters.manager_types import ManagerTimeouts  # loads httpx: see above
+    from cuzk_supervisor.adapters.manager.values import ManagerTimeouts  # loads httpx: see above
 
     return ManagerTimeouts(connect_s=s.manager_connect_timeout_s, read_s=s.manager_read_timeout_s)
 
 
 def manager_retry(s: Settings) -> ManagerRetry:
-    from cuzk_supervisor.adapters.manager_types import ManagerRetry
+    from cuzk_supervisor.adapters.manager.values import ManagerRetry
 
     return ManagerRetry(
         backoff_base_s=s.manager_backoff_initial_s,
@@ -125,7 +125,7 @@ def host_memory_sampler(s: Settings) -> MemorySampler:
     """The machine's own memory, whatever the daemon is."""
     if s.cgroup_root is not None:
         # An explicit cgroup folder (tests, or a runtime that hides the real one).
-        from cuzk_supervisor.adapters.cgroupfind import CgroupLocation, CgroupVersion
+        from cuzk_supervisor.adapters.machine.cgroupfind import CgroupLocation, CgroupVersion
 
         version: CgroupVersion = 2 if (s.cgroup_root / "memory.max").exists() else 1
         location = CgroupLocation(version, s.cgroup_root, s.cgroup_root)

@@ -19,10 +19,10 @@ from typing import Any
 
 import structlog
 
-from cuzk_supervisor.adapters.provingbatch import Prover
-from cuzk_supervisor.adapters.provingresults import ProofResult
-from cuzk_supervisor.adapters.resources import MemorySnapshot
-from cuzk_supervisor.adapters.statedoc import BenchRecord
+from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
+from cuzk_supervisor.adapters.proving.batch import Prover
+from cuzk_supervisor.adapters.proving.results import ProofResult
+from cuzk_supervisor.adapters.state.doc import BenchRecord
 from cuzk_supervisor.core.bench import (
     BenchPolicy,
     RateMeasurement,

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from cuzk_supervisor.adapters.logship import LogShipper
+from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import WorkerPlan, total_budget_gib

@@ -23,11 +23,11 @@ import structlog
 
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.adapters import params
-from cuzk_supervisor.adapters.logship import LogShipper
-from cuzk_supervisor.adapters.manager_types import InstanceGone
-from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import StateKeeper, StateWriteError
-from cuzk_supervisor.adapters.statedoc import utc_now_iso
+from cuzk_supervisor.adapters.logship.shipper import LogShipper
+from cuzk_supervisor.adapters.manager.outbox import Outbox
+from cuzk_supervisor.adapters.manager.values import InstanceGone
+from cuzk_supervisor.adapters.state.doc import utc_now_iso
+from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core import bench
 from cuzk_supervisor.core.benchclock import room_to_measure

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import structlog
 
-from cuzk_supervisor.adapters.resources import MemorySampler, MemorySnapshot
+from cuzk_supervisor.adapters.machine.resources import MemorySampler, MemorySnapshot
 from cuzk_supervisor.core.risk import (
     MemorySample,
     RiskAssessment,

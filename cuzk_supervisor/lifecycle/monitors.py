@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from cuzk_supervisor.adapters.gpu import GpuProbe
-from cuzk_supervisor.adapters.resources import MemorySnapshot
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe
+from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 from cuzk_supervisor.core.bench import interval_estimate_s, steady_rate_per_s
 from cuzk_supervisor.core.units import planned_gib
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch

@@ -11,12 +11,12 @@ from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from cuzk_supervisor.adapters.gpu import GpuDevice
-from cuzk_supervisor.adapters.outbox import Outbox
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice
+from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
+from cuzk_supervisor.adapters.manager.outbox import Outbox
 from cuzk_supervisor.adapters.params import ExpectedFile
-from cuzk_supervisor.adapters.provingresults import ProofResult
-from cuzk_supervisor.adapters.resources import MemorySnapshot
-from cuzk_supervisor.adapters.statedoc import Report
+from cuzk_supervisor.adapters.proving.results import ProofResult
+from cuzk_supervisor.adapters.state.doc import Report
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.core.memfit import MemoryFit
 from cuzk_supervisor.core.plan import WorkerPlan

@@ -4,8 +4,8 @@ Proof work runs *watched*: critical memory or an OOM kill interrupts it as
 :class:`MemoryTrouble` (the phase machine steps down), a daemon exit as :class:`DaemonRestarted`
 (its jobs are lost with it: waiting for them is waste), a keeper that gave up as the keeper's
 :class:`LifecycleFailure`. The daemon is only ever reached through a client from
-``client_factory`` (a gRPC :class:`~cuzk_supervisor.adapters.proving.ProvingClient`; tests pass
-their own).
+``client_factory`` (a gRPC :class:`~cuzk_supervisor.adapters.proving.client.ProvingClient`;
+tests pass their own).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import structlog
 from tenacity import RetryCallState, retry_if_result
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.logship import LogShipper
-from cuzk_supervisor.adapters.proofinput import build_submit_request, load_c1
-from cuzk_supervisor.adapters.provingbatch import Prover
-from cuzk_supervisor.adapters.provingresults import ProofResult
+from cuzk_supervisor.adapters.logship.shipper import LogShipper
+from cuzk_supervisor.adapters.proving.batch import Prover
+from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
+from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.daemon.keeper import KeeperOutcome
 from cuzk_supervisor.errors import UsageError

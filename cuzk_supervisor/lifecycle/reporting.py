@@ -18,18 +18,18 @@ from typing import Any
 import structlog
 from tenacity import RetryCallState, retry_if_exception_type
 
-from cuzk_supervisor.adapters.logship import LogShipper
-from cuzk_supervisor.adapters.manager import ManagerClient
-from cuzk_supervisor.adapters.manager_types import (
+from cuzk_supervisor.adapters.logship.shipper import LogShipper
+from cuzk_supervisor.adapters.manager.client import ManagerClient
+from cuzk_supervisor.adapters.manager.outbox import Outbox
+from cuzk_supervisor.adapters.manager.values import (
     InstanceGone,
     ManagerError,
     ManagerRejected,
     ManagerUnavailable,
     Registration,
 )
-from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.state import StateKeeper, StateWriteError
-from cuzk_supervisor.adapters.statedoc import Report, SupervisorState
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
+from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline
 from cuzk_supervisor.core.reconcile import gone_reason, manager_time
@@ -120,7 +120,7 @@ class Reporter:
         exc = state.outcome.exception() if state.outcome is not None else None
         self._register_failed(state.upcoming_sleep)
         # info: the manager client's own warnings name the URL at a steady cadence
-        # (adapters/manager_away.py); a second warning every register_stop_s would be noise.
+        # (adapters/manager/away.py); a second warning every register_stop_s would be noise.
         log.info("manager.register_waiting", url=self.manager.base_url, reason=str(exc))
 
     def on_manager_retry(self, call: str, attempt: int, pause_s: float) -> None:

@@ -14,13 +14,13 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from cuzk_supervisor.adapters import params
-from cuzk_supervisor.adapters.gpu import GpuDevice, GpuProbe
-from cuzk_supervisor.adapters.logship import LogShipper
-from cuzk_supervisor.adapters.manager import ManagerClient
-from cuzk_supervisor.adapters.outbox import Outbox
-from cuzk_supervisor.adapters.proving import ProvingClient
-from cuzk_supervisor.adapters.resources import MemorySampler, MemorySnapshot
-from cuzk_supervisor.adapters.state import StateKeeper
+from cuzk_supervisor.adapters.logship.shipper import LogShipper
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuProbe
+from cuzk_supervisor.adapters.machine.resources import MemorySampler, MemorySnapshot
+from cuzk_supervisor.adapters.manager.client import ManagerClient
+from cuzk_supervisor.adapters.manager.outbox import Outbox
+from cuzk_supervisor.adapters.proving.client import ProvingClient
+from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.daemon.output import OutputPump

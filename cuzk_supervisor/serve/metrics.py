@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from cuzk_supervisor.adapters.gpu import GpuDevice
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice
 from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.risk import RiskLevel
 

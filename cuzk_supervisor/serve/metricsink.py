@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.gpu import GpuDevice
+    from cuzk_supervisor.adapters.machine.gpu import GpuDevice
     from cuzk_supervisor.core.exits import ExitKind
     from cuzk_supervisor.core.risk import RiskLevel
 

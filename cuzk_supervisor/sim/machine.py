@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from cuzk_supervisor.adapters.gpu import GpuDevice
-from cuzk_supervisor.adapters.resources import HostMemory
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice
+from cuzk_supervisor.adapters.machine.resources import HostMemory
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.sim.faults import FaultSpecError, parse_faults
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from cuzk_supervisor.adapters.gpu import GpuProbe, SimStatusProbe
-from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, SimStatusProbe
+from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.sim.machine import SimMachine, sim_daemon_argv

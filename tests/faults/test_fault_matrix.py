@@ -27,7 +27,7 @@ from managerhelpers import ManagerProcess
 from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.state import StateStore
+from cuzk_supervisor.adapters.state.store import StateStore
 from cuzk_supervisor.sim.timeline import read_timeline
 
 pytestmark = pytest.mark.slow

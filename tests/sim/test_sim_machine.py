@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.gpu import SimStatusProbe
+from cuzk_supervisor.adapters.machine.gpu import SimStatusProbe
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.sim.machine import (
     GIB,

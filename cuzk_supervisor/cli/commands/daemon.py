@@ -14,7 +14,7 @@ import functools
 import sys
 
 from cuzk_supervisor import settings
-from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers

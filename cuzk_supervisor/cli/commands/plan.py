@@ -11,7 +11,7 @@ import argparse
 import json
 
 from cuzk_supervisor import exitcodes, settings
-from cuzk_supervisor.adapters.gpu import GpuProbe, NvmlProbe, StaticProbe, total_vram
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, NvmlProbe, StaticProbe, total_vram
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers

@@ -1,8 +1,8 @@
 """``cuzk-supervisor prove``: one proof or a small batch against any daemon (real or simulated).
 
 Replaces cuzk-bench's ``single`` and ``batch`` without their one long ``Prove`` call: each proof
-is a submit and then short awaits (see ``cuzk_supervisor.adapters.proving``). Its settings are
-the product's own, read as every command reads them (flag > ``CUZK_SUPERVISOR_*`` >
+is a submit and then short awaits (see ``cuzk_supervisor.adapters.proving.client``). Its settings
+are the product's own, read as every command reads them (flag > ``CUZK_SUPERVISOR_*`` >
 ``--config-file`` > default): ``c1_file``, ``submit_deadline_s``, ``await_deadline_s``,
 ``proof_budget_s``, ``log_level``, ``log_format``; without ``--addr`` it asks the daemon ``run``
 starts (``daemon_listen``, else the socket in ``run_dir``). Everything is checked before
@@ -35,8 +35,8 @@ from cuzk_supervisor.errors import UsageError
 # The proving client, the C1 reader and what they report load gRPC and protobuf: imported by
 # the functions that use them, so ``prove --help`` loads neither.
 if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
-    from cuzk_supervisor.adapters.provingresults import ProofResult
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.results import ProofResult
     from cuzk_supervisor.address import Address
     from cuzk_supervisor.cli.commands import proveprogress as progress
     from cuzk_supervisor.proto import proving_pb2 as pb
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 DEFAULT_READY_DEADLINE_S = 30.0
 # The help text's figures, written here so ``prove --help`` imports no proto module; tests check
-# them against ``adapters.proofinput.PROOF_KINDS`` and ``proveprogress.PROGRESS_INTERVAL_S``.
+# them against ``adapters.proving.proofinput.PROOF_KINDS`` and
+# ``proveprogress.PROGRESS_INTERVAL_S``.
 HELP_PROOF_KINDS = ("porep", "snap", "wpost", "winning")
 HELP_PROGRESS_INTERVAL_S = 5.0
 
@@ -141,8 +142,12 @@ def _daemon_address(s: settings.Settings) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top (gRPC, protobuf): see the imports.
-    from cuzk_supervisor.adapters.proofinput import build_submit_request, c1_proof_kind, load_c1
-    from cuzk_supervisor.adapters.provingpolicy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.proofinput import (
+        build_submit_request,
+        c1_proof_kind,
+        load_c1,
+    )
     from cuzk_supervisor.address import parse_address
 
     # Validate everything before connecting: bad input never starts anything.
@@ -214,9 +219,9 @@ async def _prove(
     plain: bool,
     status_listen: str,
 ) -> int:
-    from cuzk_supervisor.adapters.proving import ProvingClient
-    from cuzk_supervisor.adapters.provingbatch import run_batch
-    from cuzk_supervisor.adapters.provingerrors import DaemonNotReady
+    from cuzk_supervisor.adapters.proving.batch import run_batch
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.errors import DaemonNotReady
     from cuzk_supervisor.cli.commands import proveprogress as progress
     from cuzk_supervisor.cli.commands import provereport as report
 

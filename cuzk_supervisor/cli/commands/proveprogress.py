@@ -21,8 +21,8 @@ from typing import Any
 
 import structlog
 
-from cuzk_supervisor.adapters.provingbatch import Prover
-from cuzk_supervisor.adapters.provingresults import ProofResult
+from cuzk_supervisor.adapters.proving.batch import Prover
+from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.proto import proving_pb2 as pb
 
 PROGRESS_INTERVAL_S = 5.0

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cuzk_supervisor.adapters.provingresults import BatchResult, ProofResult
+from cuzk_supervisor.adapters.proving.results import BatchResult, ProofResult
 
 
 @dataclass(frozen=True, slots=True)

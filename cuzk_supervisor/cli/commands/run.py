@@ -67,11 +67,11 @@ def run_lifecycle(
     import structlog
 
     from cuzk_supervisor import exitcodes
-    from cuzk_supervisor.adapters.loglines import shipping_processor
-    from cuzk_supervisor.adapters.logship import LogShipper, ShipperSettings
-    from cuzk_supervisor.adapters.manager import ManagerClient
-    from cuzk_supervisor.adapters.outbox import Outbox
-    from cuzk_supervisor.adapters.state import StateKeeper, StateStore, StateWriteError
+    from cuzk_supervisor.adapters.logship.lines import shipping_processor
+    from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
+    from cuzk_supervisor.adapters.manager.client import ManagerClient
+    from cuzk_supervisor.adapters.manager.outbox import Outbox
+    from cuzk_supervisor.adapters.state.store import StateKeeper, StateStore, StateWriteError
     from cuzk_supervisor.core.labels import label_warning
     from cuzk_supervisor.lifecycle import assemble
     from cuzk_supervisor.lifecycle.wiring import build_lifecycle, resolve_label, resolve_min_rate

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from cuzk_supervisor.adapters.proofinput import load_c1
+from cuzk_supervisor.adapters.proving.proofinput import load_c1
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.cli.doctor.judges import (
     DiskFacts,

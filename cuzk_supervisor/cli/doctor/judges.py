@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuzk_supervisor.adapters.gpu import GpuDevice, GpuFault
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuFault
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.cli.doctor.results import CheckResult, fail, ok, warn
 from cuzk_supervisor.core.disk import DiskNeed

@@ -20,8 +20,8 @@ from typing import Protocol
 
 import httpx
 
-from cuzk_supervisor.adapters.gpu import GpuProbe
-from cuzk_supervisor.adapters.resources import MemorySampler
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe
+from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.cli.doctor.judges import FolderFacts
 from cuzk_supervisor.cli.doctor.results import UNIX_PATH_MAX

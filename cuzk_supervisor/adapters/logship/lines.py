@@ -1,6 +1,6 @@
 """Log events as lines for the manager's dashboard: :func:`event_to_line` renders one
 structlog event as one readable line, and :func:`shipping_processor` is the structlog processor
-that feeds every event to a :class:`~cuzk_supervisor.adapters.logship.LogShipper` (under
+that feeds every event to a :class:`~cuzk_supervisor.adapters.logship.shipper.LogShipper` (under
 :data:`SUPERVISOR_SOURCE`, the supervisor's own tab). Pure apart from handing the line over.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.logship import LogShipper
+    from cuzk_supervisor.adapters.logship.shipper import LogShipper
 
 SUPERVISOR_SOURCE = "setup"
 """The dashboard tab for the supervisor's own lines (the old scripts sent theirs as `setup`)."""

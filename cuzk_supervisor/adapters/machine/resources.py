@@ -4,12 +4,13 @@ supervisor's own memory cgroup (v1 or v2), PSI, and the daemon's process-tree RS
 This module holds the snapshot (:class:`MemorySnapshot`, plain frozen data), the psutil edge
 (:func:`read_host_memory`) and :class:`MemorySampler`, which discovers the cgroup once at
 construction and then reads a handful of small files per sample. The readers it is built from:
-:mod:`~cuzk_supervisor.adapters.cgroupfind` (where the memory cgroup is),
-:mod:`~cuzk_supervisor.adapters.cgroupmem` (what it holds), :mod:`~cuzk_supervisor.adapters.psi`
-(pressure stall files), :mod:`~cuzk_supervisor.adapters.proctree` (the daemon tree's RSS) and
-:mod:`~cuzk_supervisor.adapters.kernelfiles`. Every root (``/proc``, the filesystem root the
+:mod:`~cuzk_supervisor.adapters.machine.cgroupfind` (where the memory cgroup is),
+:mod:`~cuzk_supervisor.adapters.machine.cgroupmem` (what it holds),
+:mod:`~cuzk_supervisor.adapters.machine.psi` (pressure stall files),
+:mod:`~cuzk_supervisor.adapters.machine.proctree` (the daemon tree's RSS) and
+:mod:`~cuzk_supervisor.adapters.machine.kernelfiles`. Every root (``/proc``, the filesystem root the
 cgroup mounts live under) is a parameter so tests feed fixture folders. GPUs live in
-``cuzk_supervisor.adapters.gpu``.
+``cuzk_supervisor.adapters.machine.gpu``.
 
 Why the cgroup and not only psutil: inside a container ``/proc/meminfo`` shows the host, while
 the kernel OOM-kills at the cgroup limit (incident I4, DESIGN principle 8).
@@ -25,15 +26,15 @@ from typing import Literal
 
 import psutil
 
-from cuzk_supervisor.adapters.cgroupfind import (
+from cuzk_supervisor.adapters.machine.cgroupfind import (
     CgroupLocation,
     CgroupVersion,
     discover_memory_cgroup,
 )
-from cuzk_supervisor.adapters.cgroupmem import CgroupReader
-from cuzk_supervisor.adapters.kernelfiles import read_text
-from cuzk_supervisor.adapters.proctree import ProcessTree
-from cuzk_supervisor.adapters.psi import Psi, parse_psi
+from cuzk_supervisor.adapters.machine.cgroupmem import CgroupReader
+from cuzk_supervisor.adapters.machine.kernelfiles import read_text
+from cuzk_supervisor.adapters.machine.proctree import ProcessTree
+from cuzk_supervisor.adapters.machine.psi import Psi, parse_psi
 
 PsiSource = Literal["cgroup", "system"]
 

@@ -13,7 +13,7 @@ Rules (DESIGN.md principles 5 and 6, incidents I2 and I5):
   and answered locally. Nobody judges a rate there: a measured rate goes on, unjudged
   (``BenchVerdict(checked=False)``); a failure report (rate 0) is never called a pass.
 - While the manager is away, a warning names its URL at the first failed request and then at a
-  steady cadence, whatever the calls (:mod:`cuzk_supervisor.adapters.manager_away`).
+  steady cadence, whatever the calls (:mod:`cuzk_supervisor.adapters.manager.away`).
 - Reports other than register go through the :class:`Outbox`, stored in the state file: a
   report is written to disk before it is sent, and removed only after the manager acknowledged
   it. A crash in between leaves it queued: delivery is at least once. That is safe with the
@@ -40,16 +40,17 @@ from typing import Any, Self
 import httpx
 import structlog
 
-from cuzk_supervisor.adapters.logpush import (
+from cuzk_supervisor.adapters.logship.push import (
     MAX_BODY_BYTES,
     clean_source,
     encode_body,
     normalize_line,
     split_bodies,
 )
-from cuzk_supervisor.adapters.manager_answers import error_message, json_list, json_object
-from cuzk_supervisor.adapters.manager_away import AwayWarnings
-from cuzk_supervisor.adapters.manager_types import (
+from cuzk_supervisor.adapters.manager.answers import error_message, json_list, json_object
+from cuzk_supervisor.adapters.manager.away import AwayWarnings
+from cuzk_supervisor.adapters.manager.outbox import DrainResult, Outbox, SaveOutbox
+from cuzk_supervisor.adapters.manager.values import (
     BenchVerdict,
     HttpRetryPolicy,
     InstanceGone,
@@ -63,8 +64,7 @@ from cuzk_supervisor.adapters.manager_types import (
     describe_failure,
     is_transient,
 )
-from cuzk_supervisor.adapters.outbox import DrainResult, Outbox, SaveOutbox
-from cuzk_supervisor.adapters.statedoc import Report, utc_now_iso
+from cuzk_supervisor.adapters.state.doc import Report, utc_now_iso
 from cuzk_supervisor.core.reconcile import find_record
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 

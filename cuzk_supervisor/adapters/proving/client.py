@@ -26,12 +26,12 @@ The rules (DESIGN.md principles 4 and 5, incidents I1 and I3):
 
 This module is the client: its channel, the watch on each call and the reconnect, the short
 calls and the readiness wait. The parts it is made of: the transport
-(:mod:`~cuzk_supervisor.adapters.provingchannel`), errors and call outcomes
-(:mod:`~cuzk_supervisor.adapters.provingerrors`), deadlines and retry policies
-(:mod:`~cuzk_supervisor.adapters.provingpolicy`), one proof's loop
-(:mod:`~cuzk_supervisor.adapters.provingrun`), results
-(:mod:`~cuzk_supervisor.adapters.provingresults`) and batches
-(:mod:`~cuzk_supervisor.adapters.provingbatch`).
+(:mod:`~cuzk_supervisor.adapters.proving.channel`), errors and call outcomes
+(:mod:`~cuzk_supervisor.adapters.proving.errors`), deadlines and retry policies
+(:mod:`~cuzk_supervisor.adapters.proving.policy`), one proof's loop
+(:mod:`~cuzk_supervisor.adapters.proving.run`), results
+(:mod:`~cuzk_supervisor.adapters.proving.results`) and batches
+(:mod:`~cuzk_supervisor.adapters.proving.batch`).
 """
 
 from __future__ import annotations
@@ -48,23 +48,23 @@ from typing import Any, Self
 import grpc
 import structlog
 
-from cuzk_supervisor.adapters.provingchannel import channel_options, until_listening
-from cuzk_supervisor.adapters.provingerrors import (
+from cuzk_supervisor.adapters.proving.channel import channel_options, until_listening
+from cuzk_supervisor.adapters.proving.errors import (
     DaemonCallError,
     DaemonNotReady,
     describe,
     is_connect_failure,
     received_nothing,
 )
-from cuzk_supervisor.adapters.provingpolicy import (
+from cuzk_supervisor.adapters.proving.policy import (
     Attempt,
     ProvingTimeouts,
     call_policy,
     log_retry,
     ready_policy,
 )
-from cuzk_supervisor.adapters.provingresults import ProofResult
-from cuzk_supervisor.adapters.provingrun import ProofRun
+from cuzk_supervisor.adapters.proving.results import ProofResult
+from cuzk_supervisor.adapters.proving.run import ProofRun
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import structlog
 from tenacity import RetryCallState
 
-from cuzk_supervisor.adapters.manager_types import describe_failure
+from cuzk_supervisor.adapters.manager.values import describe_failure
 
 log = structlog.get_logger("supervisor.manager")
 

@@ -3,10 +3,11 @@ resubmit (the same ``request_id``) only on NOT_FOUND, and once; a submit whose f
 awaited before anything is submitted again.
 
 :class:`ProofRun` is the state of one :meth:`ProvingClient.prove
-<cuzk_supervisor.adapters.proving.ProvingClient.prove>`: its counters, its clock and the loop.
-Its calls go through the client (:meth:`~cuzk_supervisor.adapters.proving.ProvingClient.call`),
+<cuzk_supervisor.adapters.proving.client.ProvingClient.prove>`: its counters, its clock and the
+loop. Its calls go through the client
+(:meth:`~cuzk_supervisor.adapters.proving.client.ProvingClient.call`),
 which watches them for a dead connection; its retries are the values of
-:mod:`cuzk_supervisor.adapters.provingpolicy`.
+:mod:`cuzk_supervisor.adapters.proving.policy`.
 """
 
 from __future__ import annotations
@@ -17,24 +18,24 @@ from typing import TYPE_CHECKING
 import grpc
 import structlog
 
-from cuzk_supervisor.adapters.provingerrors import (
+from cuzk_supervisor.adapters.proving.errors import (
     OutOfBudget,
     ServerTimedOut,
     describe,
     is_connect_failure,
     is_cut,
 )
-from cuzk_supervisor.adapters.provingpolicy import (
+from cuzk_supervisor.adapters.proving.policy import (
     Attempt,
     await_policy,
     log_retry,
     submit_policy,
 )
-from cuzk_supervisor.adapters.provingresults import DaemonTimings, ProofResult, ProofStatus
+from cuzk_supervisor.adapters.proving.results import DaemonTimings, ProofResult, ProofStatus
 from cuzk_supervisor.proto import proving_pb2 as pb
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.proving import ProvingClient
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
 
 log = structlog.get_logger("supervisor.proving")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from cuzk_supervisor.adapters.kernelfiles import read_text
+from cuzk_supervisor.adapters.machine.kernelfiles import read_text
 
 CgroupVersion = Literal[1, 2]
 

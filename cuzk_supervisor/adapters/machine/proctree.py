@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuzk_supervisor.adapters.kernelfiles import read_text
+from cuzk_supervisor.adapters.machine.kernelfiles import read_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """How the proving client reaches the daemon: the grpc channel arguments and the plain
 connect probe that waits for something to listen.
 
-Both are about the transport only (no RPC, no retry rule): :mod:`cuzk_supervisor.adapters.proving`
+Both are about the transport only (no RPC, no retry rule):
+:mod:`cuzk_supervisor.adapters.proving.client`
 opens its channels with :func:`channel_options` and calls :func:`until_listening` before the first
 GetStatus while the daemon starts.
 """

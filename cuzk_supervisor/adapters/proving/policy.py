@@ -27,7 +27,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from cuzk_supervisor.adapters.provingerrors import (
+from cuzk_supervisor.adapters.proving.errors import (
     CUT_CODES,
     code_of,
     describe,

@@ -1,6 +1,6 @@
 """Typed access to the fields of a parsed JSON document, with error messages that name the
 field (``state.bench[0].rate is str '1', expected a number``). The state document's reader
-(:mod:`cuzk_supervisor.adapters.statedoc`) is built on it; anything wrong is a
+(:mod:`cuzk_supervisor.adapters.state.doc`) is built on it; anything wrong is a
 :class:`StateFormatError`.
 """
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from cuzk_supervisor.adapters.manager_types import BadAnswer
+from cuzk_supervisor.adapters.manager.values import BadAnswer
 
 __all__ = ["error_message", "json_body", "json_list", "json_object"]
 

@@ -5,7 +5,7 @@
 - Lines are batched per source (one body carries one ``X-Log-Source``), sent every
   ``flush_interval_s`` or as soon as a source has ``batch_bytes``/``batch_lines`` waiting.
 - No body exceeds 256 KiB (the manager silently drops the rest); a longer line is cut with a
-  marker (:func:`cuzk_supervisor.adapters.logpush.normalize_line`).
+  marker (:func:`cuzk_supervisor.adapters.logship.push.normalize_line`).
 - Memory is bounded: past ``max_buffer_lines`` or ``max_buffer_bytes`` the OLDEST lines are
   dropped and counted. The next successful send first delivers one line saying how many were
   dropped (and logs a warning event).
@@ -16,8 +16,8 @@
 
 This module is the shipper (its settings, the producer side and the sending task). The pieces
 that decide are pure and tested without I/O: the buffer and the dropped-lines warning
-(:mod:`~cuzk_supervisor.adapters.logbuffer`), the event-to-line rendering and the structlog
-processor (:mod:`~cuzk_supervisor.adapters.loglines`).
+(:mod:`~cuzk_supervisor.adapters.logship.buffer`), the event-to-line rendering and the structlog
+processor (:mod:`~cuzk_supervisor.adapters.logship.lines`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 import structlog
 
-from cuzk_supervisor.adapters.logbuffer import LogBuffer, dropped_warning
-from cuzk_supervisor.adapters.loglines import SUPERVISOR_SOURCE
-from cuzk_supervisor.adapters.logpush import MAX_BODY_BYTES, normalize_line
-from cuzk_supervisor.adapters.manager import ManagerClient
-from cuzk_supervisor.adapters.manager_types import ManagerRejected, ManagerUnavailable
+from cuzk_supervisor.adapters.logship.buffer import LogBuffer, dropped_warning
+from cuzk_supervisor.adapters.logship.lines import SUPERVISOR_SOURCE
+from cuzk_supervisor.adapters.logship.push import MAX_BODY_BYTES, normalize_line
+from cuzk_supervisor.adapters.manager.client import ManagerClient
+from cuzk_supervisor.adapters.manager.values import ManagerRejected, ManagerUnavailable
 from cuzk_supervisor.core.checks import (
     POSITIVE,
     in_range,

@@ -15,8 +15,8 @@ Rules (DESIGN.md principle 6, "durable before visible"):
 
 This module is the file: :class:`StateStore` loads and saves it, :class:`StateKeeper` owns the
 current state in the event loop and serialises writers. The document itself (the frozen
-:class:`~cuzk_supervisor.adapters.statedoc.SupervisorState` and its JSON form) is
-:mod:`cuzk_supervisor.adapters.statedoc`.
+:class:`~cuzk_supervisor.adapters.state.doc.SupervisorState` and its JSON form) is
+:mod:`cuzk_supervisor.adapters.state.doc`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import structlog
 
 from cuzk_supervisor.adapters import files
 from cuzk_supervisor.adapters.files import FileOps
-from cuzk_supervisor.adapters.statedoc import Report, SupervisorState, utc_now_iso
-from cuzk_supervisor.adapters.statefields import StateFormatError
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState, utc_now_iso
+from cuzk_supervisor.adapters.state.fields import StateFormatError
 from cuzk_supervisor.errors import UsageError
 
 log = structlog.get_logger("supervisor.state")
@@ -201,6 +201,7 @@ class StateKeeper:
             return self._state
 
     async def save_outbox(self, pending: Iterable[Report], acked: Iterable[Report]) -> None:
-        """The outbox's save callback (:data:`cuzk_supervisor.adapters.outbox.SaveOutbox`)."""
+        """The outbox's save callback
+        (:data:`cuzk_supervisor.adapters.manager.outbox.SaveOutbox`)."""
         pending_t, acked_t = tuple(pending), tuple(acked)
         await self.update(lambda s: dataclasses.replace(s, outbox=pending_t, acked=acked_t))

@@ -7,7 +7,7 @@ to the manager (:class:`Report`: pending in the outbox, or finished). Change it 
 ``dataclasses.replace`` (or the small ``with_*`` helpers). :meth:`SupervisorState.to_json` writes
 it; :meth:`SupervisorState.from_json` reads it back and raises :class:`StateFormatError`, saying
 what is wrong, for a document this build cannot read. No I/O here: the file is
-:mod:`cuzk_supervisor.adapters.state`.
+:mod:`cuzk_supervisor.adapters.state.store`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from cuzk_supervisor.adapters.statefields import (
+from cuzk_supervisor.adapters.state.fields import (
     Fields,
     StateFormatError,
     object_fields,
@@ -73,7 +73,7 @@ class Report:
     """One report to the manager, pending in the outbox or finished (``outcome`` set).
 
     ``id`` is stable across restarts: the lifecycle finds a report it queued before a crash by
-    it (or by kind, :meth:`cuzk_supervisor.adapters.outbox.Outbox.latest`).
+    it (or by kind, :meth:`cuzk_supervisor.adapters.manager.outbox.Outbox.latest`).
     """
 
     kind: str

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
-from cuzk_supervisor.adapters.provingresults import BatchResult, ProofResult, summarize_batch
+from cuzk_supervisor.adapters.proving.results import BatchResult, ProofResult, summarize_batch
 from cuzk_supervisor.proto import proving_pb2 as pb
 
 

@@ -1,7 +1,7 @@
 """The manager client's values: timeouts, retry policies, errors and answers.
 
-Plain values shared by the client (:mod:`cuzk_supervisor.adapters.manager`), the outbox
-(:mod:`cuzk_supervisor.adapters.outbox`) and the log shipper; see the client's docstring for
+Plain values shared by the client (:mod:`cuzk_supervisor.adapters.manager.client`), the outbox
+(:mod:`cuzk_supervisor.adapters.manager.outbox`) and the log shipper; see the client's docstring for
 the rules they encode (what is retried, what is final).
 """
 
@@ -85,7 +85,7 @@ class ManagerRetry:
     warn_every_s: float = 60.0
     """While the manager is away, a warning naming its URL at most this often, whatever the
     call (info between): the first failure after an answer is always a warning
-    (:mod:`cuzk_supervisor.adapters.manager_away`)."""
+    (:mod:`cuzk_supervisor.adapters.manager.away`)."""
 
     def __post_init__(self) -> None:
         require_fields(self, (f.name for f in dataclasses.fields(self)), POSITIVE)

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuzk_supervisor.adapters.cgroupfind import CgroupLocation, CgroupVersion
-from cuzk_supervisor.adapters.kernelfiles import parse_int, parse_keyed, read_text
-from cuzk_supervisor.adapters.psi import Psi, parse_psi
+from cuzk_supervisor.adapters.machine.cgroupfind import CgroupLocation, CgroupVersion
+from cuzk_supervisor.adapters.machine.kernelfiles import parse_int, parse_keyed, read_text
+from cuzk_supervisor.adapters.machine.psi import Psi, parse_psi
 
 # A limit at or above 2**60 bytes (1 EiB) means "no limit". cgroup v1 writes "unlimited" as
 # LONG_MAX rounded down to a page (9223372036854771712); some kernels and runtimes write other

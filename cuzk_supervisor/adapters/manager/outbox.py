@@ -1,4 +1,4 @@
-"""The durable outbox of reports to the manager (see :mod:`cuzk_supervisor.adapters.manager`).
+"""The durable outbox of reports to the manager (see :mod:`.client`).
 
 A report is written to the state file before it is sent and removed only after the manager
 acknowledged it (delivery at least once); a report found queued at start is first looked up in
@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from cuzk_supervisor.adapters.manager_types import (
+from cuzk_supervisor.adapters.manager.values import (
     InstanceGone,
     ManagerError,
     ManagerRejected,
     ManagerUnavailable,
 )
-from cuzk_supervisor.adapters.state import StateKeeper
-from cuzk_supervisor.adapters.statedoc import Report, utc_now_iso
+from cuzk_supervisor.adapters.state.doc import Report, utc_now_iso
+from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.reconcile import RECONCILED_KINDS, Recorded, recorded_outcome
 from cuzk_supervisor.core.reports import OUTCOME_GONE, OUTCOME_REJECTED
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.manager import ManagerClient
+    from cuzk_supervisor.adapters.manager.client import ManagerClient
 
 __all__ = ["DrainResult", "Outbox", "SaveOutbox"]
 
@@ -38,7 +38,7 @@ log = structlog.get_logger("supervisor.manager")
 
 SaveOutbox = Callable[[tuple[Report, ...], tuple[Report, ...]], Awaitable[None]]
 """Persists ``(pending, acked)`` in the state file; must raise if it could not (then nothing is
-sent). :meth:`cuzk_supervisor.adapters.state.StateKeeper.save_outbox` is one."""
+sent). :meth:`cuzk_supervisor.adapters.state.store.StateKeeper.save_outbox` is one."""
 
 
 @dataclass(frozen=True, slots=True)
