@@ -31,6 +31,11 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+def compares(value: Any, op: Comparison, bound: Any) -> bool:
+    """``value op bound``, for ``op`` written as text (``">="``)."""
+    return bool(_OPERATORS[op](value, bound))
+
+
 def is_number(value: object) -> bool:
     """A finite int or float; bool is an int subclass, but True seconds is always a mistake."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -113,4 +118,4 @@ def require_relation(obj: object, name: str, op: Comparison, other: str, why: st
     to the rule in the message."""
     value, bound = getattr(obj, name), getattr(obj, other)
     rule = f"{op} {other} ({bound})" + (f" {why}" if why else "")
-    require(bool(_OPERATORS[op](value, bound)), type(obj).__name__, name, value, rule)
+    require(compares(value, op, bound), type(obj).__name__, name, value, rule)

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cuzk_supervisor.address import check_public, parse_address
+from cuzk_supervisor.core.checks import Comparison, compares
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings.declare import DAY_S, HOUR_S, LOG_LEVELS, redact_url, setting
 
@@ -340,7 +341,7 @@ class Settings:
     def __post_init__(self) -> None:
         for name, relation, other, why in RELATIONS:
             value, bound = getattr(self, name), getattr(self, other)
-            if not (value <= bound if relation == "<=" else value >= bound):
+            if not compares(value, relation, bound):
                 raise UsageError(
                     f"setting {name}={value:g}: must be {relation} {other} ({bound:g}){why}"
                 )
@@ -358,7 +359,7 @@ class Settings:
 
 
 # (setting, relation, other setting, why): checked once each is within its own range.
-RELATIONS: tuple[tuple[str, str, str, str], ...] = (
+RELATIONS: tuple[tuple[str, Comparison, str, str], ...] = (
     ("warmup_workers", "<=", "max_workers", ""),
     ("restart_backoff_max_s", ">=", "restart_backoff_initial_s", ""),
     ("manager_backoff_max_s", ">=", "manager_backoff_initial_s", ""),

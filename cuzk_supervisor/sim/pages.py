@@ -53,16 +53,14 @@ class Pages:
 
     def __init__(self, mapper: Callable[[int], mmap.mmap] = touched_mapping) -> None:
         self._mapper = mapper
-        self._queue: queue.SimpleQueue[tuple[bool, Piece]] = queue.SimpleQueue()
+        # A Queue, not a SimpleQueue: it counts what was put and not yet marked done.
+        self._queue: queue.Queue[tuple[bool, Piece]] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._pending = 0
 
     @property
     def pending(self) -> int:
         """Mappings and unmappings asked for and not yet done."""
-        with self._lock:
-            return self._pending
+        return self._queue.unfinished_tasks
 
     def map(self, size: int) -> Piece:
         piece = Piece(size)
@@ -76,8 +74,6 @@ class Pages:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="sim-pages", daemon=True)
             self._thread.start()
-        with self._lock:
-            self._pending += 1
         self._queue.put((mapping, piece))
 
     def _run(self) -> None:
@@ -88,5 +84,4 @@ class Pages:
             elif piece.buf is not None:
                 piece.buf.close()
                 piece.buf = None
-            with self._lock:
-                self._pending -= 1
+            self._queue.task_done()
