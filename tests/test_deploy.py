@@ -31,6 +31,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from simhelpers import poll_until
 
 from cuzk_supervisor import settings
 
@@ -474,7 +475,8 @@ def test_hook_starts_the_supervisor_in_the_background_with_its_environment(hook)
     pid = int((hook.tmp / "run" / "onstart.pid").read_text())
     assert f"pid {pid}" in proc.stderr
     log = hook.tmp / "log" / "cuzk-supervisor.log"
-    poll_for(lambda: "fake supervisor output" in log_text(log), 30, "output not appended")
+    # A rotation renames the log before the next line makes it again: a missing file is "not yet".
+    poll_until(lambda: "fake supervisor output" in log.read_text(), 30, what="the output logged")
     # Its own session: not killed with the hook's process group.
     assert os.getsid(pid) == pid
 
@@ -567,24 +569,7 @@ def test_concurrent_hook_runs_start_one_supervisor(hook):
     # Give the others time to have started a second one, if they had: the record count is
     # polled for a second supervisor's record, which must never appear.
     with pytest.raises(AssertionError):
-        poll_for(lambda: len(list(hook.tmp.glob("record.*.txt"))) > 1, 2.0)
-
-
-def poll_for(check, timeout: float, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not met in {timeout:g} s")
-        time.sleep(0.05)
-
-
-def log_text(path: Path) -> str:
-    """The file's text, or "" while it is missing (a rotation renames it before the next line
-    creates it again)."""
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return ""
+        poll_until(lambda: len(list(hook.tmp.glob("record.*.txt"))) > 1, 2.0)
 
 
 # A mawk whose version text comes in two writes, as on a loaded machine: a reader that stops at
@@ -614,12 +599,12 @@ def test_hook_finds_mawk_whose_version_text_comes_in_two_writes(hook):
         PATH=f"{wrapper.parent}:{os.environ['PATH']}", AWK_ARGS_RECORD=str(args_record),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    poll_for(args_record.exists, 10, "the rotator started")
+    poll_until(args_record.exists, 10, what="the rotator started")
     assert args_record.read_text().startswith("-W interactive "), "mawk left reading in blocks"
     # Line by line: the first line is in the log while the supervisor still runs (in blocks,
     # it would wait in awk's buffer for 4 KiB more).
     log = hook.tmp / "log" / "cuzk-supervisor.log"
-    poll_for(lambda: "fake supervisor output" in log_text(log), 30, "output not appended")
+    poll_until(lambda: "fake supervisor output" in log.read_text(), 30, what="the output logged")
 
 
 def test_hook_log_is_rotated_and_bounded(hook):
@@ -629,7 +614,7 @@ def test_hook_log_is_rotated_and_bounded(hook):
         CUZK_ONSTART_LOG_MAX_BYTES="20000", CUZK_ONSTART_LOG_BACKUPS="2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    poll_for(lambda: "fake lines done" in log_text(log), 20, "the last line logged")
+    poll_until(lambda: "fake lines done" in log.read_text(), 20, what="the last line logged")
     files = sorted(log.parent.iterdir())
     assert [f.name for f in files] == [
         "cuzk-supervisor.log", "cuzk-supervisor.log.1", "cuzk-supervisor.log.2",
