@@ -17,8 +17,9 @@
 # constraints` makes it from pyproject.toml; tests/test_image.py checks the two agree).
 #
 # Secrets: none is ever a build argument or an ENV of this file, so none is in a layer or in
-# `docker history`. The manager token (CUZK_SUPERVISOR_MANAGER_TOKEN) and the manager URL are
-# given at run time (docker run -e, the platform's template, a Kubernetes Secret/ConfigMap).
+# `docker history`. The manager token (CUZK_SUPERVISOR_MANAGER_TOKEN) is given at run time
+# (docker run -e, the platform's template, a Kubernetes Secret). The manager URL is baked in
+# (CUZK_MANAGER_URL, below) or given at run time, which wins.
 
 # The image that carries the cuzk binaries (`cuzk` on PATH, and the CUDA runtime they need). It
 # must also have Python >= 3.11 with the venv module (name the interpreter with PYTHON if it is
@@ -76,6 +77,18 @@ ENV PYTHONUNBUFFERED=1 \
     VIRTUAL_ENV=/opt/cuzk-supervisor \
     PATH=/opt/cuzk-supervisor/bin:$PATH
 
+# curl: the manager's status panel runs `ssh root@HOST curl -sf --max-time 3
+# http://localhost:9821/status` (the daemon's HTTP status) in the container. Installed only where
+# the base lacks it (an operator's cuzk image usually has it; the offline image test's base does).
+# Not pinned: the version is the base distribution's, whichever that is.
+# hadolint ignore=DL3008
+RUN if ! command -v curl > /dev/null 2>&1; then \
+        apt-get update \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && curl --version > /dev/null
+
 # The venv is all that is added: no wheel, no pip, no setuptools, nothing of the source tree.
 COPY --from=builder /opt/cuzk-supervisor /opt/cuzk-supervisor
 RUN cuzk-supervisor --help > /dev/null
@@ -93,6 +106,26 @@ ENV CUZK_SUPERVISOR_STATE_DIR=/data/supervisor/state \
 # would copy whatever a cuzk base image keeps under /data (params are 100+ GB) at every create.
 
 WORKDIR /var/lib/cuzk-supervisor
+
+# The on-start hook. The manager deploys with `--ssh --direct` and `--onstart-cmd "nohup
+# /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"`: the platform runs its own init
+# instead of ENTRYPOINT, and this fixed path is the only thing that starts the proving stack. It
+# starts `cuzk-supervisor run` in the background (its output in /var/log/cuzk-supervisor.log,
+# rotated) and returns at once; a second run while it runs (the platform reruns it after a
+# container restart) starts nothing. ENTRYPOINT below still serves `docker run` and Kubernetes.
+COPY deploy/onstart.sh /usr/local/bin/entrypoint.sh
+
+# Settings fixed per fleet, baked in at build time (the platform passes no manager URL):
+#   --build-arg CUZK_MANAGER_URL=https://manager.example:8080
+#   --build-arg 'CUZK_SETTINGS=bench_budget_s = 1800'     (more settings, as TOML text)
+# written to /etc/cuzk-supervisor/settings.toml, read below flags, environment and config file.
+# Every value is checked now, so a bad one fails the build. Never the token: a build argument
+# is in `docker history` (the bake refuses every secret setting); give it at run time.
+ARG CUZK_MANAGER_URL=""
+ARG CUZK_SETTINGS=""
+RUN chmod 0755 /usr/local/bin/entrypoint.sh \
+    && python -m cuzk_supervisor.cli.bake --manager-url "${CUZK_MANAGER_URL}" \
+       --settings "${CUZK_SETTINGS}"
 
 # Root, on purpose: the daemon keeps the SRS in pinned (page-locked) host memory, which is
 # bounded by RLIMIT_MEMLOCK for anyone without CAP_IPC_LOCK; the GPU device nodes, /data on the

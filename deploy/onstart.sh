@@ -15,16 +15,24 @@
 # With --foreground the script becomes the supervisor (exec), for a platform that already runs
 # the hook as `nohup <hook> > /var/log/entrypoint.log 2>&1 &`.
 #
+# In the image this file is /usr/local/bin/entrypoint.sh, the path the manager's deploy runs
+# as its on-start command (`nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &`):
+# this hook's own lines go there, the supervisor's output to CUZK_ONSTART_LOG.
+#
 # Environment (every CUZK_SUPERVISOR_* setting is passed through as it is):
-#   CUZK_SUPERVISOR_MANAGER_URL  required: the fleet manager's base URL (the platform does not
-#                                pass it in)
+#   CUZK_SUPERVISOR_MANAGER_URL  the fleet manager's base URL; required unless the image has it
+#                                baked in (manager_url in /etc/cuzk-supervisor/settings.toml,
+#                                or CUZK_SUPERVISOR_IMAGE_SETTINGS_FILE): the platform does not
+#                                pass it in
 #   CUZK_SUPERVISOR_MANAGER_TOKEN  optional bearer token; give it in the platform's secret env,
 #                                never on the command line of the hook
 #   VAST_CONTAINERLABEL          the instance label (C.<id>), read by the supervisor itself
 #   MIN_RATE                     proofs per hour to pass the bench, read by the supervisor itself
+#   PAVAIL, PAVAIL_SERVER        for other programs of the image: passed on unchanged to the
+#                                supervisor and its children
 # A hook can start with fewer variables than the container's own process (PID 1) was given:
-# VAST_CONTAINERLABEL, MIN_RATE and the CUZK_SUPERVISOR_* variables that are missing here are
-# taken from /proc/1/environ.
+# VAST_CONTAINERLABEL, MIN_RATE, PAVAIL, PAVAIL_SERVER and the CUZK_SUPERVISOR_* variables that
+# are missing here are taken from /proc/1/environ.
 # Knobs of this script (not settings of the supervisor):
 #   CUZK_ONSTART_BIN      supervisor command (default: cuzk-supervisor on PATH, else the image's
 #                         /opt/cuzk-supervisor/bin/cuzk-supervisor)
@@ -49,7 +57,7 @@ if [[ -r "$pid1_environ" ]]; then
     while IFS= read -r -d '' entry; do
         name="${entry%%=*}"
         case "$name" in
-            VAST_CONTAINERLABEL | MIN_RATE | CUZK_SUPERVISOR_*) ;;
+            VAST_CONTAINERLABEL | MIN_RATE | PAVAIL | PAVAIL_SERVER | CUZK_SUPERVISOR_*) ;;
             *) continue ;;
         esac
         [[ "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
@@ -59,9 +67,17 @@ if [[ -r "$pid1_environ" ]]; then
     done < "$pid1_environ"
 fi
 
-if [[ -z "${CUZK_SUPERVISOR_MANAGER_URL:-}" ]]; then
-    log "CUZK_SUPERVISOR_MANAGER_URL is not set: the manager's URL is not passed in by the"
-    log "platform; set it in the image, the template's environment or the hook's command"
+# The URL baked into the image: a top-level `manager_url = "..."` line (before any [table]), as
+# the bake writes it.
+image_settings="${CUZK_SUPERVISOR_IMAGE_SETTINGS_FILE:-/etc/cuzk-supervisor/settings.toml}"
+baked_url() {
+    awk '/^[[:space:]]*\[/ { exit } /^manager_url = "[^"]/ { found = 1; exit } END { exit !found }' \
+        "$image_settings" 2> /dev/null
+}
+if [[ -z "${CUZK_SUPERVISOR_MANAGER_URL:-}" ]] && ! baked_url; then
+    log "CUZK_SUPERVISOR_MANAGER_URL is not set and $image_settings has no manager_url: the"
+    log "manager's URL is not passed in by the platform; bake it into the image (docker build"
+    log "--build-arg CUZK_MANAGER_URL=...) or set it in the template's environment"
     exit 2
 fi
 # The label can also be a flag (--label X, --label=X) or a key of a config file.

@@ -154,8 +154,10 @@ def test_runtime_contract(final):
         if n == "ENV":
             env |= env_pairs(a)
     assert env.get("PYTHONUNBUFFERED") == "1"
-    # The runtime stage takes nothing from the build context (the wheels come from the builder).
-    assert not [a for n, a in final if n in ("COPY", "ADD") and "--from=" not in a]
+    # The runtime stage takes nothing from the build context (the wheels come from the builder)
+    # but the on-start hook, at the path the manager's deploy runs (manager-api.md, "Deploy").
+    from_context = [a for n, a in final if n in ("COPY", "ADD") and "--from=" not in a]
+    assert from_context == ["deploy/onstart.sh /usr/local/bin/entrypoint.sh"]
 
 
 def test_env_settings_are_declared_valid_and_on_the_data_volume(final):
@@ -352,13 +354,15 @@ def test_dockerignore_matcher_follows_docker_rules():
 def test_build_context_is_what_the_dockerfile_copies(docker):
     context = build_context(ROOT)
     tops = {path.split("/")[0] for path in context}
-    assert tops == {"pyproject.toml", "README.md", "constraints.txt", "cuzk_supervisor"}, tops
+    assert tops == {"pyproject.toml", "README.md", "constraints.txt", "cuzk_supervisor", "deploy"}
+    assert [p for p in context if p.startswith("deploy/")] == ["deploy/onstart.sh"]
     assert not [p for p in context if "__pycache__" in p or p.endswith(".pyc")]
     for name, args in docker:
         if name == "COPY" and "--from=" not in args:
             *sources, _ = args.split()
             for source in sources:
-                assert source.rstrip("/") in tops, f"COPY {source}: not in the build context"
+                path = source.rstrip("/")
+                assert path in tops or path in context, f"COPY {source}: not in the build context"
 
 
 @pytest.mark.slow
@@ -396,7 +400,8 @@ FAKE_SUPERVISOR = """#!/usr/bin/env bash
 {
     printf 'args=%s\\n' "$*"
     for v in CUZK_SUPERVISOR_MANAGER_URL CUZK_SUPERVISOR_LABEL VAST_CONTAINERLABEL MIN_RATE \\
-             CUZK_SUPERVISOR_STATE_DIR CUZK_SUPERVISOR_LOG_DIR OTHER_FROM_PID1; do
+             CUZK_SUPERVISOR_STATE_DIR CUZK_SUPERVISOR_LOG_DIR OTHER_FROM_PID1 PAVAIL \\
+             PAVAIL_SERVER; do
         printf '%s=%s\\n' "$v" "${!v-<unset>}"
     done
 } > "$FAKE_RECORD.tmp.$$"
@@ -427,6 +432,7 @@ def hook(tmp_path):
             "CUZK_ONSTART_LOG": str(tmp_path / "log" / "cuzk-supervisor.log"),
             "CUZK_ONSTART_PIDFILE": str(tmp_path / "run" / "onstart.pid"),
             "CUZK_ONSTART_PID1_ENVIRON": str(tmp_path / "no-such-environ"),
+            "CUZK_SUPERVISOR_IMAGE_SETTINGS_FILE": str(tmp_path / "no-image-settings.toml"),
             "FAKE_RECORD": str(tmp_path / "record"),
         }
         proc = subprocess.run(
@@ -505,15 +511,36 @@ def test_hook_refuses_to_start_without_a_manager_url(hook):
     assert not list(hook.tmp.glob("record.*.txt"))
 
 
+def test_hook_starts_with_the_manager_url_baked_into_the_image(hook):
+    baked = hook.tmp / "image-settings.toml"
+    baked.write_text('# baked\nmanager_url = "http://baked:8080"\n')
+    proc = hook(VAST_CONTAINERLABEL="C.42", CUZK_SUPERVISOR_IMAGE_SETTINGS_FILE=str(baked))
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = records(hook.tmp)
+    # The supervisor reads the file itself (settings.load); the hook only checks it is there.
+    assert rec["CUZK_SUPERVISOR_MANAGER_URL"] == "<unset>"
+
+
+def test_hook_refuses_an_image_file_without_a_manager_url(hook):
+    baked = hook.tmp / "image-settings.toml"
+    baked.write_text('bench_budget_s = 100\n[daemon]\nmanager_url = "nested"\n')
+    proc = hook(VAST_CONTAINERLABEL="C.42", CUZK_SUPERVISOR_IMAGE_SETTINGS_FILE=str(baked))
+    assert proc.returncode == 2
+    assert "no manager_url" in proc.stderr
+    assert not list(hook.tmp.glob("record.*.txt"))
+
+
 def test_hook_takes_missing_variables_from_pid1(hook):
     environ = hook.tmp / "environ"
     environ.write_bytes(
         b"VAST_CONTAINERLABEL=C.7\0MIN_RATE=44\0CUZK_SUPERVISOR_MANAGER_URL=http://m:1\0"
-        b"OTHER_FROM_PID1=x\0CUZK_SUPERVISOR_LABEL=\0"
+        b"OTHER_FROM_PID1=x\0CUZK_SUPERVISOR_LABEL=\0PAVAIL=pv-secret\0PAVAIL_SERVER=h:7\0"
     )
     proc = hook(CUZK_ONSTART_PID1_ENVIRON=str(environ), MIN_RATE="50")
     assert proc.returncode == 0, proc.stderr
     (rec,) = records(hook.tmp)
+    assert rec["PAVAIL"] == "pv-secret", "the platform's PAVAIL reaches the supervisor unchanged"
+    assert rec["PAVAIL_SERVER"] == "h:7"
     assert rec["VAST_CONTAINERLABEL"] == "C.7"
     assert rec["MIN_RATE"] == "50", "the hook's own value wins over PID 1's"
     assert rec["CUZK_SUPERVISOR_MANAGER_URL"] == "http://m:1"

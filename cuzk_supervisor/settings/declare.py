@@ -14,6 +14,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 ENV_PREFIX = "CUZK_SUPERVISOR_"
 CONFIG_FILE_ENV = f"{ENV_PREFIX}CONFIG_FILE"
+# The settings an operator baked into the image at build time (``docker build --build-arg
+# CUZK_MANAGER_URL=...``, written by ``settings.bake``): below every other source, above the
+# defaults. A fixed path, so that a supervisor started by the platform's on-start hook (which
+# passes no manager URL) still finds its manager. The variable moves it (tests, other layouts).
+IMAGE_SETTINGS_FILE = "/etc/cuzk-supervisor/settings.toml"
+IMAGE_SETTINGS_FILE_ENV = f"{ENV_PREFIX}IMAGE_SETTINGS_FILE"
 REDACTED = "***"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
