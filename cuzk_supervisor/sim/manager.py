@@ -18,6 +18,15 @@ a sweep first at +10 s, then every 60 s, killing timeouts ("param fetch timeout 
 given the platform's instance list (``--instances FILE``), every live record that list does not
 name ("instance disappeared from vast"). ``--time-scale`` divides the sweep's durations.
 
+With ``--vastai PROG`` (a ``vastai`` CLI program) the real manager's platform side too:
+``POST /api/deploy {"offer_id", "min_rate"}`` runs ``PROG create instance OFFER --image IMG
+--disk 250 --env "-e PAVAIL=… -e PAVAIL_SERVER=… -e MIN_RATE=30.0" --ssh --direct
+--onstart-cmd "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"`` (argv,
+no shell; PAVAIL and PAVAIL_SERVER from the manager's own environment; ``--deploy-image``,
+default ``magik6k/curio-cuzk:latest``) and answers ``{"ok": true, "instance_id": N}`` from
+the ``new_contract`` it prints; the sweep reads ``PROG show instances --raw`` (not with
+``--instances``); a destroyed container runs ``PROG destroy instance ID`` in the background.
+
 Not part of the real API, for tests and demos, under ``/sim/`` (never faulted):
 
 - ``POST /sim/kill`` ``{"uuid", "reason"}``: kill an instance with any reason (the real
@@ -95,6 +104,13 @@ from cuzk_supervisor.sim.manager_store import (
     rfc3339,
     vast_id_from_label,
 )
+from cuzk_supervisor.sim.manager_vast import (
+    CREATE_TIMEOUT,
+    DEFAULT_IMAGE,
+    DEFAULT_MIN_RATE,
+    VastCLI,
+    VastError,
+)
 
 DEFAULT_LISTEN = "127.0.0.1:8090"
 DEFAULT_PARAM_TIMEOUT = 90 * 60.0
@@ -111,6 +127,7 @@ JSON_PATHS = (
     "/bad-host",
     "/api/kill",
     "/sim/kill",
+    "/api/deploy",
 )
 EXIT_USAGE = 2
 EXIT_START = 1
@@ -266,6 +283,7 @@ class App:
         destroy_command: str | None = None,
         verbose: bool = False,
         platform_file: Path | None = None,
+        vast: VastCLI | None = None,
     ) -> None:
         self.store = store
         self.faults = faults
@@ -274,6 +292,9 @@ class App:
         self.destroy_command = destroy_command
         self.verbose = verbose
         self.platform_file = platform_file
+        self.vast = vast
+        self.create_timeout = CREATE_TIMEOUT
+        self._deploys: list[dict[str, Any]] = []
         self.logs = LogBook()
         self.manager_log = ManagerLog()
         self.journal = RequestJournal()
@@ -317,6 +338,8 @@ class App:
                 self.log(f"[monitor] destroyed vast instance {vast_id}")
             if self.destroy_command:
                 threading.Thread(target=self._destroy, args=(inst, vast_id), daemon=True).start()
+            if self.vast is not None and vast_id is not None and vast_id > 0:
+                threading.Thread(target=self._vast_destroy, args=(vast_id,), daemon=True).start()
 
     def kills(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -337,10 +360,55 @@ class App:
         except (OSError, subprocess.SubprocessError) as exc:
             sys.stderr.write(f"sim-manager: destroy command failed: {exc}\n")
 
+    def _vast_destroy(self, vast_id: int) -> None:
+        assert self.vast is not None
+        try:
+            self.vast.destroy(vast_id)
+        except VastError as exc:
+            self.log(f"[monitor] destroy vast instance {vast_id} failed: {exc}")
+
+    # --- deploys -------------------------------------------------------------------------
+    def deploy(self, offer_id: int, min_rate: float) -> tuple[int | None, str | None]:
+        """``create instance`` for ``offer_id``: (instance id, None) or (None, reason)."""
+        assert self.vast is not None
+        pavail = os.environ.get("PAVAIL", "")
+        server = os.environ.get("PAVAIL_SERVER", "")
+        try:
+            instance_id: int | None = self.vast.create(
+                offer_id, min_rate, pavail, server, self.create_timeout
+            )
+            reason: str | None = None
+        except VastError as exc:
+            instance_id, reason = None, str(exc)
+        with self._lock:
+            self._deploys.append(
+                {
+                    "offer_id": offer_id,
+                    "min_rate": min_rate,
+                    "instance_id": instance_id,
+                    "ok": instance_id is not None,
+                }
+            )
+        if instance_id is not None:
+            self.log(
+                f"[deploy] offer={offer_id} image={self.vast.image} min_rate={min_rate:.1f} "
+                f"instance={instance_id}"
+            )
+        else:
+            self.log(f"[deploy] offer={offer_id} min_rate={min_rate:.1f} failed: {reason}")
+        return instance_id, reason
+
+    def deploys(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(d) for d in self._deploys]
+
     # --- the monitor ---------------------------------------------------------------------
     def read_platform(self) -> Platform | None:
-        """The platform list for this sweep (None: no ``--instances``). ValueError or
-        OSError when it cannot be read: the sweep is then skipped, as the real one's."""
+        """The platform list for this sweep (None: no ``--instances`` nor ``--vastai``).
+        ValueError or OSError when it cannot be read: the sweep is then skipped, as the real
+        one's."""
+        if self.vast is not None:
+            return parse_platform(self.vast.show_instances())
         if self.platform_file is None:
             return None
         return parse_platform(self.platform_file.read_text())
@@ -539,6 +607,24 @@ def h_kill(app: App, req: Request) -> Response:
     return ok()
 
 
+def h_deploy(app: App, req: Request) -> Response:
+    """The dashboard's Deploy: ``vastai create instance`` for an offer (``--vastai``)."""
+    try:
+        data = decode_struct(req.body, "DeployReq", {"offer_id": int, "min_rate": float})
+    except BadJSON as exc:
+        return bad_request(exc)
+    offer_id = data.get("offer_id", 0)
+    if offer_id <= 0:
+        return error(400, "bad request: offer_id required")
+    if app.vast is None:
+        return error(500, "deploy not configured")
+    min_rate = data.get("min_rate", 0.0) or DEFAULT_MIN_RATE  # Go's zero value: the default
+    instance_id, reason = app.deploy(offer_id, min_rate)
+    if instance_id is None:
+        return error(500, f"vastai create failed: {reason}")
+    return json_response(200, {"ok": True, "instance_id": instance_id})
+
+
 def h_bad_host_post(app: App, req: Request) -> Response:
     try:
         data = decode_struct(req.body, "BadHostReq", {"machine_id": str, "reason": str})
@@ -663,6 +749,7 @@ def h_sim_state(app: App, req: Request) -> Response:
             "sweeps": app.sweeps(),
             "platform": app.platform(),
             "manager_log_lines": len(app.manager_log.lines()),
+            "deploys": app.deploys(),
         },
     )
 
@@ -683,6 +770,7 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/api/instance-logs/": {"GET": h_instance_logs},
     "/api/manager-logs": {"GET": h_manager_logs},
     "/api/kill": {"POST": h_kill},
+    "/api/deploy": {"POST": h_deploy},
     "/sim/kill": {"POST": h_sim_kill},
     "/sim/sweep": {"POST": h_sim_sweep},
     "/sim/requests": {"GET": h_sim_requests},
@@ -1045,6 +1133,21 @@ def build_parser() -> argparse.ArgumentParser:
         "CUZK_SIM_UUID, CUZK_SIM_LABEL, CUZK_SIM_RUNNER_ID, CUZK_SIM_KILL_REASON, "
         "CUZK_SIM_VAST_ID)",
     )
+    v = p.add_argument_group("the platform's CLI (the real manager's deploy path)")
+    v.add_argument(
+        "--vastai",
+        metavar="PROG",
+        help="a `vastai` CLI program: POST /api/deploy runs `PROG create instance OFFER ...`, "
+        "the sweep reads `PROG show instances --raw` (not with --instances), and a destroyed "
+        "container runs `PROG destroy instance ID` (background). Without it /api/deploy "
+        "answers 500 'deploy not configured'",
+    )
+    v.add_argument(
+        "--deploy-image",
+        default=DEFAULT_IMAGE,
+        metavar="IMG",
+        help=f"the image /api/deploy starts (default {DEFAULT_IMAGE}, the real manager's)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every request to stderr")
     return p
 
@@ -1100,6 +1203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings, refuse_for = fault_settings(args, dict(os.environ))
         if args.check_interval <= 0:
             raise UsageError("--check-interval must be > 0")
+        if args.vastai and args.instances is not None:
+            raise UsageError("--vastai and --instances exclude each other")
     except (UsageError, FaultError) as exc:
         sys.stderr.write(f"sim-manager: {exc}\n")
         return EXIT_USAGE
@@ -1132,6 +1237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.destroy_command,
         args.verbose,
         args.instances,
+        VastCLI(args.vastai, args.deploy_image) if args.vastai else None,
     )
     server = ManagerHTTPServer((host, port), ManagerRequestHandler, app, family)
     listener = Listener(server, host, port, say)
