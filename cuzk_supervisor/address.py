@@ -13,6 +13,9 @@ from pathlib import Path
 from cuzk_supervisor.errors import UsageError
 
 UNIX_SCHEME = "unix://"
+# sockaddr_un.sun_path is 108 bytes on Linux, the terminating NUL included: a longer path
+# cannot be bound (the daemon would fail at every start: a crash loop, not a run).
+MAX_UNIX_PATH_BYTES = 107
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,12 @@ def parse_address(text: str) -> Address:
             raise UsageError(
                 f"bad address {text!r}: a unix socket needs an absolute path, "
                 "as in unix:///run/cuzk.sock"
+            )
+        size = len(path.encode("utf-8", "surrogateescape"))
+        if size > MAX_UNIX_PATH_BYTES:
+            raise UsageError(
+                f"bad address {text[:60]!r}: a unix socket path of {size} bytes, over the "
+                f"kernel's limit of {MAX_UNIX_PATH_BYTES}"
             )
         return Address(path=Path(path))
     host, sep, port_text = raw.rpartition(":")

@@ -1,10 +1,12 @@
 """Issue 13, item 3 and 4: every setting bounded, every input file checked, before anything starts.
 
 The table runs the real command line (``cuzk-supervisor config``, in-process for speed: the same
-``cli.main`` the entry point calls) for every setting × {empty, negative, huge, NaN, non-UTF-8,
-100 KB}: exit 2 with a one-line error naming the setting, or an acceptance documented in
-``ACCEPTED`` below. ``test_prestart_e2e.py`` runs ``run`` end to end for a smaller set and shows
-nothing is registered.
+``cli.main`` the entry point calls) for every setting × {empty, negative, huge, NaN, ±inf, an
+over-long unix socket, non-UTF-8, 100 KB}: exit 2 with a one-line error naming the setting, or an
+acceptance documented in ``ACCEPTED`` below; the paths are then held, in ``check_before_start``,
+to what they must point at (missing, a folder, a FIFO, unreadable, empty).
+``test_prestart_e2e.py`` runs ``run`` end to end for a smaller set and shows nothing is
+registered.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ CASES = {
     "huge": "1000000000000000000",
     "huge_float": "1e18",
     "nan": "nan",
+    "inf": "inf",
+    "minus_inf": "-inf",
+    # Over the kernel's 108-byte sun_path: no socket can be bound there.
+    "unix_too_long": "unix:///" + "s" * 120,
     "non_utf8": "\udcff",  # how Python shows the byte 0xff of an environment variable
     "100kb": "x" * 100_000,
 }
@@ -64,14 +70,15 @@ _accept(
 )
 _accept(("daemon_base_config", "cgroup_root"), ("empty",), "empty is 'none' / 'discover'")
 _accept(("daemon_args", "params_expected", "worker_commands"), ("empty",), "an empty list")
-_accept(_PATHS, ("huge", "huge_float", "nan"), _TEXT_AS_NAME)
-_accept(("label",), ("huge", "huge_float", "nan"), _TEXT_AS_NAME)
-_accept(("daemon_binary",), ("huge", "huge_float", "nan"), _TEXT_AS_NAME)
-_accept(("daemon_log_level",), ("nan",), "a word is a log filter")
-_accept(("params_fetch_command",), ("huge", "huge_float", "nan"), "a shell command word")
-_accept(("worker_commands",), ("huge", "huge_float", "nan"), "a shell command word")
-_accept(("daemon_args",), ("negative", "huge", "huge_float", "nan"), "a daemon argument")
-_accept(("manager_token",), ("negative", "huge", "huge_float", "nan"), "a token is opaque text")
+_WORDS = ("huge", "huge_float", "nan", "inf")
+_accept(_PATHS, (*_WORDS, "unix_too_long"), _TEXT_AS_NAME)
+_accept(("label",), _WORDS, _TEXT_AS_NAME)
+_accept(("daemon_binary",), (*_WORDS, "unix_too_long"), _TEXT_AS_NAME)
+_accept(("daemon_log_level",), ("nan", "inf"), "a word is a log filter")
+_commands = (*_WORDS, "unix_too_long")
+_accept(("params_fetch_command", "worker_commands"), _commands, "a shell command word")
+_accept(("daemon_args",), ("negative", "minus_inf", *_commands), "a daemon argument")
+_accept(("manager_token",), ("negative", "minus_inf", *_commands), "a token is opaque text")
 
 
 @pytest.fixture
@@ -489,3 +496,74 @@ def test_what_the_simulated_daemon_would_refuse_is_refused_now(
     # The same switches for another daemon are that daemon's business.
     other = _settings(tmp_path, daemon_args="--fault bogus")
     prestart.check_before_start(other, environ, disk_usage=PLENTY)
+
+
+# --- the paths: what each must point at -------------------------------------------------------
+
+
+def _unreadable(tmp_path: Path) -> Path:
+    path = _good_c1(tmp_path / "unreadable")
+    path.chmod(0)
+    return path
+
+
+def _fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+PATH_CASES: dict[str, Callable[[Path], Path]] = {
+    "missing": lambda t: t / "absent",
+    "folder": lambda t: t,  # a folder where a file is wanted
+    "fifo": _fifo,
+    "unreadable": _unreadable,
+    "empty": lambda t: _file_at(t / "empty", b""),
+}
+
+
+def _file_at(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
+# (setting, case) refused by check_before_start: input files must be readable and not empty;
+# folders must be folders (a missing one is made, an unreadable file is not a folder either).
+# An empty daemon base config is an empty TOML table: nothing to merge, taken.
+FILE_SETTINGS = ("c1_file", "daemon_base_config", "daemon_binary")
+PATH_REFUSED = [
+    (name, case)
+    for name in FILE_SETTINGS
+    for case in PATH_CASES
+    if (name, case) != ("daemon_base_config", "empty")
+] + [(name, case) for name in prestart.FOLDERS for case in ("fifo", "unreadable", "empty")]
+
+
+@pytest.mark.parametrize(("name", "case"), PATH_REFUSED)
+def test_every_path_that_cannot_work_is_refused_naming_its_setting(
+    name: str, case: str, tmp_path: Path
+) -> None:
+    # Root reads anything; a mode-0 binary still cannot run.
+    if case == "unreadable" and name in ("c1_file", "daemon_base_config") and os.geteuid() == 0:
+        pytest.skip("root reads a file of mode 0")
+    (tmp_path / "bad").mkdir()
+    target = PATH_CASES[case](tmp_path / "bad")
+    s = _settings(tmp_path, **{name: str(target)})
+    with pytest.raises(UsageError) as caught:
+        prestart.check_before_start(s, {}, disk_usage=PLENTY)
+    assert f"setting {name}" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_run_dir_too_long_for_the_daemons_socket_is_refused(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 200)
+    with pytest.raises(UsageError, match=r"setting run_dir: .*over the kernel's limit of 107"):
+        prestart.check_before_start(_settings(tmp_path, run_dir=str(deep)), {}, disk_usage=PLENTY)
+
+
+@pytest.mark.parametrize("name", ["daemon_listen", "daemon_status_listen"])
+def test_a_unix_socket_path_over_the_kernel_limit_is_refused(name: str, tmp_path: Path) -> None:
+    fits = "unix:///" + "s" * 106  # 107 bytes with its leading slash: the most that binds
+    _settings(tmp_path, **{name: fits})
+    with pytest.raises(UsageError, match=rf"setting {name} .*108 bytes, over the kernel's"):
+        _settings(tmp_path, **{name: fits + "s"})

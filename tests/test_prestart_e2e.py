@@ -77,6 +77,12 @@ def _file(tmp_path: Path, name: str, content: bytes) -> Path:
     return path
 
 
+def _fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "c1.fifo"
+    os.mkfifo(path)
+    return path
+
+
 def _not_executable(tmp_path: Path) -> Path:
     path = _file(tmp_path, "cuzk", b"#!/bin/sh\n")
     path.chmod(0o644)
@@ -145,7 +151,18 @@ REFUSED: dict[str, tuple[Extra, str]] = {
     ),
     "C1 missing": (
         lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(t / "absent.json")},
-        "cannot read C1 file",
+        "setting c1_file: cannot read C1 file",
+    ),
+    # Issue 23: named as the setting, like every other bad value.
+    "C1 a folder": (lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(t)}, "setting c1_file"),
+    "C1 a FIFO": (lambda t: {"CUZK_SUPERVISOR_C1_FILE": str(_fifo(t))}, "setting c1_file"),
+    "daemon listen over the unix socket limit": (
+        lambda t: {"CUZK_SUPERVISOR_DAEMON_LISTEN": "unix:///" + "s" * 120},
+        "setting daemon_listen",
+    ),
+    "run folder too long for the daemon's socket": (
+        lambda t: {"CUZK_SUPERVISOR_RUN_DIR": str(t / "run" / ("r" * 120))},
+        "setting run_dir",
     ),
     "daemon listen public": (
         lambda t: {"CUZK_SUPERVISOR_DAEMON_LISTEN": f"0.0.0.0:{free_tcp_port()}"},

@@ -26,6 +26,7 @@ from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.inputfile import read_toml
 from cuzk_supervisor.adapters.proving.proofinput import load_c1
 from cuzk_supervisor.adapters.state.doc import SupervisorState
+from cuzk_supervisor.address import parse_address
 
 # The looks doctor shares, from their own light module: not through the doctor package, whose
 # checks load httpx and the lifecycle's wiring.
@@ -83,6 +84,32 @@ def check_platform_environment(s: Settings, environ: Mapping[str, str]) -> None:
         settings.parse_value(_declared("label"), raw, "env VAST_CONTAINERLABEL")
     if not s.min_rate and environ.get("MIN_RATE", "").strip():
         settings.parse_value(_declared("min_rate"), environ["MIN_RATE"].strip(), "env MIN_RATE")
+
+
+def check_input_files(s: Settings) -> dict[str, Any]:
+    """The C1 file is a readable, non-empty PoRep envelope (size taken with stat first, UTF-8,
+    JSON) and the daemon base config a readable TOML; each refused as the setting that names
+    it, like every other bad value. Returns the base config."""
+    name = "c1_file"
+    try:
+        load_c1(s.c1_file)
+        name = "daemon_base_config"
+        return check_base_config(s.daemon_base_config)
+    except UsageError as exc:
+        raise UsageError(f"setting {name}: {exc}") from None
+
+
+def check_daemon_socket(s: Settings) -> None:
+    """With daemon_listen empty the daemon listens on a socket in run_dir: its path (run_dir
+    resolved) is held to the kernel's limit like a daemon_listen given."""
+    from cuzk_supervisor.lifecycle.assemble import daemon_listen
+
+    if s.daemon_listen:
+        return  # checked with the settings
+    try:
+        parse_address(daemon_listen(s))
+    except UsageError as exc:
+        raise UsageError(f"setting run_dir: the daemon's socket in it: {exc}") from None
 
 
 def check_binary(s: Settings) -> None:
@@ -171,8 +198,8 @@ def check_before_start(
     """Refuse (UsageError) what would fail later; return the warnings to log once logging is
     configured (a public daemon address the operator allowed)."""
     check_platform_environment(s, environ)
-    load_c1(s.c1_file)  # size (stat first), UTF-8, JSON, the PoRep envelope
-    check_base_config(s.daemon_base_config)
+    check_input_files(s)
+    check_daemon_socket(s)
     if s.health_enabled:
         check_listen(s.health_listen, allow_public=s.health_allow_public)
     check_binary(s)
