@@ -30,9 +30,9 @@ IMAGE="${CUZK_IMAGE_TEST_IMAGE:-cuzk-supervisor:image-test}"
 CACHE_DIR="${CUZK_IMAGE_TEST_CACHE:-/var/cache/cuzk-supervisor/image-test}"
 SUITE=bookworm
 MIRROR="${CUZK_IMAGE_TEST_MIRROR:-http://deb.debian.org/debian}"
-BASE_PACKAGES=python3,python3-venv,ca-certificates
+BASE_PACKAGES=python3,python3-venv,ca-certificates,curl
 # Bump when the way the base is made changes (the cached tarball is then made again).
-BASE_RECIPE=1
+BASE_RECIPE=2
 # The supervisor's own daemon_stop_grace_s default: `docker stop` must be done well before it.
 STOP_GRACE_S=10
 # What the README says the image runs as (section "Docker").
