@@ -10,10 +10,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cuzk_supervisor import settings
+from cuzk_supervisor import exitcodes, settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS: dict[str, Callable[[], str]] = {"settings": settings.markdown_table}
+BLOCKS: dict[str, Callable[[], str]] = {
+    "settings": settings.markdown_table,
+    "exitcodes": exitcodes.markdown_table,
+}
 
 
 def render(text: str) -> str:
