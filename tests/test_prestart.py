@@ -12,6 +12,7 @@ registered.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import stat
@@ -21,10 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cuzk_supervisor import exitcodes, settings
+from cuzk_supervisor.adapters import inputfile
 from cuzk_supervisor.adapters.inputfile import read_bytes, read_text
 from cuzk_supervisor.adapters.proving.proofinput import C1_MAX_BYTES, load_c1
 from cuzk_supervisor.adapters.state.doc import SupervisorState
@@ -541,13 +544,21 @@ PATH_REFUSED = [
 
 @pytest.mark.parametrize(("name", "case"), PATH_REFUSED)
 def test_every_path_that_cannot_work_is_refused_naming_its_setting(
-    name: str, case: str, tmp_path: Path
+    name: str, case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Root reads anything; a mode-0 binary still cannot run.
-    if case == "unreadable" and name in ("c1_file", "daemon_base_config") and os.geteuid() == 0:
-        pytest.skip("root reads a file of mode 0")
     (tmp_path / "bad").mkdir()
     target = PATH_CASES[case](tmp_path / "bad")
+    # Root reads a mode-0 file (a mode-0 binary still cannot run): as root, the open of that file
+    # answers what the kernel answers any other user, EACCES.
+    if case == "unreadable" and name in ("c1_file", "daemon_base_config") and os.geteuid() == 0:
+        real_open = inputfile.os.open
+
+        def denied(path: Any, *args: Any, **kwargs: Any) -> int:
+            if Path(path) == target:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(inputfile.os, "open", denied)
     s = _settings(tmp_path, **{name: str(target)})
     with pytest.raises(UsageError) as caught:
         prestart.check_before_start(s, {}, disk_usage=PLENTY)
