@@ -449,6 +449,14 @@ def _leftovers(tmp: Path, manager: ManagerProcess) -> list[str]:
     return found + zombies
 
 
+def _none_left(tmp: Path, manager: ManagerProcess) -> bool:
+    """True when nothing is left; else it raises, so that a timeout names what was left."""
+    left = _leftovers(tmp, manager)
+    if left:
+        raise AssertionError(f"left: {left}")
+    return True
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
 def test_fault_row(row: Row, ctx) -> None:
     context = ctx(row)
@@ -460,7 +468,7 @@ def test_fault_row(row: Row, ctx) -> None:
     for path in ("/param-done", "/bench-done"):
         assert len(reports(mgr, path)) <= 1, f"{path} acknowledged twice"
     # Nothing we started is left running, and no zombie.
-    poll_until(lambda: not _leftovers(context.tmp, mgr), 10, what="no leftover processes")
+    poll_until(lambda: _none_left(context.tmp, mgr), 10, what="no leftover processes")
     if row.state_file:
         loaded = StateStore(Path(context.env["CUZK_SUPERVISOR_STATE_DIR"]) / "state.json")
         assert loaded.load_detailed().status == "loaded"
