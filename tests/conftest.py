@@ -48,15 +48,3 @@ def manager(tmp_path: Path) -> Generator[Callable[..., ManagerProcess], None, No
     for proc in daemonhelpers.processes_mentioning(str(tmp_path)):
         with contextlib.suppress(psutil.Error):
             proc.kill()
-
-
-KEEPALIVE_LOOP = "test_keepalive_strict.py::test_default_await_loop_of_400_s_gets_no_goaway"
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the 400 s keepalive loop in the background as soon as it is selected, so that it
-    runs beside the suite instead of holding a worker (tests/keepaliveprobe.py)."""
-    if any(item.nodeid.endswith(KEEPALIVE_LOOP) for item in session.items):
-        import keepaliveprobe
-
-        keepaliveprobe.start(keepaliveprobe.folder_for_run())

@@ -1,26 +1,26 @@
-"""The 400 s await loop of ``test_keepalive_strict.py``, run as a background process.
+"""The await loop of ``test_keepalive_strict.py``, on a scaled clock or in real time.
 
-The loop is five real minutes of waiting that cannot be scaled (grpc-core's ping policy counts
-real time). Run inside the test, it held one of the suite's two workers idle for 400 s, so for
-that long the suite ran on one core. Started instead when the test is collected (``start``, by
-whichever worker collects it first), it runs beside the suite, and the test reads what it
-recorded (``read``), waiting only for what is left of the loop.
+grpc-core's ping policy counts real time: a ping less than 5 min after the last one is a strike.
+The client pings after 6 min of a call's silence and cuts each await at 30 s, so a loop longer
+than one keepalive interval (400 s) shows whether the two agree. Every one of those figures
+divided by the same ``scale`` (the server's floor by the simulator's ``--keepalive-scale``, the
+client's by :meth:`Keepalive.scaled` and its await deadline by hand) keeps their ratios, so the
+suite checks the same thing in ``400 / scale`` seconds (:data:`SCALE`).
 
-Run as a script: ``python keepaliveprobe.py FOLDER`` writes ``FOLDER/result.json`` (atomically)
-and its own output to ``FOLDER/probe.log``.
+Run as a script, ``python tests/keepaliveprobe.py [--scale F] FOLDER`` runs the loop (default: the
+full 400 s in real time, scale 1) and writes ``FOLDER/result.json``: the check against the real
+policy's own figures, for when the client's keepalive changes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,64 +30,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 
 LOOP_S = 400.0
-PROBE_LIMIT_S = LOOP_S + 100  # the probe's own end, whatever happens: it never outlives a run
-RESULT = "result.json"
-STARTED = "started"
+"""Real seconds of the unscaled loop: past one client keepalive interval (360 s)."""
+AWAIT_DEADLINE_S = 30.0
+"""The client's default await deadline (ProvingTimeouts.await_deadline_s)."""
+SCALE = 30.0
+"""The suite's scale: a 13 s loop, pings after 12 s against a 10 s floor, 1 s awaits."""
 
 
-def folder_for_run() -> Path:
-    """The folder every worker of this pytest run shares (xdist's run id; without xdist the
-    one pytest process's pid)."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-    return Path(os.environ.get("TMPDIR", "/tmp")) / f"cuzk-keepalive-{run}"
-
-
-def start(folder: Path) -> bool:
-    """Start the probe writing into ``folder``, unless another worker already did (the folder
-    is made with ``mkdir``: exactly one caller makes it, and a planted link makes it fail)."""
-    try:
-        folder.mkdir(mode=0o700)
-    except FileExistsError:
-        return False
-    with (folder / "probe.log").open("wb") as log:
-        subprocess.Popen(
-            [sys.executable, __file__, str(folder)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C to pytest is not the probe's; its limit ends it
-        )
-    (folder / STARTED).write_text(f"{time.time()}\n")
-    return True
-
-
-def read(folder: Path) -> dict[str, Any] | None:
-    """What the probe recorded, or None while it runs."""
-    try:
-        result: dict[str, Any] = json.loads((folder / RESULT).read_text())
-        return result
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def log_tail(folder: Path) -> str:
-    with contextlib.suppress(OSError):
-        return (folder / "probe.log").read_text(errors="replace")[-3000:]
-    return ""
-
-
-async def _loop(listen: str) -> dict[str, Any]:
+async def await_loop(listen: str, scale: float) -> dict[str, Any]:
+    """Await a job that never ends for ``LOOP_S / scale`` seconds with the client's keepalive
+    and await deadline divided by ``scale``; what happened, as plain data."""
     from structlog.testing import capture_logs
 
+    from cuzk_supervisor.adapters.proving.channel import Keepalive
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
     from cuzk_supervisor.address import parse_address
 
+    timeouts = ProvingTimeouts(await_deadline_s=AWAIT_DEADLINE_S / scale)
     with capture_logs() as events:
-        async with ProvingClient(parse_address(listen), ProvingTimeouts()) as client:
-            # Its job never ends: the client awaits it (30 s calls) until the budget is spent.
+        async with ProvingClient(
+            parse_address(listen), timeouts, keepalive=Keepalive().scaled(scale)
+        ) as client:
             started = time.monotonic()
-            result = await client.prove(submit_request("loop"), budget_s=LOOP_S)
+            result = await client.prove(submit_request("loop"), budget_s=LOOP_S / scale)
             elapsed = time.monotonic() - started
     retries = [e for e in events if e.get("event") == "proof.await_retry"]
     return {
@@ -99,14 +65,17 @@ async def _loop(listen: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def stuck_sim(work: Path) -> Iterator[SimProcess]:
-    """A strict-keepalive sim whose jobs never end (workers stopped after "stuck" arrived)."""
+def stuck_sim(work: Path, scale: float = 1.0) -> Iterator[SimProcess]:
+    """A strict-keepalive sim (its floor divided by ``scale``) whose jobs never end (workers
+    stopped after "stuck" arrived)."""
     config = write_config(work, synthesis={"partition_workers": 1}, srs={"param_cache": str(work)})
     sim = SimProcess.start(
-        listen=f"127.0.0.1:{free_tcp_port()}", config=config, args=["--strict-keepalive"]
+        listen=f"127.0.0.1:{free_tcp_port()}",
+        config=config,
+        args=["--strict-keepalive", "--keepalive-scale", f"{scale:g}"],
     )
     try:
-        assert "keepalive=strict" in sim.wait_for_line("simulator settings")
+        assert f"keepalive=strict/{scale:g}" in sim.wait_for_line("simulator settings")
         sim.stub().SubmitProof(submit_request("stuck"), timeout=5)
         sim.send(signal.SIGINT)
         sim.wait_for_line("stopping engine workers")
@@ -115,24 +84,19 @@ def stuck_sim(work: Path) -> Iterator[SimProcess]:
         sim.kill()
 
 
-def main(folder: Path) -> int:
-    def out_of_time(signum: int, frame: object) -> None:
-        raise SystemExit(f"keepalive probe: still running after {PROBE_LIMIT_S:g} s")
-
-    signal.signal(signal.SIGALRM, out_of_time)  # ends it, with its sim (stuck_sim kills it)
-    signal.alarm(int(PROBE_LIMIT_S))
-    work = folder / "sim"
-    work.mkdir()
-    try:
-        with stuck_sim(work) as sim:
-            outcome = asyncio.run(_loop(sim.listen))
-    except BaseException as exc:  # the test is waiting: tell it, rather than time it out
-        outcome = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-    tmp = folder / f".{RESULT}.tmp"
-    tmp.write_text(json.dumps(outcome))
-    tmp.replace(folder / RESULT)
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    work = args.folder / "sim"
+    work.mkdir(parents=True)
+    with stuck_sim(work, args.scale) as sim:
+        outcome = asyncio.run(await_loop(sim.listen, args.scale))
+    (args.folder / "result.json").write_text(json.dumps(outcome))
+    print(json.dumps({k: v for k, v in outcome.items() if k != "events_text"}))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(sys.argv[1:]))

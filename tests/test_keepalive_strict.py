@@ -1,24 +1,26 @@
 """Issue 11: the client's keepalive against a server with grpc-core's strict ping policy (the sim's
 ``--strict-keepalive``: 5 min between pings without data, 2 strikes, then GOAWAY too_many_pings).
 
-A 400 s (real time) await loop with the default settings must never be told too_many_pings; a
-client pinging every second is, within seconds (so the test can fail). Slow on purpose: the
-policy's window is five real minutes and cannot be scaled; the loop runs in the background from
-the suite's collection on (tests/keepaliveprobe.py), so it does not hold a worker.
+An await loop longer than one keepalive interval with the default settings must never be told
+too_many_pings; a client pinging every second is, within seconds (so the test can fail). The
+loop runs on a clock divided by ``keepaliveprobe.SCALE`` on both sides (the server's floor, the
+client's keepalive and await deadline), so the same ratios are checked in 13 s instead of 400 s;
+``python tests/keepaliveprobe.py FOLDER`` runs the full real-time loop.
 """
 
 from __future__ import annotations
 
-import shutil
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import keepaliveprobe
 import pytest
-from keepaliveprobe import LOOP_S
-from simhelpers import SimProcess, poll_until
+from keepaliveprobe import AWAIT_DEADLINE_S, LOOP_S, SCALE
+from simhelpers import SimProcess
 
+from cuzk_supervisor.adapters.proving.channel import Keepalive
 from cuzk_supervisor.adapters.proving.results import ProofStatus
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
@@ -28,23 +30,22 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def stuck_sim(tmp_path: Path) -> Iterator[SimProcess]:
-    with keepaliveprobe.stuck_sim(tmp_path) as sim:
+    with keepaliveprobe.stuck_sim(tmp_path, SCALE) as sim:
         yield sim
 
 
-@pytest.mark.timeout(keepaliveprobe.PROBE_LIMIT_S + 60)
-def test_default_await_loop_of_400_s_gets_no_goaway() -> None:
-    # The loop runs in the background from the suite's collection on (conftest, keepaliveprobe):
-    # this waits only for what is left of it.
-    folder = keepaliveprobe.folder_for_run()
-    keepaliveprobe.start(folder)  # run alone, nothing started it yet
-    outcome = poll_until(
-        lambda: keepaliveprobe.read(folder), keepaliveprobe.PROBE_LIMIT_S, interval=1.0,
-        what="the keepalive probe's result",
-    )  # fmt: skip
-    shutil.rmtree(folder, ignore_errors=True)
-    assert "error" not in outcome, outcome.get("trace")
-    assert outcome["elapsed_s"] >= LOOP_S - 31
+def test_the_scaled_loop_keeps_the_real_ratios() -> None:
+    scaled = Keepalive().scaled(SCALE)
+    # The client pings after a call's silence longer than the server's floor, by the same margin.
+    assert scaled.time_ms / (300_000 / SCALE) == pytest.approx(Keepalive().time_ms / 300_000)
+    assert LOOP_S / SCALE > scaled.time_ms / 1000 > AWAIT_DEADLINE_S / SCALE
+
+
+def test_default_await_loop_past_a_keepalive_interval_gets_no_goaway(
+    stuck_sim: SimProcess,
+) -> None:
+    outcome = asyncio.run(keepaliveprobe.await_loop(stuck_sim.listen, SCALE))
+    assert outcome["elapsed_s"] >= (LOOP_S - AWAIT_DEADLINE_S - 1) / SCALE
     # Every await ended as a cut (ours or the server's), never as a GOAWAY.
     assert outcome["status"] == ProofStatus.BUDGET_EXHAUSTED.name
     assert len(outcome["retry_codes"]) >= 10
@@ -55,8 +56,9 @@ def test_default_await_loop_of_400_s_gets_no_goaway() -> None:
 
 
 def test_a_client_pinging_every_second_gets_goaway_too_many_pings(stuck_sim: SimProcess) -> None:
+    # Every 1/SCALE s against the scaled floor: the same ratio as every second against 5 min.
     pings = [
-        ("grpc.keepalive_time_ms", 1000),
+        ("grpc.keepalive_time_ms", round(1000 / SCALE)),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
     ]

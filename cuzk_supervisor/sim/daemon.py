@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
         "tonic's (every PING acknowledged)",
     )
     p.add_argument(
+        "--keepalive-scale",
+        type=float,
+        default=_env_default("CUZK_SIM_KEEPALIVE_SCALE", "1"),
+        metavar="F",
+        help="divide --strict-keepalive's 5 min floor by F (a client's keepalive divided the "
+        "same way is checked against it in seconds)",
+    )
+    p.add_argument(
         "--timeline",
         type=Path,
         default=os.environ.get("CUZK_SIM_TIMELINE") or None,
@@ -212,7 +220,9 @@ class SimDaemon:
             time_scale=self.args.time_scale,
             memory_scale=self.args.memory_scale,
             release=self.args.release,
-            keepalive="strict" if self.args.strict_keepalive else "tonic",
+            keepalive=(
+                f"strict/{self.args.keepalive_scale:g}" if self.args.strict_keepalive else "tonic"
+            ),
             faults=";".join(s.text for s in self.faults.specs) or "none",
         )
         self.engine.start()
@@ -221,7 +231,10 @@ class SimDaemon:
             self.engine, self.gate, self.args.memory_scale, self.rules, self.faults
         )
         self._grpc = await start_grpc_server(
-            service, grpc_target, strict_keepalive=self.args.strict_keepalive
+            service,
+            grpc_target,
+            strict_keepalive=self.args.strict_keepalive,
+            keepalive_scale=self.args.keepalive_scale,
         )
         if self.cfg.status_listen:
             await self._start_status()
@@ -309,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine.problem()
         or machine.folder_problem()
         or ("need time scale > 0" if not args.time_scale > 0 else None)
+        or ("need 1 <= keepalive scale <= 1000" if not 1 <= args.keepalive_scale <= 1000 else None)
     )
     if problem is not None:
         fatal(log, "invalid arguments", problem)

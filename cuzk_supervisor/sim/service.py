@@ -36,11 +36,22 @@ TONIC_KEEPALIVE = [
 ]
 # grpc-core's and grpc-go's policy (``--strict-keepalive``): a ping less than 5 min after the
 # last one, with no data sent, is a strike; the second strike is GOAWAY too_many_pings.
-STRICT_KEEPALIVE = [
-    ("grpc.http2.min_ping_interval_without_data_ms", 300_000),
-    ("grpc.http2.max_ping_strikes", 2),
-    ("grpc.keepalive_permit_without_calls", 0),
-]
+STRICT_MIN_PING_INTERVAL_MS = 300_000
+
+
+def strict_keepalive_options(scale: float = 1.0) -> list[tuple[str, int]]:
+    """grpc-core's ping policy, its 5 min floor divided by ``scale`` (``--keepalive-scale``:
+    a client whose keepalive is divided the same way is checked against it in seconds)."""
+    return [
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            round(STRICT_MIN_PING_INTERVAL_MS / scale),
+        ),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.keepalive_permit_without_calls", 0),
+    ]
+
+
 TIMEOUT_EXPIRED = "Timeout expired"  # tonic's text for a call past its grpc-timeout
 # How far ahead of the server's timer the client's own can fire and cancel the call (the hop
 # from the client's start to our reading of its headers, on a loaded loopback).
@@ -237,11 +248,16 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
 
 
 async def start_grpc_server(
-    service: ProvingService, private_target: str, *, strict_keepalive: bool = False
+    service: ProvingService,
+    private_target: str,
+    *,
+    strict_keepalive: bool = False,
+    keepalive_scale: float = 1.0,
 ) -> grpc.aio.Server:
     """Serve on the private (abstract unix) socket the public listener proxies to, with
-    tonic's keepalive (every PING acked) or, ``strict_keepalive``, grpc-core's policy."""
-    keepalive = STRICT_KEEPALIVE if strict_keepalive else TONIC_KEEPALIVE
+    tonic's keepalive (every PING acked) or, ``strict_keepalive``, grpc-core's policy (its floor
+    divided by ``keepalive_scale``)."""
+    keepalive = strict_keepalive_options(keepalive_scale) if strict_keepalive else TONIC_KEEPALIVE
     server = grpc.aio.server(interceptors=[ArrivalStamp()], options=SERVER_OPTIONS + keepalive)
     pb_grpc.add_ProvingEngineServicer_to_server(service, server)
     server.add_insecure_port(private_target)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
 
 from cuzk_supervisor.address import Address
 
@@ -21,6 +22,25 @@ MIB = 1024 * 1024
 MAX_MESSAGE_BYTES = 256 * MIB
 
 LISTEN_PROBE_INTERVAL_S = 0.025
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """The client's HTTP/2 keepalive: a ping after ``time_ms`` without activity on a call,
+    the connection given up ``timeout_ms`` after an unanswered ping.
+
+    6 min is above grpc-core's 5 min floor with margin (see :func:`channel_options`).
+    :meth:`scaled` divides both, so a test can check the same ratio against a server whose floor
+    is divided by the same factor (the simulator's ``--keepalive-scale``) in seconds."""
+
+    time_ms: int = 360_000
+    timeout_ms: int = 20_000
+
+    def scaled(self, factor: float) -> Keepalive:
+        return Keepalive(round(self.time_ms / factor), round(self.timeout_ms / factor))
+
+
+DEFAULT_KEEPALIVE = Keepalive()
 
 
 async def until_listening(address: Address, budget_s: float) -> bool:
@@ -48,7 +68,7 @@ async def until_listening(address: Address, budget_s: float) -> bool:
         return True
 
 
-def channel_options() -> list[tuple[str, int]]:
+def channel_options(keepalive: Keepalive = DEFAULT_KEEPALIVE) -> list[tuple[str, int]]:
     """grpc channel arguments for talking to the daemon (TCP or unix socket).
 
     Keepalive: a grpc-core server (default ``grpc.http2.min_ping_interval_without_data_ms`` of
@@ -69,8 +89,8 @@ def channel_options() -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.use_local_subchannel_pool", 1),
-        ("grpc.keepalive_time_ms", 360_000),
-        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_time_ms", keepalive.time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.timeout_ms),
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 2),
         ("grpc.initial_reconnect_backoff_ms", 250),

@@ -48,7 +48,12 @@ from typing import Any, Self
 import grpc
 import structlog
 
-from cuzk_supervisor.adapters.proving.channel import channel_options, until_listening
+from cuzk_supervisor.adapters.proving.channel import (
+    DEFAULT_KEEPALIVE,
+    Keepalive,
+    channel_options,
+    until_listening,
+)
 from cuzk_supervisor.adapters.proving.errors import (
     DaemonCallError,
     DaemonNotReady,
@@ -104,8 +109,10 @@ class ProvingClient:
         timeouts: ProvingTimeouts | None = None,
         *,
         on_reconnect: Callable[[], None] | None = None,
+        keepalive: Keepalive = DEFAULT_KEEPALIVE,
     ) -> None:
         self.address = address
+        self.keepalive = keepalive
         self.timeouts = timeouts if timeouts is not None else ProvingTimeouts()
         self.on_reconnect = on_reconnect
         self.reconnects = 0
@@ -115,7 +122,9 @@ class ProvingClient:
         self._closing: set[asyncio.Task[None]] = set()
 
     def _open(self) -> _Conn:
-        channel = grpc.aio.insecure_channel(self.address.grpc_target(), options=channel_options())
+        channel = grpc.aio.insecure_channel(
+            self.address.grpc_target(), options=channel_options(self.keepalive)
+        )
         self._opened += 1
         return _Conn(channel, pb_grpc.ProvingEngineStub(channel), self._opened)
 
