@@ -519,3 +519,21 @@ async def test_an_answered_call_resets_the_cut_count():
 def test_timeouts_reject_bad_values(field, value):
     with pytest.raises(ValueError, match=field.split("_")[0]):
         replace(ProvingTimeouts(), **{field: value})
+
+
+async def test_a_replacement_channel_dials_at_once_not_at_its_first_call():
+    async with (
+        FakeDaemon(Behaviour(proof_s=5.0)) as fake,
+        ProvingClient(fake.address, FAST) as client,
+    ):
+        job = await client.call("SubmitProof", porep(), timeout=5)
+        first_stub = client.stub
+        request = pb.AwaitProofRequest(job_id=job.job_id)
+        for _ in range(RECONNECT_AFTER_CUTS):
+            with pytest.raises(grpc.aio.AioRpcError):
+                await client.call("AwaitProof", request, timeout=0.05)
+        assert client.stub is not first_stub
+        # Already connecting (or connected) before anything was sent on it: the submission
+        # that follows does not wait for the dial.
+        state = client._current().channel.get_state()
+        assert state is not grpc.ChannelConnectivity.IDLE, state

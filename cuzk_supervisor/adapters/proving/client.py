@@ -198,6 +198,9 @@ class ProvingClient:
         old.retired = True
         self._retired.add(old)
         self._conn = self._open()
+        # Dial now, not at the next call: that call is often the submission that keeps the
+        # pipeline fed, and should not wait for a connection to be made.
+        self._conn.channel.get_state(try_to_connect=True)
         self.reconnects += 1
         # info, not warning: during a long proof two awaits in a row cut by our own deadline is
         # also what a healthy connection looks like (the server holds the call in silence), so
