@@ -35,17 +35,28 @@ Not part of the real API, for tests and demos, under ``/sim/`` (never faulted):
 - ``GET /sim/requests?since=SEQ&path=P&sim=1``: every request received, in arrival order.
 - ``GET /sim/manager-log?tail=N``: the manager's own log (as ``/api/manager-logs``, all of it
   without ``tail``).
-- ``GET /sim/faults``, ``POST /sim/faults`` ``{switch: value, ..., "refuse_for": s}``.
+- ``GET /sim/counters?reports=1``: requests, bytes in and out, answers by status, faulted,
+  throttled and applied requests per endpoint (``manager_counters``); lines written into the
+  manager's own log and pushed instance log lines received, dropped and kept; with
+  ``reports=1`` how many times each instance's reports were applied.
+- ``GET /sim/faults``, ``POST /sim/faults`` ``{switch: value, ..., "refuse_for": s,
+  "throttle_for": s}``.
 - ``GET /sim/state``: instances, bad hosts, kills (with "destroyed"), the runner-id counter,
   the sweeps, the platform list last read, the timeouts in force.
 
 Fault switches (``manager_faults``): ``--fail-rate``, ``--fail-status``, ``--fail-next``,
 ``--html-rate``, ``--html-status``, ``--bad-body-rate``, ``--bad-body-kind``,
 ``--bad-body-applied``, ``--maintenance-next``, ``--maintenance-path``, ``--fault-path``,
-``--latency``, ``--latency-phase``, ``--seed``, ``--refuse-for``; also the
-``CUZK_SIM_MANAGER_FAULTS`` environment variable (flags win). A faulted request is answered
+``--latency``, ``--latency-phase``, ``--throttle-rate``, ``--throttle-status``,
+``--retry-after``, ``--retry-after-form``, ``--throttle-for``, ``--seed``, ``--refuse-for``;
+also the ``CUZK_SIM_MANAGER_FAULTS`` environment variable (flags win). A faulted request is answered
 without being applied (but see ``--bad-body-applied``), and is recorded in ``/sim/requests``
 with ``"faulted": true`` and its ``"fault"`` kind.
+
+At fleet scale it behaves as the real one does: ``GET /status`` answers the whole table, killed
+rows included, every time (its body is cached between writes: the bytes are the real one's, the
+CPU is not); a proxy in front can be simulated that throttles a share of requests (429 or 503,
+``Retry-After`` in seconds, as an HTTP-date, or none).
 """
 
 from __future__ import annotations
@@ -70,16 +81,20 @@ from types import FrameType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from cuzk_supervisor.sim.manager_counters import REPORT_PATHS, Counters
 from cuzk_supervisor.sim.manager_faults import (
     BAD_BODY_KINDS,
     ENV_VAR,
     ERROR_KIND,
     OUTAGE_MESSAGE,
+    RETRY_AFTER_FORMS,
+    THROTTLE_KIND,
     Decision,
     FaultError,
     Faults,
     FaultSettings,
     parse_text,
+    retry_after_value,
     validate,
 )
 from cuzk_supervisor.sim.manager_gojson import BadJSON, decode_struct, go_dumps
@@ -298,12 +313,27 @@ class App:
         self.logs = LogBook()
         self.manager_log = ManagerLog()
         self.journal = RequestJournal()
+        self.counters = Counters()
+        self._status_cache: tuple[tuple[int, int], bytes] | None = None
         self.listener: Listener | None = None
         self._lock = threading.Lock()
         self._kills: list[dict[str, Any]] = []
         self._sweep_lock = threading.Lock()  # one sweep at a time (the loop, /sim/sweep)
         self._sweeps: dict[str, Any] = {"count": 0, "last_at": None, "error": None}
         self._platform: Platform | None = None
+
+    def status_body(self) -> bytes:
+        """``GET /status``'s body: the whole table, killed rows included, as the real one
+        answers it every time; encoded again only after the database changed."""
+        key = self.store.change_key()
+        with self._lock:
+            cached = self._status_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        body = (go_dumps([inst.to_json() for inst in self.store.instances()]) + "\n").encode()
+        with self._lock:
+            self._status_cache = (key, body)
+        return body
 
     def log(self, message: str) -> None:
         """A line of the manager's own log (``log.Printf`` in the real one)."""
@@ -549,7 +579,7 @@ def h_runner_id(app: App, req: Request) -> Response:
 
 
 def h_status(app: App, req: Request) -> Response:
-    return json_response(200, [inst.to_json() for inst in app.store.instances()])
+    return Response(200, app.status_body(), "application/json")
 
 
 def h_log_push(app: App, req: Request) -> Response:
@@ -705,6 +735,18 @@ def h_sim_manager_log(app: App, req: Request) -> Response:
     return sim_response(200, [line.to_json() for line in app.manager_log.lines(tail)])
 
 
+def h_sim_counters(app: App, req: Request) -> Response:
+    return sim_response(200, counters_view(app, reports=req.param("reports") in ("1", "true")))
+
+
+def counters_view(app: App, *, reports: bool = False) -> dict[str, Any]:
+    """What ``GET /sim/counters`` answers (the benchmark's and the tests' in-process view)."""
+    view = app.counters.snapshot(reports=reports)
+    view["manager_log"] = app.manager_log.totals()
+    view["instance_logs"] = app.logs.totals()
+    return view
+
+
 def h_sim_faults_get(app: App, req: Request) -> Response:
     return sim_response(200, _faults_view(app))
 
@@ -712,6 +754,7 @@ def h_sim_faults_get(app: App, req: Request) -> Response:
 def _faults_view(app: App) -> dict[str, Any]:
     view = app.faults.settings.to_json()
     view["refusing"] = app.listener is not None and not app.listener.listening
+    view["throttle_left"] = app.faults.throttle_left
     return view
 
 
@@ -775,10 +818,20 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/sim/sweep": {"POST": h_sim_sweep},
     "/sim/requests": {"GET": h_sim_requests},
     "/sim/manager-log": {"GET": h_sim_manager_log},
+    "/sim/counters": {"GET": h_sim_counters},
     "/sim/faults": {"GET": h_sim_faults_get, "POST": h_sim_faults_post},
     "/sim/state": {"GET": h_sim_state},
 }
 SUBTREES = tuple(sorted((p for p in ROUTES if p.endswith("/")), key=len, reverse=True))
+
+
+def endpoint_of(path: str) -> str:
+    """The route a path is counted under: its exact route, its subtree (``/api/instance-logs/``),
+    or ``other``."""
+    if path in ROUTES:
+        return path
+    subtree = next((p for p in SUBTREES if path.startswith(p)), None)
+    return subtree if subtree is not None else "other"
 
 
 def route(app: App, req: Request) -> Response:
@@ -812,12 +865,57 @@ class BodyError(Exception):
         self.status = status
 
 
+class _Counting:
+    """A file-like wrapper that counts the bytes read from or written to the socket."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.count = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self._inner.read(size)
+        self.count += len(data)
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        data: bytes = self._inner.readline(size)
+        self.count += len(data)
+        return data
+
+    def write(self, data: bytes) -> int:
+        written: int = self._inner.write(data)
+        self.count += len(data)
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class ManagerRequestHandler(BaseHTTPRequestHandler):
     """Reads one request, asks the fault switches, routes, answers, records it."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as Go's server
     disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed ACK
     server: ManagerHTTPServer
+    _in_mark = 0  # bytes read from the connection before this request's line
+    _out_mark = 0  # bytes written to it before this request's answer
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Counting(self.rfile)  # type: ignore[assignment]
+        self.wfile = _Counting(self.wfile)  # type: ignore[assignment]
+
+    def handle_one_request(self) -> None:
+        self._in_mark = self._read_count()
+        super().handle_one_request()
+
+    def _read_count(self) -> int:
+        rfile: Any = self.rfile
+        return int(rfile.count)
+
+    def _written_count(self) -> int:
+        wfile: Any = self.wfile
+        return int(wfile.count)
 
     def do_GET(self) -> None:
         self._handle()
@@ -890,11 +988,14 @@ class ManagerRequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             response = error(exc.status, str(exc))
             response.close = True
-            self._answer(response)
-            entry.status = response.status
-            entry.answered = True
-            entry.duration = time.monotonic() - start
-            app.journal.record(entry)
+            try:
+                self._answer(response)
+                entry.answered = True
+            finally:
+                entry.status = response.status
+                entry.duration = time.monotonic() - start
+                app.journal.record(entry)
+                self._count(app, entry, body=b"")
             return
         entry.body_bytes = len(body)
         if url.path in JSON_PATHS:
@@ -931,6 +1032,12 @@ class ManagerRequestHandler(BaseHTTPRequestHandler):
             else:
                 status, canned, content_type = decision.response()
                 response = Response(status, canned, content_type)
+                if decision.kind == THROTTLE_KIND:
+                    value = retry_after_value(
+                        decision.retry_after_form, decision.retry_after, time.time()
+                    )
+                    if value is not None:
+                        response.headers["Retry-After"] = value
         if decision.delay_after > 0:
             time.sleep(decision.delay_after)
         entry.status = response.status
@@ -940,8 +1047,29 @@ class ManagerRequestHandler(BaseHTTPRequestHandler):
         finally:
             entry.duration = time.monotonic() - start
             app.journal.record(entry)
+            self._count(app, entry, body)
+
+    def _count(self, app: App, entry: JournalEntry, body: bytes) -> None:
+        """The request in the counters (not a ``/sim/`` one): its bytes both ways, how it was
+        answered; a report answered 2xx as applied for its uuid."""
+        if entry.sim:
+            return
+        app.counters.record(
+            endpoint_of(entry.path),
+            status=entry.status,
+            bytes_in=self._read_count() - self._in_mark,
+            bytes_out=self._written_count() - self._out_mark,
+            faulted=entry.faulted,
+            throttled=entry.fault == THROTTLE_KIND,
+            applied=entry.applied,
+        )
+        if entry.applied and entry.path in REPORT_PATHS and 200 <= entry.status < 300:
+            uuid = entry.json.get("uuid") if isinstance(entry.json, dict) else None
+            if isinstance(uuid, str):
+                app.counters.report_applied(entry.path, uuid)
 
     def _answer(self, response: Response) -> None:
+        self._out_mark = self._written_count()
         self.send_response(response.status)
         for name, value in response.headers.items():
             self.send_header(name, value)
@@ -1120,6 +1248,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--latency", type=parse_duration, metavar="DURATION", help="added to each request"
     )
     g.add_argument("--latency-phase", choices=("before", "after"), help="default after")
+    g.add_argument(
+        "--throttle-rate",
+        type=float,
+        help="share of requests a proxy answers --throttle-status with Retry-After (0..1)",
+    )
+    g.add_argument("--throttle-status", type=int, help="status of a throttled answer (default 429)")
+    g.add_argument(
+        "--retry-after",
+        type=parse_duration,
+        metavar="DURATION",
+        help="the delay a throttled answer asks for (default 30s)",
+    )
+    g.add_argument(
+        "--retry-after-form",
+        choices=RETRY_AFTER_FORMS,
+        help="Retry-After as whole seconds (default), an HTTP-date, or no header at all",
+    )
+    g.add_argument(
+        "--throttle-for",
+        type=parse_duration,
+        metavar="DURATION",
+        help="throttle this long from start, then stop (default: as long as the rate is set)",
+    )
     g.add_argument("--seed", type=int, help="seed of the fault RNG (default random, shown)")
     g.add_argument(
         "--refuse-for",
@@ -1166,18 +1317,27 @@ FAULT_FLAGS = (
     "paths",
     "latency",
     "latency_phase",
+    "throttle_rate",
+    "throttle_status",
+    "retry_after",
+    "retry_after_form",
+    "throttle_for",
     "seed",
     "refuse_for",
 )
 
 
-def fault_settings(args: argparse.Namespace, env: dict[str, str]) -> tuple[FaultSettings, float]:
-    """Environment, then flags; returns the settings and the start's refuse window."""
+def fault_settings(
+    args: argparse.Namespace, env: dict[str, str]
+) -> tuple[FaultSettings, float, float]:
+    """Environment, then flags; returns the settings, the start's refuse window and its
+    throttle window (0: none)."""
     changes = parse_text(env.get(ENV_VAR, ""))
     flags = {name: getattr(args, name) for name in FAULT_FLAGS}
     changes.update(validate({k: v for k, v in flags.items() if v is not None}))
     refuse_for = float(changes.pop("refuse_for", 0.0))
-    return FaultSettings(**changes), refuse_for
+    throttle_for = float(changes.pop("throttle_for", 0.0))
+    return FaultSettings(**changes), refuse_for, throttle_for
 
 
 def say(line: str) -> None:
@@ -1200,7 +1360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         host, port, family = parse_listen(args.listen, args.allow_public)
-        settings, refuse_for = fault_settings(args, dict(os.environ))
+        settings, refuse_for, throttle_for = fault_settings(args, dict(os.environ))
         if args.check_interval <= 0:
             raise UsageError("--check-interval must be > 0")
         if args.vastai and args.instances is not None:
@@ -1231,7 +1391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     app = App(
         store,
-        Faults(settings),
+        Faults(settings, throttle_for),
         timeouts,
         say,
         args.destroy_command,

@@ -1,5 +1,6 @@
 """Fault switches of the simulated manager: 5xx answers, a proxy's HTML answers (502/503 pages,
-a 200 maintenance page), 200s whose body is not the expected JSON, added latency, refused
+a 200 maintenance page), 200s whose body is not the expected JSON, a proxy's throttling (429 or
+503 with or without ``Retry-After``, in seconds or as an HTTP-date), added latency, refused
 connections.
 
 Settings come from ``CUZK_SIM_MANAGER_FAULTS`` (JSON, or ``key=value,key=value``), then the
@@ -17,8 +18,10 @@ import math
 import os
 import random
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from email.utils import formatdate
 from typing import Any
 
 ENV_VAR = "CUZK_SIM_MANAGER_FAULTS"
@@ -28,8 +31,13 @@ LATENCY_PHASES = ("before", "after")
 # without the expected fields, a plain-text "OK".
 BAD_BODY_KINDS = ("html", "empty", "truncated", "wrong_json", "plain")
 HTML_STATUSES = (502, 503)
+# How a throttled answer says when to come back: ``Retry-After: 30``, ``Retry-After: <HTTP-date>``
+# (RFC 9110: IMF-fixdate, whole seconds, rounded up so it is never earlier than the delay), or
+# no header at all.
+RETRY_AFTER_FORMS = ("seconds", "date", "none")
 
 _HTML_TITLES = {
+    429: "429 Too Many Requests",
     500: "500 Internal Server Error",
     502: "502 Bad Gateway",
     503: "503 Service Temporarily Unavailable",
@@ -66,6 +74,16 @@ def bad_body(kind: str) -> tuple[bytes, str]:
     raise FaultError(f"bad_body_kinds: unknown kind {kind!r}")
 
 
+def retry_after_value(form: str, seconds: float, now: float) -> str | None:
+    """The ``Retry-After`` header of a throttled answer given at ``now`` (unix seconds): whole
+    seconds (rounded up), an HTTP-date no earlier than ``now + seconds``, or None (no header)."""
+    if form == "none":
+        return None
+    if form == "date":
+        return formatdate(math.ceil(now + seconds), usegmt=True)
+    return str(math.ceil(seconds))
+
+
 class FaultError(ValueError):
     """A fault setting that cannot be used; the message names it."""
 
@@ -92,6 +110,12 @@ class FaultSettings:
     # the next N requests to maintenance_path answered 200 with a "Down for maintenance" page
     maintenance_next: int = 0
     maintenance_path: str = "/register"
+    # a proxy's throttling: this share answered ``throttle_status`` (429 or 503) with its HTML
+    # page and a Retry-After of ``retry_after`` seconds, in the form ``retry_after_form``
+    throttle_rate: float = 0.0
+    throttle_status: int = 429
+    retry_after: float = 30.0
+    retry_after_form: str = "seconds"
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -154,11 +178,11 @@ def _boolean(key: str, value: Any) -> bool:
 
 
 def validate(changes: Mapping[str, Any]) -> dict[str, Any]:
-    """Check and normalise a set of changes (keys of FaultSettings, plus ``refuse_for``
-    in seconds, an action rather than a setting). Unknown keys are an error."""
+    """Check and normalise a set of changes (keys of FaultSettings, plus ``refuse_for`` and
+    ``throttle_for`` in seconds, actions rather than settings). Unknown keys are an error."""
     out: dict[str, Any] = {}
     for key, value in changes.items():
-        if key in ("fail_rate", "html_rate", "bad_body_rate"):
+        if key in ("fail_rate", "html_rate", "bad_body_rate", "throttle_rate"):
             out[key] = _number(key, value, maximum=1.0)
         elif key == "html_statuses":
             statuses = tuple(
@@ -181,13 +205,19 @@ def validate(changes: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(value, str) or not value.startswith("/"):
                 raise FaultError(f"{key}: {value!r} is not a path starting with /")
             out[key] = value
-        elif key == "fail_status":
+        elif key in ("fail_status", "throttle_status"):
             out[key] = _integer(key, value, minimum=400, maximum=599)
+        elif key == "retry_after":
+            out[key] = _number(key, value, maximum=24 * 3600.0)
+        elif key == "retry_after_form":
+            if value not in RETRY_AFTER_FORMS:
+                raise FaultError(f"{key}: expected one of {RETRY_AFTER_FORMS}, got {value!r}")
+            out[key] = value
         elif key in ("fail_next",):
             out[key] = _integer(key, value)
         elif key == "paths":
             out[key] = _paths(value)
-        elif key in ("latency", "refuse_for"):
+        elif key in ("latency", "refuse_for", "throttle_for"):
             out[key] = _number(key, value, maximum=24 * 3600.0)
         elif key == "latency_phase":
             if value not in LATENCY_PHASES:
@@ -228,6 +258,7 @@ ERROR_KIND = "error"  # fail_status with the JSON outage error
 HTML_KIND = "html"  # a proxy's HTML error page
 BAD_BODY_KIND = "bad_body"  # a 200 whose body is not the expected JSON
 MAINTENANCE_KIND = "maintenance"  # a 200 HTML maintenance page
+THROTTLE_KIND = "throttle"  # a proxy's 429 (or 503) page, with Retry-After as set
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,11 +274,13 @@ class Decision:
     kind: str = PASS_KIND
     apply: bool = True  # whether the request reaches the handler (and may change state)
     body: str = ""  # BAD_BODY_KIND: which bad body
+    retry_after: float = 0.0  # THROTTLE_KIND: the delay asked for, in seconds
+    retry_after_form: str = "none"  # THROTTLE_KIND: how it is written (RETRY_AFTER_FORMS)
 
     def response(self) -> tuple[int, bytes, str]:
         """Status, body and Content-Type of a faulted answer (not for ``error``, which the
         server writes as its own JSON error)."""
-        if self.kind == HTML_KIND:
+        if self.kind in (HTML_KIND, THROTTLE_KIND):
             return self.status, proxy_error_page(self.status).encode(), "text/html"
         if self.kind == MAINTENANCE_KIND:
             return 200, MAINTENANCE_PAGE.encode(), "text/html; charset=utf-8"
@@ -263,11 +296,14 @@ PASS = Decision()
 class Faults:
     """The live switches, shared by the handler threads."""
 
-    def __init__(self, settings: FaultSettings) -> None:
+    def __init__(self, settings: FaultSettings, throttle_for: float = 0.0) -> None:
         self._lock = threading.Lock()
         self._settings = settings
         self._rng = random.Random()
         self._reseed(settings.seed)
+        self._throttle_until: float | None = None
+        if throttle_for > 0:
+            self._throttle_until = time.monotonic() + throttle_for
 
     def _reseed(self, seed: int | None) -> None:
         if seed is None:
@@ -282,13 +318,35 @@ class Faults:
 
     def update(self, changes: Mapping[str, Any]) -> FaultSettings:
         """Apply validated changes (``refuse_for`` is ignored here); a ``seed`` restarts the
-        RNG, even the same seed."""
-        fields = {k: v for k, v in changes.items() if k != "refuse_for"}
+        RNG, even the same seed. ``throttle_for`` (seconds > 0) turns ``throttle_rate`` back to
+        0 that long from now; a ``throttle_rate`` set without it throttles until told
+        otherwise."""
+        fields = {k: v for k, v in changes.items() if k not in ("refuse_for", "throttle_for")}
         with self._lock:
             self._settings = replace(self._settings, **fields)
             if "seed" in fields:
                 self._reseed(fields["seed"])
+            throttle_for = changes.get("throttle_for")
+            if throttle_for is not None and throttle_for > 0:
+                self._throttle_until = time.monotonic() + float(throttle_for)
+            elif "throttle_rate" in fields:
+                self._throttle_until = None
             return self._settings
+
+    @property
+    def throttle_left(self) -> float | None:
+        """Seconds until the throttling set with ``throttle_for`` ends (None: no such end)."""
+        with self._lock:
+            self._expire_throttle()
+            if self._throttle_until is None:
+                return None
+            return max(0.0, self._throttle_until - time.monotonic())
+
+    def _expire_throttle(self) -> None:
+        """Under the lock: a ``throttle_for`` window that ended turns the throttling off."""
+        if self._throttle_until is not None and time.monotonic() >= self._throttle_until:
+            self._throttle_until = None
+            self._settings = replace(self._settings, throttle_rate=0.0)
 
     @staticmethod
     def _matches(paths: tuple[str, ...], path: str) -> bool:
@@ -297,8 +355,10 @@ class Faults:
     def decide(self, path: str) -> Decision:
         """The fate of one request to ``path``: a maintenance page first (its own path and
         count, whatever ``paths`` says), then ``fail_next``, then one draw shared by the rates
-        (``fail_rate``, then ``html_rate``, then ``bad_body_rate``, stacked in that order)."""
+        (``fail_rate``, then ``html_rate``, then ``bad_body_rate``, then ``throttle_rate``,
+        stacked in that order)."""
         with self._lock:
+            self._expire_throttle()
             s = self._settings
             if s.maintenance_next > 0 and path == s.maintenance_path:
                 self._settings = replace(s, maintenance_next=s.maintenance_next - 1)
@@ -309,7 +369,7 @@ class Faults:
             if s.fail_next > 0:
                 self._settings = replace(s, fail_next=s.fail_next - 1)
                 kind = ERROR_KIND
-            elif s.fail_rate > 0 or s.html_rate > 0 or s.bad_body_rate > 0:
+            elif s.fail_rate > 0 or s.html_rate > 0 or s.bad_body_rate > 0 or s.throttle_rate > 0:
                 draw = self._rng.random()
                 if draw < s.fail_rate:
                     kind = ERROR_KIND
@@ -318,8 +378,14 @@ class Faults:
                 elif draw < s.fail_rate + s.html_rate + s.bad_body_rate:
                     kind, status = BAD_BODY_KIND, 200
                     body = self._rng.choice(s.bad_body_kinds)
+                elif draw < s.fail_rate + s.html_rate + s.bad_body_rate + s.throttle_rate:
+                    kind, status = THROTTLE_KIND, s.throttle_status
         before = s.latency if s.latency_phase == "before" else 0.0
         after = s.latency if s.latency_phase == "after" else 0.0
         fail = kind != PASS_KIND
         apply = not fail or (kind == BAD_BODY_KIND and s.bad_body_applied)
+        if kind == THROTTLE_KIND:  # a proxy answers at once: no latency of the manager's
+            return Decision(
+                True, status, 0.0, 0.0, kind, False, "", s.retry_after, s.retry_after_form
+            )
         return Decision(fail, status, before, after, kind, apply, body)

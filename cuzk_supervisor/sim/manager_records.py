@@ -57,13 +57,17 @@ class LogBuffer:
         self.drop = max(1, keep // 10)
         self.lines: list[LogLine] = []
 
-    def extend(self, new: Iterable[LogLine]) -> None:
+    def extend(self, new: Iterable[LogLine]) -> int:
+        """Append; return how many of the oldest lines were dropped to make room."""
         # Appending line by line and dropping a tenth each time the buffer overflows leaves
         # the same lines as appending all and then dropping tenths while it is too long.
         self.lines.extend(new)
         excess = len(self.lines) - self.keep
-        if excess > 0:
-            del self.lines[: -(-excess // self.drop) * self.drop]
+        if excess <= 0:
+            return 0
+        dropped = -(-excess // self.drop) * self.drop
+        del self.lines[:dropped]
+        return dropped
 
     def query(self, source: str | None, tail: int) -> list[LogLine]:
         lines = self.lines
@@ -79,12 +83,27 @@ class LogBook:
         self._keep = keep
         self._lock = threading.Lock()
         self._books: dict[str, LogBuffer] = {}
+        self._received = 0
+        self._dropped = 0
 
     def push(self, uuid: str, source: str, lines: Iterable[str], ts: float) -> int:
         new = [LogLine(source, text, ts) for text in lines]
         with self._lock:
-            self._books.setdefault(uuid, LogBuffer(self._keep)).extend(new)
+            self._dropped += self._books.setdefault(uuid, LogBuffer(self._keep)).extend(new)
+            self._received += len(new)
         return len(new)
+
+    def totals(self) -> dict[str, int]:
+        """Lines received (stored on arrival), dropped since (the oldest of a full buffer) and
+        kept now, over every instance; and the number of instances with a buffer."""
+        with self._lock:
+            kept = sum(len(book.lines) for book in self._books.values())
+            return {
+                "instances": len(self._books),
+                "lines_received": self._received,
+                "lines_dropped": self._dropped,
+                "lines_kept": kept,
+            }
 
     def query(self, uuid: str, source: str | None = None, tail: int = 0) -> list[LogLine]:
         """Lines of ``uuid``: every source for None, ``""`` or ``"all"``, else only
@@ -111,11 +130,25 @@ class ManagerLog:
     def __init__(self, keep: int = MANAGER_LOG_KEPT) -> None:
         self._lock = threading.Lock()
         self._buffer = LogBuffer(keep)
+        self._written = 0
+        self._running = 0
 
     def write(self, message: str, ts: float) -> None:
         line = LogLine(MANAGER_LOG_SOURCE, go_log_prefix(ts) + message, ts)
         with self._lock:
             self._buffer.extend([line])
+            self._written += 1
+            self._running += message.startswith("[running] ")
+
+    def totals(self) -> dict[str, int]:
+        """Lines written since start (``[running]`` ones among them) and kept now."""
+        with self._lock:
+            return {
+                "lines_written": self._written,
+                "running_lines": self._running,
+                "lines_kept": len(self._buffer.lines),
+                "keep": self._buffer.keep,
+            }
 
     def lines(self, tail: int = 0) -> list[LogLine]:
         with self._lock:

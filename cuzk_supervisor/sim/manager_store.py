@@ -218,6 +218,16 @@ class Store:
             finally:
                 cur.close()
 
+    def change_key(self) -> tuple[int, int]:
+        """Changes whenever the database may have: a write through this connection
+        (``total_changes``) or a commit by another one (``PRAGMA data_version``). For caching
+        what is read from it (``GET /status``'s body)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            (version,) = self._conn.execute("PRAGMA data_version").fetchone()
+            return self._conn.total_changes, int(version)
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
