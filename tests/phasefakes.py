@@ -30,11 +30,11 @@ from cuzk_supervisor.adapters.proving.results import ProofResult, ProofStatus
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState, utc_now_iso
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
+from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK
 from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy
 from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
-from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.machine import Lifecycle
 from cuzk_supervisor.lifecycle.reporting import Reporter
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
@@ -42,6 +42,7 @@ from cuzk_supervisor.lifecycle.shared import MemoryTrouble, Progress, Signals
 from cuzk_supervisor.lifecycle.stepdown import StepDown
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import policy
 
 UUID = "uuid-1"
 # 256 GiB of host memory and no GPU: the default memory policy plans 6 workers, warmup 2.
@@ -407,7 +408,7 @@ def build(
     shipper = FakeShipper()
     daemon = FakeDaemon(world)
     watch = FakeWatch()
-    memory_policy = assemble.memory_policy(s)
+    memory_policy = policy(MemoryPolicy, s)
     reporter = Reporter(
         s, label=s.label, min_rate=pass_rate, manager=manager,  # type: ignore[arg-type]
         state=state, outbox=Outbox.for_keeper(manager, state),  # type: ignore[arg-type]
@@ -421,7 +422,7 @@ def build(
     fetch = FakeFetch(world)
     machine = Lifecycle(
         s=s, state=state, shipper=shipper, metrics=SupervisorMetrics(),  # type: ignore[arg-type]
-        memory_policy=memory_policy, bench_policy=assemble.bench_policy(s), progress=progress,
+        memory_policy=memory_policy, bench_policy=policy(BenchPolicy, s), progress=progress,
         signals=signals,
         resources=FakeResources(host_total), fetch_params=fetch, daemon=daemon, proofs=proofs,
         stepdown=stepdown, reporter=reporter, monitors=FakeMonitors(),

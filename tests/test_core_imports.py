@@ -138,3 +138,56 @@ def test_the_check_lets_pure_imports_through(tmp_path: Path, source: str) -> Non
     good = tmp_path / "good.py"
     good.write_text(source + "\n")
     assert _problems(good) == []
+
+
+# --- the product does not import the simulator (issue 24) ----------------------------------------
+
+PACKAGE = CORE.parent
+SIM_ALLOWED = ("sim/", "cli/commands/sim.py")
+"""Where the simulator may be imported: the simulator itself, and the ``sim`` command, which
+hands the simulated machine to the composition root (``compose.Machine``) for ``sim``, and for
+``run``, ``doctor``, ``plan`` and ``daemon``, whose daemon may be the simulated one."""
+
+
+def _sim_imports(source: str, module: str) -> list[str]:
+    """The simulator's modules ``source`` (module ``module``) imports, anywhere in it."""
+    found = _imports(ast.parse(source), module)
+    return [
+        f"{line}: {name}"
+        for line, name, names in found
+        if name.startswith("cuzk_supervisor.sim.") or name == "cuzk_supervisor.sim"
+        or (name == "cuzk_supervisor" and "sim" in names)
+    ]  # fmt: skip
+
+
+def test_only_the_simulator_and_the_sim_command_import_the_simulator() -> None:
+    """DESIGN.md's layout: the product's wiring does not import the simulator; ``sim`` hands
+    its probes in through the composition root (``cuzk_supervisor.compose``)."""
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where.startswith(SIM_ALLOWED):
+            continue
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        problems += [f"{where}:{hit}" for hit in _sim_imports(path.read_text(), module)]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from cuzk_supervisor.sim.machine import SimMachine",
+        "from cuzk_supervisor.sim import probes",
+        "from cuzk_supervisor import sim",
+        "import cuzk_supervisor.sim.probes",
+        "def f():\n    from ..sim import probes",
+        "def f():\n    from ..sim.machine import SimMachine",
+    ],
+)
+def test_the_simulator_rule_catches(source: str) -> None:
+    assert _sim_imports(source, "cuzk_supervisor.lifecycle.bad")
+
+
+def test_the_simulator_rule_lets_the_rest_through() -> None:
+    source = "from cuzk_supervisor import compose\nfrom ..simple import x\nimport simplejson\n"
+    assert _sim_imports(source, "cuzk_supervisor.lifecycle.bad") == []

@@ -131,11 +131,9 @@ def test_the_check_before_run_loads_neither_doctor_nor_a_client() -> None:
 
 
 def test_plan_and_daemon_load_no_grpc() -> None:
-    """They use the lifecycle's wiring (``assemble``) but never prove."""
+    """They use the composition root's probes and the settings' policies but never prove."""
     proving = ("grpc", "google.protobuf", "tenacity", "prometheus_client")
-    daemon = imported_by(
-        "cuzk_supervisor.cli.commands.daemon", "cuzk_supervisor.lifecycle.assemble"
-    )
+    daemon = imported_by("cuzk_supervisor.cli.commands.daemon", "cuzk_supervisor.compose")
     assert among(daemon, proving) == []
     assert among(loaded_by("plan"), proving) == []  # the whole command, whatever it answers
 

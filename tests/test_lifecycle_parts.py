@@ -21,12 +21,11 @@ from cuzk_supervisor.adapters.manager.values import ManagerRejected, ManagerUnav
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.bench import BenchPolicy
-from cuzk_supervisor.core.memory import PlanInputs
+from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import plan_workers
 from cuzk_supervisor.core.reports import RUNNING
 from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.core.units import GIB, MIB
-from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.monitors import Monitors, status_text
 from cuzk_supervisor.lifecycle.proofs import ProofRunner
@@ -37,6 +36,7 @@ from cuzk_supervisor.lifecycle.stepdown import StepDown
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import policy as settings_policy
 
 # --- proof attempts ------------------------------------------------------------------------
 
@@ -162,7 +162,7 @@ async def test_a_daemon_restart_mid_stretch_ends_it_interrupted_with_its_complet
 
 
 def _plan(host_gib: int = 256) -> Any:
-    policy = assemble.memory_policy(Settings())
+    policy = settings_policy(MemoryPolicy, Settings())
     inputs = PlanInputs(host_total_bytes=host_gib * GIB, cgroup_limit_bytes=None,
                         gpu_vram_total_bytes=(), workers_override=None,
                         memory_scale=1.0)  # fmt: skip

@@ -34,6 +34,7 @@ from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.cli import main as cli
 from cuzk_supervisor.cli import prestart
 from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.sim import probes as sim_probes
 
 DECLS = settings.declarations()
 
@@ -494,11 +495,12 @@ def test_what_the_simulated_daemon_would_refuse_is_refused_now(
     tmp_path: Path, args: str, environ: dict[str, str], fragment: str
 ) -> None:
     s = _settings(tmp_path, daemon_args=args)
+    machine = sim_probes.machine(environ)  # what `run` is handed (cli.commands.sim.machine_for)
     with pytest.raises(UsageError, match=fragment):
-        prestart.check_before_start(s, environ, disk_usage=PLENTY)
+        prestart.check_before_start(s, environ, disk_usage=PLENTY, machine=machine)
     # The same switches for another daemon are that daemon's business.
     other = _settings(tmp_path, daemon_args="--fault bogus")
-    prestart.check_before_start(other, environ, disk_usage=PLENTY)
+    prestart.check_before_start(other, environ, disk_usage=PLENTY, machine=machine)
 
 
 # --- the paths: what each must point at -------------------------------------------------------

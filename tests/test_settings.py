@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from cuzk_supervisor import settings
+from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
 from cuzk_supervisor.cli import main as cli
+from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.lifecycle import assemble
+from cuzk_supervisor.settings.policies import policy
 from cuzk_supervisor.settings.values import _bad
 
 DECLS = settings.declarations()
@@ -239,8 +241,8 @@ def test_the_memory_sample_intervals_reach_the_risk_policy():
         "CUZK_SUPERVISOR_MEMORY_SAMPLE_INTERVAL_S": "0.5",
         "CUZK_SUPERVISOR_MEMORY_ALERT_SAMPLE_INTERVAL_S": "0.02",
     }
-    policy = assemble.risk_policy(settings.load({}, environ=env).settings)
-    assert (policy.interval_s, policy.fast_interval_s) == (0.5, 0.02)
+    risk = policy(RiskPolicy, settings.load({}, environ=env).settings)
+    assert (risk.interval_s, risk.fast_interval_s) == (0.5, 0.02)
 
 
 def test_the_manager_settings_reach_its_client():
@@ -252,6 +254,6 @@ def test_the_manager_settings_reach_its_client():
         "CUZK_SUPERVISOR_MANAGER_RETRY_S": "90",
     }
     s = settings.load({}, environ=env).settings
-    timeouts, retry = assemble.manager_timeouts(s), assemble.manager_retry(s)
+    timeouts, retry = policy(ManagerTimeouts, s), policy(ManagerRetry, s)
     assert (timeouts.connect_s, timeouts.read_s) == (1.5, 7.0)
     assert (retry.backoff_base_s, retry.backoff_max_s, retry.report_stop_s) == (0.25, 4.0, 90.0)

@@ -3,7 +3,7 @@ may not exist yet, the state a previous run left, and what the param cache's dis
 
 Looks only: makes no folder, writes no file. Its own module, light at its top (the standard
 library and ``core.disk``), so ``run`` reads ``STATE_FILE`` and ``prestart`` these looks without
-loading the doctor package (httpx, the lifecycle's wiring) or the parameter fetcher.
+loading the doctor package (httpx) or the parameter fetcher.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ the platform's environment (``VAST_CONTAINERLABEL``, ``MIN_RATE``), and what the
 offer before the slow phases: the daemon binary runs, the param cache and the state, run and
 log folders are writable or can be made (looked at, never made: the nearest existing parent is
 tested), the param cache's disk has room for the parameters and PCE files (``doctor``'s
-figures), and, when the daemon is the simulator, what it would refuse at its start (its fault
-switches, its machine). Reads those files and the file system; writes nothing.
+figures), and what the machine handed in refuses (``compose.Machine.check``: when the daemon is
+the simulator, what it would refuse at its start, its fault switches and its machine). Reads
+those files and the file system; writes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import shutil
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tomli_w
 
@@ -29,7 +30,7 @@ from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.address import parse_address
 
 # The looks doctor shares, from their own light module: not through the doctor package, whose
-# checks load httpx and the lifecycle's wiring.
+# checks load httpx.
 from cuzk_supervisor.cli.looks import STATE_FILE as STATE_FILE  # run's state file
 from cuzk_supervisor.cli.looks import (
     could_create_in,
@@ -43,6 +44,10 @@ from cuzk_supervisor.daemon.preflight import resolve_binary
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.serve.endpoint import check_listen
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import daemon_listen
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.compose import Machine
 
 # An operator's daemon config is a page of TOML; a megabyte is not one.
 MAX_BASE_CONFIG_BYTES = 1 << 20
@@ -102,8 +107,6 @@ def check_input_files(s: Settings) -> dict[str, Any]:
 def check_daemon_socket(s: Settings) -> None:
     """With daemon_listen empty the daemon listens on a socket in run_dir: its path (run_dir
     resolved) is held to the kernel's limit like a daemon_listen given."""
-    from cuzk_supervisor.lifecycle.assemble import daemon_listen
-
     if s.daemon_listen:
         return  # checked with the settings
     try:
@@ -177,26 +180,17 @@ def check_disk(s: Settings, disk_usage: Callable[[Path], DiskUsage] = shutil.dis
         )
 
 
-def check_simulator(s: Settings, environ: Mapping[str, str]) -> None:
-    """When the daemon is the simulator: what it would refuse at its start, refused now."""
-    from cuzk_supervisor.sim.machine import check_daemon_argv, sim_daemon_argv
-
-    argv = sim_daemon_argv(s.daemon_binary, s.daemon_args)
-    if argv is None:
-        return
-    problem = check_daemon_argv(argv, environ).folder_problem()
-    if problem is not None:  # it would exit at every start: a crash loop, not a run
-        raise UsageError(f"simulated daemon: {problem}")
-
-
 def check_before_start(
     s: Settings,
     environ: Mapping[str, str],
     *,
     disk_usage: Callable[[Path], DiskUsage] = shutil.disk_usage,
+    machine: Machine | None = None,
 ) -> list[str]:
     """Refuse (UsageError) what would fail later; return the warnings to log once logging is
-    configured (a public daemon address the operator allowed)."""
+    configured (a public daemon address the operator allowed). ``machine``: the probes the
+    composition root is given; last, what it refuses (the simulator's: what the simulated
+    daemon would refuse at its start)."""
     check_platform_environment(s, environ)
     check_input_files(s)
     check_daemon_socket(s)
@@ -205,7 +199,8 @@ def check_before_start(
     check_binary(s)
     check_folders(s)
     check_disk(s, disk_usage)
-    check_simulator(s, environ)
+    if machine is not None:
+        machine.check(s)
     warnings = []
     for name in ("daemon_listen", "daemon_status_listen"):
         warning = settings.public_listen_warning(s, name)

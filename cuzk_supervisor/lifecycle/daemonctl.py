@@ -20,15 +20,16 @@ from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import WorkerPlan, total_budget_gib
+from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
 from cuzk_supervisor.daemon.process import DaemonProcess, Spawner
 from cuzk_supervisor.daemon.workers import CommandProcess
-from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
 from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import daemon_listen, daemon_settings, policy
 
 
 class DaemonControl:
@@ -96,9 +97,9 @@ class DaemonControl:
                 line_listeners=(self._line,),
             )
             self.keeper = DaemonKeeper(
-                assemble.daemon_settings(self.s, self._cgroup_dir),
+                daemon_settings(self.s, self._cgroup_dir),
                 self._values(plan, workers),
-                assemble.restart_policy(self.s),
+                policy(RestartPolicy, self.s),
                 process_factory=factory,
             )
             self.keeper.add_exit_listener(self._on_exit)
@@ -160,7 +161,7 @@ class DaemonControl:
             partition_workers=workers,
             total_budget_gib=total_budget_gib(workers, plan.limit, self._memory_policy),
             max_parallel_synthesis=workers,
-            listen=assemble.daemon_listen(self.s),
+            listen=daemon_listen(self.s),
             status_listen=self.s.daemon_status_listen,
             param_cache=str(self.s.daemon_param_cache),
             log_level=self.s.daemon_log_level,
@@ -191,7 +192,7 @@ class DaemonControl:
 
         assert self.keeper is not None
         return DaemonKeeper(
-            self.keeper.settings, self.keeper.values, assemble.restart_policy(self.s),
+            self.keeper.settings, self.keeper.values, policy(RestartPolicy, self.s),
             process_factory=factory, name=source,
         )  # fmt: skip
 

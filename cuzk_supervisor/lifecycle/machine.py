@@ -2,11 +2,11 @@
 
 The only module that knows the order of phases (DESIGN.md); it reads top to bottom in that order,
 then the paths that end a run (a failure, the manager's kill, a verdict that stands). Everything
-it does to the world goes through a collaborator it is given (:mod:`.ports`; built in
-:mod:`.wiring`). Every transition is written to the state file before anyone is told, logged,
-and shipped to the manager's log endpoint. Failures are values with reasons: a benchmark that
-cannot complete reports rate 0 with the reason (never silence, incident I2) and ends with a
-documented exit code.
+it does to the world goes through a collaborator it is given (:mod:`.ports`; built in the
+composition root, :mod:`cuzk_supervisor.compose`). Every transition is written to the state file
+before anyone is told, logged, and shipped to the manager's log endpoint. Failures are values
+with reasons: a benchmark that cannot complete reports rate 0 with the reason (never silence,
+incident I2) and ends with a documented exit code.
 """
 
 from __future__ import annotations
@@ -245,6 +245,11 @@ class Lifecycle:
             raise LifecycleFailure(exitcodes.BENCH_FAILED, reason)
         done = await self.reporter.bench_done(rate)
         self.daemon.source = "cuzk"
+        if done.passed is None and self.reporter.judged:
+            # The manager rejected /bench-done (a 4xx other than 404/408/429): no verdict. Going
+            # on would move the record to running with no rate, past the MIN_RATE gate.
+            reason = "no bench verdict: the manager rejected /bench-done"
+            raise LifecycleFailure(exitcodes.BENCH_FAILED, reason)
         if done.passed is False:
             reason = f"bench failed: rate {rate:.2f} proofs/hour is below min_rate"
             self.last_verdict_reason = reason

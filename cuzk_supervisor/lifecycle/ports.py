@@ -1,6 +1,7 @@
 """What the phase machine is given: one protocol per collaborator.
 
-The real ones are built in :mod:`cuzk_supervisor.lifecycle.wiring`; tests give fakes. Each
+The real ones are built in the composition root (:mod:`cuzk_supervisor.compose`); tests give
+fakes. Each
 protocol is only what the phase machine calls: a collaborator may do more for the others.
 """
 

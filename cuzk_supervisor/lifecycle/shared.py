@@ -1,9 +1,10 @@
 """What the phase machine and its collaborators share: the progress, the signals, the failures.
 
-One ``Progress`` and one ``Signals`` are made by the wiring and handed to every collaborator:
-the phase machine writes the phase, the proof runner the counts, the daemon control the last
-failure; the status line and ``/readyz`` read them. The signals are the events they raise to
-each other (memory trouble, a daemon exit, the manager's kill, an outbox kick).
+One ``Progress`` and one ``Signals`` are made by the composition root (``cuzk_supervisor.compose``)
+and handed to every collaborator: the phase machine writes the phase, the proof runner the
+counts, the daemon control the last failure; the status line and ``/readyz`` read them. The
+signals are the events they raise to each other (memory trouble, a daemon exit, the manager's
+kill, an outbox kick).
 """
 
 from __future__ import annotations

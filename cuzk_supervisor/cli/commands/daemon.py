@@ -16,14 +16,16 @@ import sys
 from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.cli.observe import configure_logging
-from cuzk_supervisor.core.memory import PlanInputs
+from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
+from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.daemon.process import DaemonProcess
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.runtime import Runtime, run_supervised
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import daemon_listen, daemon_settings, policy
 
 # Settings of those groups the daemon command does not read: no OOM step-down (that is the
 # lifecycle's), no GPU probe (the plan here is a check of --workers against memory only).
@@ -44,14 +46,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from cuzk_supervisor.lifecycle import assemble  # the lifecycle's wiring: not for --help
+    # Not for --help: the simulated machine's probes when the daemon is the simulator.
+    from cuzk_supervisor.cli.commands.sim import machine_for
 
     s = settings.from_namespace(args).settings
     if s.workers < 1:
         raise UsageError("--workers is required (partition_workers for the daemon)")
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
     configure_logging(s.log_level, json=json_logs)
-    sampler = assemble.memory_sampler(s)
+    sampler = machine_for().memory_sampler(s)
     snapshot = sampler.sample()
     plan = plan_workers(
         PlanInputs(
@@ -60,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
             workers_override=s.workers,
             memory_scale=s.plan_memory_scale,
         ),
-        assemble.memory_policy(s),
+        policy(MemoryPolicy, s),
     )
     if isinstance(plan, PlanRefusal):
         raise UsageError(f"cannot plan {s.workers} workers: {plan.reason}")
@@ -68,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
         partition_workers=plan.partition_workers,
         total_budget_gib=plan.total_budget_gib,
         max_parallel_synthesis=plan.max_parallel_synthesis,
-        listen=assemble.daemon_listen(s),
+        listen=daemon_listen(s),
         status_listen=s.daemon_status_listen,
         param_cache=str(s.daemon_param_cache),
         log_level=s.daemon_log_level,
@@ -81,12 +84,10 @@ def main(args: argparse.Namespace) -> int:
 async def _keep(
     s: Settings, sampler: MemorySampler, values: DaemonConfigValues, rt: Runtime
 ) -> int:
-    from cuzk_supervisor.lifecycle import assemble  # loaded by main already
-
     keeper = DaemonKeeper(
-        assemble.daemon_settings(s, sampler.cgroup.dir if sampler.cgroup else None),
+        daemon_settings(s, sampler.cgroup.dir if sampler.cgroup else None),
         values,
-        assemble.restart_policy(s),
+        policy(RestartPolicy, s),
         process_factory=functools.partial(DaemonProcess, spawn=rt.reaper.spawn),
     )
     outcome = await keeper.run()

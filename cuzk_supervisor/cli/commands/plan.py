@@ -42,12 +42,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from cuzk_supervisor.lifecycle import assemble  # the lifecycle's wiring: not for --help
+    # Not for --help: the simulated machine's probes when the daemon is the simulator.
+    from cuzk_supervisor.cli.commands.sim import machine_for
+    from cuzk_supervisor.core.memory import MemoryPolicy
+    from cuzk_supervisor.settings.policies import policy
 
     loaded = settings.from_namespace(args)
     s = loaded.settings
     configure_logging("warning" if not args.json else "error")
-    snapshot = assemble.memory_sampler(s).sample()
+    snapshot = machine_for().memory_sampler(s).sample()
     host = int(args.host_gib * GIB) if args.host_gib else snapshot.host_total
     cgroup = int(args.cgroup_gib * GIB) if args.cgroup_gib else snapshot.cgroup_limit
     probe: GpuProbe
@@ -65,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
         workers_override=s.workers or None,
         memory_scale=s.plan_memory_scale,
     )
-    result = plan_workers(inputs, assemble.memory_policy(s))
+    result = plan_workers(inputs, policy(MemoryPolicy, s))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:

@@ -135,9 +135,9 @@ def _positive(name: str, value: float) -> float:
 
 
 def _daemon_address(s: settings.Settings) -> str:
-    from cuzk_supervisor.lifecycle import assemble  # only without --addr
+    from cuzk_supervisor.settings.policies import daemon_listen  # only without --addr
 
-    return assemble.daemon_listen(s)
+    return daemon_listen(s)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,8 +31,9 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.address import free_loopback_port
@@ -46,6 +47,9 @@ from cuzk_supervisor.sim.machine import (
     SimMachine,
     check_daemon_argv,
 )
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.compose import Machine
 
 # Simulated parameter files: small, but written at a pace that shows progress.
 SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
@@ -78,6 +82,16 @@ SIM_OWNED = (
     "params_expected",
     "params_progress_interval_s",
 )
+
+
+def machine_for(environ: Mapping[str, str] = os.environ) -> Machine:
+    """The machine the composition root (``cuzk_supervisor.compose``) is given by ``sim``, and by
+    ``run``, ``doctor``, ``plan`` and ``daemon``, whose daemon may be the simulated one too: the
+    simulated machine when the configured daemon is the simulator, the host's otherwise
+    (``sim.probes``). This module is the one outside ``sim/`` that imports the simulator."""
+    from cuzk_supervisor.sim.probes import machine
+
+    return machine(environ)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -287,7 +301,7 @@ def main(args: argparse.Namespace) -> int:
 
         started = time.monotonic()
         code = run_lifecycle(
-            s, os.environ,
+            s, os.environ, machine_for(os.environ),
             on_phase=lambda phase: None if observe.view_shown() else print(
                 f"sim: {time.monotonic() - started:6.1f}s  phase {phase}", flush=True
             ),

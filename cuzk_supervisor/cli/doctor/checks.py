@@ -37,11 +37,11 @@ from cuzk_supervisor.cli.doctor.probes import (
     probe_folder,
 )
 from cuzk_supervisor.cli.doctor.results import MANAGER_TIMEOUT_S, CheckResult, fail
-from cuzk_supervisor.core.memory import PlanInputs
+from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import plan_workers
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.settings import Settings, redact_url
+from cuzk_supervisor.settings.policies import daemon_listen, policy
 
 
 def gather_gpus(s: Settings, probes: Probes) -> GpuFacts:
@@ -75,7 +75,7 @@ def check_memory(s: Settings, probes: Probes, gpus: GpuFacts) -> CheckResult:
         cgroup_version=snap.cgroup_version,
         cgroup_dir=sampler.cgroup.dir if sampler.cgroup is not None else None,
     )
-    policy = assemble.memory_policy(s)
+    memory_policy = policy(MemoryPolicy, s)
     inputs = PlanInputs(
         host_total_bytes=snap.host_total,
         cgroup_limit_bytes=snap.cgroup_limit,
@@ -83,7 +83,7 @@ def check_memory(s: Settings, probes: Probes, gpus: GpuFacts) -> CheckResult:
         workers_override=s.workers or None,
         memory_scale=s.plan_memory_scale,
     )
-    return judge_memory(facts, plan_workers(inputs, policy), policy)
+    return judge_memory(facts, plan_workers(inputs, memory_policy), memory_policy)
 
 
 def check_disk(s: Settings, probes: Probes) -> CheckResult:
@@ -122,7 +122,7 @@ def _listen(name: str, text: str, probes: Probes, skipped: str | None = None) ->
 
 def check_listens(s: Settings, probes: Probes) -> list[CheckResult]:
     facts = [
-        _listen("daemon_listen", assemble.daemon_listen(s), probes),
+        _listen("daemon_listen", daemon_listen(s), probes),
         _listen("daemon_status_listen", s.daemon_status_listen, probes),
         _listen(
             "health_listen",
@@ -187,7 +187,7 @@ def run_checks(s: Settings, probes: Probes | None = None) -> list[CheckResult]:
         gpus = gather_gpus(s, probes)
     except Exception as exc:
         gpus = GpuFacts(mode=s.gpu_probe, available=True, error=f"{type(exc).__name__}: {exc}")
-    need_gib = assemble.memory_policy(s).gpu_vram_need_gib
+    need_gib = policy(MemoryPolicy, s).gpu_vram_need_gib
     checks: list[tuple[str, Callable[[], CheckResult | list[CheckResult]]]] = [
         ("daemon_binary", lambda: check_binary(s, probes)),
         ("gpus", lambda: judge_gpus(gpus)),

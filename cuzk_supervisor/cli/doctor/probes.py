@@ -31,9 +31,9 @@ from cuzk_supervisor.cli.looks import nearest_existing as nearest_existing
 from cuzk_supervisor.cli.looks import param_cache_need as param_cache_need
 from cuzk_supervisor.cli.looks import present_param_bytes as present_param_bytes
 from cuzk_supervisor.cli.looks import previous_state as previous_state
+from cuzk_supervisor.compose import HOST, Machine
 from cuzk_supervisor.daemon.preflight import address_in_use, tcp_bind_error
 from cuzk_supervisor.daemon.preflight import resolve_binary as _resolve_binary
-from cuzk_supervisor.lifecycle import assemble
 from cuzk_supervisor.settings import Settings
 
 # STATE_FILE and the looks above are shared with the check before ``run`` (``cli.prestart``),
@@ -95,12 +95,19 @@ def listen_problem(address: Address) -> str | None:
 
 @dataclass(frozen=True)
 class Probes:
-    """The machine's edges; tests replace any of them."""
+    """The machine's edges; tests replace any of them. The GPU probe and the memory sampler
+    are the composition root's (``compose.Machine``): the host's, or those the ``doctor``
+    command is handed (the simulated machine's when the daemon is the simulator)."""
 
-    gpu_probe: Callable[[Settings], GpuProbe] = assemble.gpu_probe
-    memory_sampler: Callable[[Settings], MemorySampler] = assemble.memory_sampler
+    gpu_probe: Callable[[Settings], GpuProbe] = HOST.gpu_probe
+    memory_sampler: Callable[[Settings], MemorySampler] = HOST.memory_sampler
     disk_usage: Callable[[Path], DiskUsage] = shutil.disk_usage
     resolve_binary: Callable[[str], tuple[str | None, str]] = _resolve_binary
     listen_problem: Callable[[Address], str | None] = listen_problem
     http_transport: httpx.BaseTransport | None = None
     clock: Callable[[], float] = field(default=time.monotonic)
+
+    @classmethod
+    def of(cls, machine: Machine) -> Probes:
+        """The default probes, measuring ``machine``."""
+        return cls(gpu_probe=machine.gpu_probe, memory_sampler=machine.memory_sampler)

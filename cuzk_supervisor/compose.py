@@ -1,0 +1,291 @@
+"""The composition root: the one module that turns settings into the running object graph.
+
+``run`` and ``sim`` run what it builds; ``doctor`` (and ``plan``, ``daemon``) measure the
+machine with its probes. Read top to bottom, it is how one run is put together:
+
+1. **the machine** (``Machine``): what memory and GPUs are measured with. The host's own
+   (``HOST``: the memory sampler, NVML or the simulated daemon's ``/status``) unless the caller
+   hands another in: the simulator hands in its simulated machine (``sim.probes.machine``,
+   through the ``sim`` command, for ``run``, ``doctor``, ``plan`` and ``daemon`` too), and
+   nothing here, nor in what this builds, imports the simulator;
+2. **the policies**: each value made from the settings where its mapping is declared once
+   (``settings.policies``), never copied field by field;
+3. **the edges** (``open_edges``): the instance's label and minimum rate, the manager client
+   and the log shipper, made before logging is configured (the shipper is a log processor);
+4. **the lifecycle** (``build_lifecycle``): the phase machine given its collaborators (daemon
+   control, proof attempts, the step-down, reporting, monitors), sharing one ``Progress`` and
+   one ``Signals``; tests of the phase machine build it with fakes instead
+   (``tests/test_phase_machine.py``);
+5. **the servers** (``run``): the state file and the outbox opened, the health server and the
+   metrics when the health server is on, then the lifecycle run.
+
+What would load gRPC, protobuf, httpx or prometheus_client is imported where it is built, not
+at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never prove.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
+from cuzk_supervisor.adapters.machine.resources import MemorySampler
+from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import daemon_listen, policy
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.logship.shipper import LogShipper
+    from cuzk_supervisor.adapters.manager.client import ManagerClient
+    from cuzk_supervisor.adapters.manager.outbox import Outbox
+    from cuzk_supervisor.adapters.state.store import StateKeeper
+    from cuzk_supervisor.lifecycle.machine import Lifecycle
+    from cuzk_supervisor.runtime import Runtime
+    from cuzk_supervisor.serve.metricsink import MetricsSink
+
+
+# --- 1. the machine -----------------------------------------------------------------------------
+
+
+def host_memory_sampler(s: Settings) -> MemorySampler:
+    """The machine's own memory: the cgroup found (or ``cgroup_root``), ``/proc`` for the host."""
+    if s.cgroup_root is not None:
+        # An explicit cgroup folder (tests, or a runtime that hides the real one).
+        from cuzk_supervisor.adapters.machine.cgroupfind import CgroupLocation, CgroupVersion
+
+        version: CgroupVersion = 2 if (s.cgroup_root / "memory.max").exists() else 1
+        location = CgroupLocation(version, s.cgroup_root, s.cgroup_root)
+        return MemorySampler(proc_root=s.proc_root, cgroup=location, discover=False)
+    return MemorySampler(proc_root=s.proc_root)
+
+
+def host_gpu_probe(s: Settings) -> GpuProbe:
+    """The probe ``gpu_probe`` names: NVML, the daemon's ``/status`` (``sim``), or none."""
+    if s.gpu_probe == "nvml":
+        return NvmlProbe()
+    if s.gpu_probe == "sim":
+        return SimStatusProbe(f"http://{s.daemon_status_listen}/status")
+    return StaticProbe(())
+
+
+def _nothing_to_refuse(s: Settings) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the supervisor measures the machine with, and what it refuses about it before
+    anything starts (``check``: ``UsageError``, exit 2). Each is read from the settings when
+    asked, not before, so a refusal comes in the order ``cli.prestart`` checks things."""
+
+    gpu_probe: Callable[[Settings], GpuProbe] = host_gpu_probe
+    memory_sampler: Callable[[Settings], MemorySampler] = host_memory_sampler
+    check: Callable[[Settings], None] = _nothing_to_refuse
+
+
+HOST = Machine()
+"""The host's own probes: what every command measures unless a simulated machine is handed in."""
+
+
+# --- 3. the edges -------------------------------------------------------------------------------
+
+
+def resolve_label(settings: Settings, environ: Mapping[str, str]) -> str:
+    label = settings.label or environ.get("VAST_CONTAINERLABEL", "").strip()
+    if not label:
+        raise UsageError(
+            "no instance label: set --label (CUZK_SUPERVISOR_LABEL) or VAST_CONTAINERLABEL"
+        )
+    return label
+
+
+def resolve_min_rate(settings: Settings, environ: Mapping[str, str]) -> float:
+    if settings.min_rate:
+        return settings.min_rate
+    raw = environ.get("MIN_RATE", "").strip()
+    if not raw:
+        return 0.0  # the manager applies its default (50)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"MIN_RATE={raw!r} is not a number of proofs per hour") from None
+    if value < 0:
+        raise UsageError(f"MIN_RATE={raw!r} must be >= 0")
+    return value
+
+
+@dataclass(frozen=True)
+class Edges:
+    """What is made before logging is configured: nothing is connected or written yet."""
+
+    label: str
+    min_rate: float
+    manager: ManagerClient
+    shipper: LogShipper
+
+
+def open_edges(s: Settings, environ: Mapping[str, str]) -> Edges:
+    """The label and minimum rate (``UsageError`` for none, or a bad ``MIN_RATE``), the manager
+    client and the log shipper (it pushes through the manager client when ``log_push``)."""
+    from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
+    from cuzk_supervisor.adapters.manager.client import ManagerClient
+    from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
+
+    label = resolve_label(s, environ)
+    min_rate = resolve_min_rate(s, environ)
+    manager = ManagerClient(
+        s.manager_url or None,
+        timeouts=policy(ManagerTimeouts, s),
+        retry=policy(ManagerRetry, s),
+        headers={"Authorization": f"Bearer {s.manager_token}"} if s.manager_token else None,
+    )
+    shipper = LogShipper(manager if s.log_push else None, policy(ShipperSettings, s))
+    return Edges(label, min_rate, manager, shipper)
+
+
+# --- 4. the lifecycle ---------------------------------------------------------------------------
+
+
+def build_lifecycle(
+    s: Settings,
+    runtime: Runtime,
+    edges: Edges,
+    *,
+    state: StateKeeper,
+    outbox: Outbox,
+    sampler: MemorySampler,
+    gpu: GpuProbe,
+    metrics: MetricsSink,
+) -> Lifecycle:
+    """The phase machine and its collaborators, connected."""
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+    from cuzk_supervisor.address import parse_address
+    from cuzk_supervisor.core.bench import BenchPolicy
+    from cuzk_supervisor.core.memory import MemoryPolicy
+    from cuzk_supervisor.core.risk import RiskPolicy
+    from cuzk_supervisor.daemon.status import active_partitions
+    from cuzk_supervisor.lifecycle.daemonctl import DaemonControl
+    from cuzk_supervisor.lifecycle.machine import Lifecycle
+    from cuzk_supervisor.lifecycle.machineio import ParamsFetch, PlanResources
+    from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
+    from cuzk_supervisor.lifecycle.monitors import Monitors
+    from cuzk_supervisor.lifecycle.proofs import ProofRunner
+    from cuzk_supervisor.lifecycle.reporting import Reporter
+    from cuzk_supervisor.lifecycle.retries import LifecycleRetries
+    from cuzk_supervisor.lifecycle.shared import Progress, Signals
+    from cuzk_supervisor.lifecycle.stepdown import StepDown
+
+    manager, shipper = edges.manager, edges.shipper
+    retries = LifecycleRetries()
+    spawn = runtime.reaper.spawn
+    progress, signals = Progress(), Signals()
+    memory_policy = policy(MemoryPolicy, s)
+    # The watch samples the daemon's process tree: the pid is the daemon control's, read late.
+    watch = MemoryWatch(sampler, policy(RiskPolicy, s), lambda: daemon.pid())
+    watch.add_listener(lambda a: metrics.memory(a.headroom_bytes, a.level))
+    daemon = DaemonControl(
+        s, spawn=spawn, watch=watch, metrics=metrics, shipper=shipper, signals=signals,
+        progress=progress, memory_policy=memory_policy,
+        cgroup_dir=sampler.cgroup.dir if sampler.cgroup else None,
+    )  # fmt: skip
+    reporter = Reporter(
+        s, label=edges.label, min_rate=edges.min_rate, manager=manager, state=state,
+        outbox=outbox, shipper=shipper, signals=signals, progress=progress, retries=retries,
+    )  # fmt: skip
+    manager.add_retry_listener(reporter.on_manager_retry)
+    client_factory = functools.partial(
+        ProvingClient,
+        parse_address(daemon_listen(s)),
+        policy(ProvingTimeouts, s),
+        on_reconnect=metrics.grpc_reconnect,
+    )
+    proofs = ProofRunner(
+        daemon=daemon, client_factory=client_factory, c1_file=s.c1_file, signals=signals,
+        progress=progress, metrics=metrics, shipper=shipper, retry=retries.proof,
+        proof_budget_s=s.proof_budget_s, rate_time_scale=s.rate_time_scale,
+    )  # fmt: skip
+    stepdown = StepDown(
+        daemon=daemon, watch=watch, signals=signals, progress=progress,
+        memory_policy=memory_policy,
+        active_partitions=lambda: active_partitions(s.daemon_status_listen),
+    )  # fmt: skip
+    monitors = Monitors(
+        s, progress=progress, signals=signals, watch=watch, gpu=gpu, metrics=metrics,
+        daemon=daemon, manager=reporter,
+    )  # fmt: skip
+    return Lifecycle(
+        s=s, state=state, shipper=shipper, metrics=metrics, memory_policy=memory_policy,
+        bench_policy=policy(BenchPolicy, s), progress=progress, signals=signals,
+        resources=PlanResources(sampler, gpu),
+        fetch_params=ParamsFetch(s, spawn, shipper), daemon=daemon, proofs=proofs,
+        stepdown=stepdown, reporter=reporter, monitors=monitors,
+    )  # fmt: skip
+
+
+# --- 5. the servers, and the run ----------------------------------------------------------------
+
+
+async def run(
+    s: Settings,
+    runtime: Runtime,
+    edges: Edges,
+    machine: Machine = HOST,
+    *,
+    on_phase: Callable[[str], None] | None = None,
+) -> int:
+    """The state file and the outbox opened, the lifecycle built on ``machine``'s probes, the
+    health server and the metrics when the health server is on; the lifecycle run to its exit
+    code (``STATE_UNWRITABLE`` when the state file cannot be opened)."""
+    from cuzk_supervisor import exitcodes
+    from cuzk_supervisor.adapters.manager.outbox import Outbox
+    from cuzk_supervisor.adapters.state.store import StateKeeper, StateStore, StateWriteError
+    from cuzk_supervisor.cli.looks import STATE_FILE
+    from cuzk_supervisor.serve.metricsink import NoMetrics
+
+    try:
+        keeper = StateKeeper(StateStore(s.state_dir / STATE_FILE))
+    except StateWriteError as exc:
+        print(f"cuzk-supervisor run: {exc}", file=sys.stderr)
+        return exitcodes.STATE_UNWRITABLE
+    async with edges.manager:
+
+        def build(metrics: MetricsSink) -> Lifecycle:
+            lifecycle = build_lifecycle(
+                s, runtime, edges,
+                state=keeper, outbox=Outbox.for_keeper(edges.manager, keeper),
+                sampler=machine.memory_sampler(s), gpu=machine.gpu_probe(s), metrics=metrics,
+            )  # fmt: skip
+            if on_phase is not None:
+                lifecycle.phase_listeners.append(on_phase)
+            return lifecycle
+
+        if not s.health_enabled:
+            # No /metrics would read them: a stand-in that keeps nothing, so a run without the
+            # health server never loads prometheus_client.
+            return await build(NoMetrics()).run()
+        # The health server and the metrics registry only when the server is on.
+        from cuzk_supervisor.serve.health import HealthServer
+        from cuzk_supervisor.serve.metrics import SupervisorMetrics
+        from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
+
+        metrics = SupervisorMetrics()
+        lifecycle = build(metrics)
+        # /startupz passes once a phase after warmup is entered (the daemon answered).
+        startup = StartupLatch()
+        lifecycle.phase_listeners.append(startup.on_phase)
+        # Started here, not in the lifecycle's task group, so a busy port is a plain one-line
+        # error (exit 2) rather than an exception group.
+        async with HealthServer(
+            s.health_listen,
+            LifecycleSource(lifecycle),
+            metrics,
+            allow_public=s.health_allow_public,
+            startup=startup,
+            # Read at scrape time: a len() on the loop, always current.
+            refresh=lambda: metrics.outbox_depth(len(lifecycle.outbox.pending)),
+        ):
+            return await lifecycle.run()

@@ -1,0 +1,57 @@
+"""What the plan and params phases are given: the machine's memory and GPUs as the plan sees
+them (``PlanResources``), and the params fetch (``ParamsFetch``). Built by the composition root
+(``cuzk_supervisor.compose``); tests of the phase machine give fakes (``ports``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from cuzk_supervisor.adapters import params
+from cuzk_supervisor.adapters.logship.shipper import LogShipper
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuProbe
+from cuzk_supervisor.adapters.machine.resources import MemorySampler, MemorySnapshot
+from cuzk_supervisor.daemon.output import OutputPump
+from cuzk_supervisor.daemon.process import Spawner
+from cuzk_supervisor.settings import Settings
+
+
+class PlanResources:
+    """Memory and GPUs as the plan sees them (NVML can stall: never in the event loop)."""
+
+    def __init__(self, sampler: MemorySampler, gpu: GpuProbe) -> None:
+        self._sampler = sampler
+        self._gpu = gpu
+
+    def sample(self) -> MemorySnapshot:
+        return self._sampler.sample()
+
+    async def gpus(self) -> Sequence[GpuDevice]:
+        if not self._gpu.available:
+            return []
+        return await asyncio.to_thread(self._gpu.devices)
+
+
+class ParamsFetch:
+    """The params phase's effect: the fetch command run under the reaper, its output shipped
+    to the setup tab, its progress logged (``params.progress``: the terminal view's live line),
+    the files verified."""
+
+    def __init__(self, settings: Settings, spawn: Spawner, shipper: LogShipper) -> None:
+        self.s = settings
+        self._spawn = spawn
+        self._shipper = shipper
+
+    async def __call__(self, expected: Sequence[params.ExpectedFile], fetch_command: str) -> None:
+        pump = OutputPump("setup", None)
+        pump.add_listener(self._shipper.listener("setup"))
+        await params.ensure_params(
+            self.s.daemon_param_cache,
+            expected,
+            fetch_command,
+            timeout_s=self.s.params_timeout_s,
+            progress_interval_s=self.s.params_progress_interval_s,
+            spawn=self._spawn,
+            pump=pump,
+            pidfile=self.s.state_dir / "fetch.pid",
+        )

@@ -1,0 +1,112 @@
+"""The policy values the settings make, each mapping declared once.
+
+Modules keep their own small frozen values (``MemoryPolicy``, ``RestartPolicy``,
+``ProvingTimeouts``, ``DaemonSettings`` …) so they can be used and tested alone, and none of them
+knows ``Settings``. ``FROM_SETTINGS`` says, once for each, which setting gives which of its
+fields; ``policy(cls, s)`` makes one (a field it does not name keeps the value's own default,
+``given`` fills fields no setting gives). The composition root (``cuzk_supervisor.compose``) and
+the commands that need one value (``plan``, ``daemon``, ``doctor``, ``prove``) make them here.
+
+A value is named by its class name, not imported: ``ProvingTimeouts`` loads gRPC, and ``plan``
+never proves. ``tests/test_settings_policies.py`` checks every name on both sides and that every
+mapped field has the type of its setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from cuzk_supervisor.settings.fields import Settings
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.daemon.spec import DaemonSettings
+
+T = TypeVar("T")
+
+FROM_SETTINGS: Final[Mapping[str, Mapping[str, str]]] = {
+    # value class: {its field: the setting that gives it}
+    "MemoryPolicy": {
+        "safety_margin_fraction": "memory_margin_fraction",
+        "safety_margin_min_gib": "memory_margin_min_gib",
+        "base_gib": "memory_base_gib",
+        "per_worker_gib": "memory_per_worker_gib",
+        "max_workers": "max_workers",
+        "warmup_workers": "warmup_workers",
+    },
+    "RiskPolicy": {
+        "interval_s": "memory_sample_interval_s",
+        "fast_interval_s": "memory_alert_sample_interval_s",
+    },
+    "RestartPolicy": {
+        "initial_backoff_s": "restart_backoff_initial_s",
+        "max_backoff_s": "restart_backoff_max_s",
+        "stable_after_s": "restart_stable_after_s",
+        "crash_loop_failures": "crash_loop_failures",
+        "crash_loop_window_s": "crash_loop_window_s",
+    },
+    "BenchPolicy": {
+        "max_proofs": "bench_count",
+        "concurrency": "bench_concurrency",
+        "safety": "bench_safety",
+        "min_proofs": "bench_min_proofs",
+    },
+    "ProvingTimeouts": {
+        "submit_deadline_s": "submit_deadline_s",
+        "await_deadline_s": "await_deadline_s",
+        "proof_budget_s": "proof_budget_s",
+        "startup_deadline_s": "daemon_startup_deadline_s",
+    },
+    "ManagerTimeouts": {
+        "connect_s": "manager_connect_timeout_s",
+        "read_s": "manager_read_timeout_s",
+    },
+    "ManagerRetry": {
+        "backoff_base_s": "manager_backoff_initial_s",
+        "backoff_max_s": "manager_backoff_max_s",
+        "report_stop_s": "manager_retry_s",
+        "retry_after_max_s": "manager_retry_after_max_s",
+    },
+    "ShipperSettings": {
+        "max_buffer_lines": "log_buffer_lines",
+        "drain_lines_per_s": "log_push_lines_per_s",
+        "jitter": "manager_jitter",
+    },
+    "DaemonSettings": {
+        "binary": "daemon_binary",
+        "extra_args": "daemon_args",
+        "base_config": "daemon_base_config",
+        "log_max_bytes": "daemon_log_max_bytes",
+        "log_backups": "daemon_log_backups",
+        "startup_deadline_s": "daemon_startup_deadline_s",
+        "stop_grace_s": "daemon_stop_grace_s",
+        "liveness_interval_s": "daemon_liveness_interval_s",
+        "liveness_timeout_s": "daemon_liveness_timeout_s",
+        "liveness_failures": "daemon_liveness_failures",
+    },
+}
+
+
+def policy(cls: type[T], s: Settings, **given: Any) -> T:
+    """``cls`` made from the settings ``FROM_SETTINGS`` names for it, and ``given``."""
+    names = FROM_SETTINGS[cls.__name__]
+    return cls(**{field: getattr(s, name) for field, name in names.items()}, **given)
+
+
+def daemon_listen(s: Settings) -> str:
+    """Where the daemon listens: ``daemon_listen``, else a unix socket in ``run_dir``."""
+    return s.daemon_listen or f"unix://{(s.run_dir / 'cuzk.sock').resolve()}"
+
+
+def daemon_settings(s: Settings, cgroup_dir: Path | None) -> DaemonSettings:
+    """How to run the daemon: its settings, its files in ``run_dir`` and ``log_dir``, and the
+    cgroup folder the memory sampler found (its OOM kills are read there)."""
+    from cuzk_supervisor.daemon.spec import DaemonSettings
+
+    return policy(
+        DaemonSettings, s,
+        config_path=s.run_dir / "cuzk.toml",
+        log_path=s.log_dir / "cuzk.log",
+        cgroup_dir=cgroup_dir,
+    )  # fmt: skip
