@@ -90,6 +90,12 @@ HOST = Machine()
 """The host's own probes: what every command measures unless a simulated machine is handed in."""
 
 
+# --- 2. the policies ----------------------------------------------------------------------------
+# ``policy(MemoryPolicy, s)``, ``policy(ManagerRetry, s)`` …: each value is made where it is built
+# below, from the settings ``settings.policies.FROM_SETTINGS`` names for it (declared once there,
+# checked by tests/test_settings_policies.py); ``daemon_listen(s)`` is where the daemon listens.
+
+
 # --- 3. the edges -------------------------------------------------------------------------------
 
 
