@@ -8,6 +8,7 @@ is driven in simulated seconds, with no process, so every case is exact and fast
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 from hypothesis import given, settings
@@ -30,6 +31,7 @@ def gpu_workers(workers: int) -> int:
     return 2 if workers >= 10 else 1
 
 
+@functools.cache  # a pure function of two small ints, asked for by every hypothesis example
 def long_run_rate_per_hour(workers: int, concurrency: int) -> float:
     """The model's steady rate: completions 100..600 of a long closed loop (no fill, no drain)."""
     done = simulate_closed_loop(workers, gpu_workers(workers), concurrency, 600)
