@@ -200,10 +200,10 @@ def log_throughput(
 
 
 def log_throughput_probe(
-    procs: Processes, root: Path, time_scale: float, notes: list[str]
+    procs: Processes, root: Path, time_scale: float, window_s: float, notes: list[str]
 ) -> list[Row]:
     """The same at ``FLOOD_PROBE`` lines/s, informational: how far above the target it goes."""
-    rows = log_throughput(procs, root, time_scale, 3.0, notes, offered=FLOOD_PROBE)
+    rows = log_throughput(procs, root, time_scale, window_s, notes, offered=FLOOD_PROBE)
     return [
         Row(f"  probe: {r.name}", r.value, r.unit, r.target if "lost" in r.name else "",
             r.ok if "lost" in r.name else None)
@@ -211,17 +211,17 @@ def log_throughput_probe(
     ]  # fmt: skip
 
 
-LONG_START_SCALE = 10.0
 LONG_START_KILLS = 3
 
 
-def readiness_long_start(procs: Processes, root: Path, notes: list[str]) -> list[Row]:
-    """Readiness again at time scale 10 (the SRS load takes ~4.5 s instead of ~0.45 s), to show
-    how the figure grows with the start's length; informational."""
+def readiness_long_start(
+    procs: Processes, root: Path, time_scale: float, kills: int, notes: list[str]
+) -> list[Row]:
+    """Readiness again at a slower time scale (at 10 the SRS load takes ~4.5 s instead of
+    ~0.45 s at 100), to show how the figure grows with the start's length; informational."""
     own: list[str] = []
-    rows = crash_and_readiness(procs, root, LONG_START_SCALE, LONG_START_KILLS, {"readiness"}, own)
-    notes.extend(f"long start (time scale {LONG_START_SCALE:g}): {n}" for n in own)
+    rows = crash_and_readiness(procs, root, time_scale, kills, {"readiness"}, own)
+    notes.extend(f"long start (time scale {time_scale:g}): {n}" for n in own)
     return [
-        Row(f"  long start (time scale {LONG_START_SCALE:g}): {r.name}", r.value, r.unit)
-        for r in rows
+        Row(f"  long start (time scale {time_scale:g}): {r.name}", r.value, r.unit) for r in rows
     ]

@@ -171,15 +171,27 @@ def _analyse(sup: SupervisorProc, log_dir: Path, time_scale: float, run: LifeRun
         wall = hi - lo
         busy = _union(_clip(spans, lo, hi)) + _union(_clip(interp, lo, hi))
         run.per_phase[phase] = (wall, wall - busy)
+    # The batch is sized while it runs (``core.bench.next_submission``): ``bench.started`` gives
+    # the concurrency and the most proofs allowed, each ``bench.stretch_done`` what was submitted.
     result = sup.named("bench.result")
-    sized = sup.named("bench.sized")
-    if not result or not sized:
-        raise BenchError("no bench.result / bench.sized event")
+    started = sup.named("bench.started")
+    stretches = sup.named("bench.stretch_done")
+    missing = [
+        name
+        for name, seen in (
+            ("bench.result", result),
+            ("bench.started", started),
+            ("bench.stretch_done", stretches),
+        )
+        if not seen
+    ]
+    if missing:
+        raise BenchError(f"no {' / '.join(missing)} event")
     run.rate = float(result[0]["rate"])
     run.completed = int(result[0]["completed"])
     run.bench_wall_s = float(result[0]["wall_s"])
-    run.count = int(sized[0]["count"])
-    run.concurrency = int(sized[0]["concurrency"])
+    run.count = sum(int(s["submitted"]) for s in stretches)
+    run.concurrency = int(started[0]["concurrency"])
 
 
 def one_lifecycle(

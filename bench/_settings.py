@@ -69,7 +69,7 @@ def lifecycle(root: Path, manager_url: str, time_scale: float) -> dict[str, str]
             "bench_count": BENCH_COUNT,
             "bench_concurrency": BENCH_CONCURRENCY,
             # The manager's 45 min, in wall seconds at this scale, with room: never shrink the
-            # batch (bench.sized is checked anyway).
+            # batch (the submitted count, from bench.stretch_done, is checked anyway).
             "bench_budget_s": 4 * 2700 / time_scale,
             "health_enabled": "true",
             "health_listen": f"127.0.0.1:{free_tcp_port()}",

@@ -1,6 +1,7 @@
 """How fast the supervisor sees memory go critical, and whether it acts before the kernel does.
 
     .venv/bin/python bench/oom_reaction.py [--runs 5] [--time-scale 25] [--memory-scale 4]
+                                           [--quick] [--json FILE]
 
 Needs root and a writable memory cgroup (v1 or v2), like ``tests/test_oom_cgroup.py``, whose
 scenario this repeats: the supervisor (``cuzk-supervisor run``) and the simulated daemon run in
@@ -22,7 +23,16 @@ Per run:
 * acted first: the step down came with a memory-critical cause and the cgroup's ``oom_kill``
   counter was still 0.
 
-Prints a JSON list of ``{"name", "value", "unit", "target", "ok"}``, then a table.
+The supervisor samples memory every ``memory_sample_interval_s`` (1 s, the product's default, at
+time scale 25); at a faster time scale a partition is shorter, so the interval is scaled with it
+(25 / time scale seconds, at most 1 s), and the detection targets with the interval.
+``--quick``: runs at time scale 50 (sampling every 0.5 s) until every figure has a sample, at
+most 3: one, as a rule. A run whose step down comes before the threshold is crossed at all (the
+trend saw it coming) gives no crossing delay; faster than 50 that becomes common.
+
+Prints a JSON list of ``{"name", "value", "unit", "target", "ok"}``, then a table; ``--json
+FILE`` writes the same list. Without a writable memory cgroup every row is NOT MEASURED, with the
+reason. Exit 0 when every row holds a figure, 1 when one is NOT MEASURED.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _harness import Row, failed, finish, print_table, standard_options
 from cgrouphelpers import MIB, MemoryCgroup, cgroups_writable
 from daemonhelpers import Supervisor
 from lifecyclehelpers import lifecycle_env
@@ -58,9 +69,23 @@ PARTITION_START = re.compile(r"^(\S+Z)\s+DEBUG\s+\S+: partition synthesis starte
 BURST_GAP_S = 0.3
 # Detection is one sample interval away at most (1 s while the level is ok) plus the sample's
 # own cost; the burst that fills the cgroup takes ~0.2 s to allocate at 4 MiB per GiB.
-DETECT_TARGET_MS = RiskPolicy().interval_s * 1000 + 100
-BURST_TARGET_MS = DETECT_TARGET_MS + 300
 STOP_TARGET_MS = 500
+BASE_TIME_SCALE = 25.0  # the scale at which the product's sample interval is used as it is
+QUICK_TIME_SCALE = 50.0
+QUICK_MAX_RUNS = 3
+
+
+def sample_interval_s(time_scale: float) -> float:
+    """The memory sample interval at this time scale: the product's at 25, shorter as faster."""
+    return min(RiskPolicy().interval_s, RiskPolicy().interval_s * BASE_TIME_SCALE / time_scale)
+
+
+def detect_target_ms(interval_s: float) -> float:
+    return interval_s * 1000 + 100
+
+
+def burst_target_ms(interval_s: float) -> float:
+    return detect_target_ms(interval_s) + 300
 
 
 @dataclass
@@ -156,6 +181,7 @@ def one_run(args: argparse.Namespace, limit_mib: int) -> RunResult:
         manager = ManagerProcess.start(tmp / "manager.db", "--check-interval", "1")
         cgroup = MemoryCgroup.create("oom-reaction", limit_bytes=limit_mib * MIB)
         poller = WorkingSetPoller(cgroup)
+        interval = sample_interval_s(args.time_scale)
         env = lifecycle_env(
             tmp,
             manager.url,
@@ -167,6 +193,7 @@ def one_run(args: argparse.Namespace, limit_mib: int) -> RunResult:
             bench_count=2,
             proactive_oom="true",
             daemon_log_level="debug",
+            memory_sample_interval_s=interval,
         )
         run = Supervisor([], prefix=cgroup.prefix(), command="run", env=env)
         try:
@@ -202,13 +229,17 @@ def _observe(run: Supervisor, cgroup: MemoryCgroup, deadline_s: float) -> RunRes
             break
         if run.proc.poll() is not None:
             result.outcome = f"supervisor exited {run.proc.returncode}"
+            result.notes.append(run.describe(5).replace("\n", " | "))
             break
         time.sleep(0.02)
     else:
         result.outcome = "timeout"
         return result
+    spawned = run.named("daemon.spawned")
+    if not spawned:
+        return result
     # Let the replaced daemon's exit arrive (memory handed back).
-    first = run.named("daemon.spawned")[0]["pid"]
+    first = spawned[0]["pid"]
     stop_by = time.monotonic() + 5
     while time.monotonic() < stop_by and not any(
         e["pid"] == first for e in run.named("daemon.exited")
@@ -252,20 +283,10 @@ def _measure(
         result.burst_to_critical_ms = (critical - burst) * 1000
     if step is not None:
         result.critical_to_step_down_ms = (_ts(step) - critical) * 1000
-        first = run.named("daemon.spawned")[0]["pid"]
+        first = run.named("daemon.spawned")[0]["pid"] if run.named("daemon.spawned") else None
         stopped = [e for e in run.named("daemon.exited") if e["pid"] == first]
         if stopped and result.acted_first:
             result.critical_to_stopped_ms = (_ts(stopped[0]) - critical) * 1000
-
-
-def _figure(name: str, value: float | None, unit: str, target: str, ok: bool | None) -> dict:
-    return {
-        "name": name,
-        "value": None if value is None else round(value, 1),
-        "unit": unit,
-        "target": target,
-        "ok": ok,
-    }
 
 
 def _stat(values: list[float], how: str) -> float | None:
@@ -274,33 +295,37 @@ def _stat(values: list[float], how: str) -> float | None:
     return statistics.median(values) if how == "median" else max(values)
 
 
-def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
-    figures = []
+def summarise(results: list[RunResult], interval_s: float) -> list[Row]:
+    rows: list[Row] = []
     # A figure is good when every run saw the critical level and each value is on target.
     every = all(r.critical_seen for r in results)
+    outcomes = ", ".join(r.outcome or "?" for r in results)
     for key, label, target_ms in (
-        ("crossing_to_critical_ms", "detection_delay_from_crossing", DETECT_TARGET_MS),
-        ("burst_to_critical_ms", "detection_delay_from_sim_burst", BURST_TARGET_MS),
+        ("crossing_to_critical_ms", "detection_delay_from_crossing", detect_target_ms(interval_s)),
+        ("burst_to_critical_ms", "detection_delay_from_sim_burst", burst_target_ms(interval_s)),
         ("critical_to_stopped_ms", "critical_to_daemon_stopped", STOP_TARGET_MS),
     ):
         values = [getattr(r, key) for r in results if getattr(r, key) is not None]
         for how in ("median", "max"):
             value = _stat(values, how)
-            figures.append(
-                _figure(
-                    f"{label}_{how}",
-                    value,
-                    "ms",
-                    f"<= {target_ms:g}",
-                    value is not None and value <= target_ms and every,
-                )
-            )
-    acted = sum(r.acted_first for r in results)
-    share = 100.0 * acted / len(results) if results else 0.0
-    figures.append(_figure("acted_before_kernel_oom_kill", share, "%", "100", share == 100.0))
-    missed = sum(r.missed_crossings for r in results)
-    figures.append(_figure("critical_crossings_missed", missed, "count", "0", missed == 0))
-    return figures
+            name, target = f"{label}_{how}", f"<= {target_ms:g}"
+            if value is None:
+                rows.append(failed(name, "ms", target, f"no run gave it (outcomes: {outcomes})"))
+                continue
+            rows.append(Row(name, round(value, 1), "ms", target, value <= target_ms and every))
+    # Only a run that ended in a step down or an OOM kill says who acted first.
+    ended = [r for r in results if r.outcome.startswith(("step", "oom_killed"))]
+    if not ended:
+        why = f"no run ended in a step down or an OOM kill (outcomes: {outcomes or 'none'})"
+        rows.append(failed("acted_before_kernel_oom_kill", "%", "100", why))
+        rows.append(failed("critical_crossings_missed", "count", "0", why))
+        return rows
+    acted = sum(r.acted_first for r in ended)
+    share = 100.0 * acted / len(ended)
+    rows.append(Row("acted_before_kernel_oom_kill", share, "%", "100", share == 100.0))
+    missed = sum(r.missed_crossings for r in ended)
+    rows.append(Row("critical_crossings_missed", float(missed), "count", "0", missed == 0))
+    return rows
 
 
 def _ms(value: float | None) -> str:
@@ -310,33 +335,44 @@ def _ms(value: float | None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--time-scale", type=float, default=25.0)
+    parser.add_argument(
+        "--time-scale", type=float, default=None, help=f"default 25; {QUICK_TIME_SCALE:g} quick"
+    )
     parser.add_argument("--memory-scale", type=float, default=4.0, help="real MiB per sim GiB")
     parser.add_argument("--workers", type=int, default=12)
     parser.add_argument("--limit-mib", type=int, default=0, help="0: between 10 and 11 active")
     parser.add_argument("--deadline-s", type=float, default=60.0, help="per run")
+    standard_options(parser, f"1 run at time scale {QUICK_TIME_SCALE:g}")
     args = parser.parse_args()
+    runs = QUICK_MAX_RUNS if args.quick else args.runs
+    args.time_scale = args.time_scale or (QUICK_TIME_SCALE if args.quick else BASE_TIME_SCALE)
+    interval = sample_interval_s(args.time_scale)
 
     writable, why = cgroups_writable()
     if not writable:
-        print(f"oom_reaction: needs a writable memory cgroup: {why}", file=sys.stderr)
-        return 2
+        reason = f"needs a writable memory cgroup: {why}"
+        print(f"oom_reaction: {reason}", file=sys.stderr)
+        rows = [failed(r.name, r.unit, r.target, reason) for r in summarise([], interval)]
+        return finish(rows, args.json)
     idle = (model.SRS_GIB["porep-32g"] + model.PCE_GIB) * args.memory_scale + BASELINE_MIB
     per_partition = model.PARTITION_GIB * args.memory_scale
     limit_mib = args.limit_mib or round(idle + 10.5 * per_partition)
 
     results = []
-    for index in range(args.runs):
+    for index in range(runs):
         result = one_run(args, limit_mib)
         results.append(result)
-        print(f"run {index + 1}/{args.runs}: {result.outcome}", file=sys.stderr, flush=True)
-    figures = summarise(results)
-    print(json.dumps(figures))
+        print(f"run {index + 1}/{runs}: {result.outcome}", file=sys.stderr, flush=True)
+        if args.quick and all(row.value is not None for row in summarise(results, interval)):
+            break
+    rows = summarise(results, interval)
+    print(json.dumps([r.as_dict() for r in rows]))
     print()
     print(
         f"limit {limit_mib} MiB, memory scale {args.memory_scale:g} MiB/GiB, time scale "
         f"{args.time_scale:g}, workers {args.workers}, critical below "
-        f"{RiskPolicy().critical_enter_headroom:.0%} headroom"
+        f"{RiskPolicy().critical_enter_headroom:.0%} headroom, memory sampled every "
+        f"{interval:g} s"
     )
     header: tuple[str, ...] = ("run", "outcome", "cross→crit", "burst→crit", "crit→step")
     header += ("crit→stopped", "missed", "oom_kill", "acted first")
@@ -354,11 +390,8 @@ def main() -> int:
         )
     print("(ms)")
     print()
-    print(f"{'figure':<40}{'value':>10} {'unit':<6}{'target':>10}  ok")
-    for f in figures:
-        value = "-" if f["value"] is None else f"{f['value']:g}"
-        print(f"{f['name']:<40}{value:>10} {f['unit']:<6}{f['target']:>10}  {f['ok']}")
-    return 0
+    print_table(rows)
+    return finish(rows, args.json)
 
 
 if __name__ == "__main__":

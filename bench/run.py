@@ -9,7 +9,11 @@ log_throughput (a flooding daemon's lines carried to cuzk.log, none lost), oom (
 bench/oom_reaction.py when it exists), frozen_recovery (result seen after a frozen connection,
 delegated to bench/frozen_recovery.py). Progress goes to stderr; the table, then notes (the
 definitions and raw samples behind the figures), to stdout. ``--json FILE`` writes the rows as
-a list of {"name", "value", "unit", "target", "ok"}.
+a list of {"name", "value", "unit", "target", "ok"}. ``--quick`` measures every figure once, in
+seconds (one lifecycle, short windows, the sim at time scale 1000, the delegated scripts
+``--quick`` too, the stages side by side): a check that nothing stopped measuring, not figures
+to hold against the targets.
+Exit 0 when every row holds a figure, 1 when one is NOT MEASURED (the bench/ convention).
 """
 
 from __future__ import annotations
@@ -22,12 +26,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import _daemon
 import _lifecycle
-from _harness import PY, BenchError, Processes, Row, failed, print_table
+from _harness import (
+    PY,
+    QUICK_TIME_SCALE,
+    BenchError,
+    Processes,
+    Row,
+    failed,
+    finish,
+    print_table,
+    standard_options,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -36,89 +51,48 @@ NAMES = (
     "frozen_recovery",
 )  # fmt: skip
 OOM_SCRIPT = BENCH_DIR / "oom_reaction.py"
-OOM_TIMEOUT_S = 300
-OOM_QUICK_RUNS = 2
 FROZEN_SCRIPT = BENCH_DIR / "frozen_recovery.py"
-FROZEN_TIMEOUT_S = 300
+DELEGATED_TIMEOUT_S = 300
 
 
 def progress(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _flags(script: Path) -> str:
-    """The script's ``--help`` text (to pass only the options it takes)."""
-    try:
-        done = subprocess.run(
-            [PY, str(script), "--help"], capture_output=True, text=True, timeout=60, cwd=REPO
-        )
-    except subprocess.TimeoutExpired:
-        return ""
-    return done.stdout
-
-
 def _json_rows(text: str) -> list[dict[str, Any]] | None:
-    """The first line of ``text`` that is a JSON list of rows."""
-    for line in text.splitlines():
-        if line.startswith("["):
-            try:
-                loaded = json.loads(line)
-            except ValueError:
-                continue
-            rows = loaded if isinstance(loaded, list) else []
-            if rows and all(isinstance(r, dict) and "name" in r for r in rows):
-                return rows
+    """The rows a delegated script wrote with ``--json FILE`` (a JSON list of rows)."""
+    try:
+        loaded = json.loads(text)
+    except ValueError:
+        return None
+    rows = loaded if isinstance(loaded, list) else []
+    if rows and all(isinstance(r, dict) and "name" in r for r in rows):
+        return rows
     return None
 
 
-def oom_rows(quick: bool, workdir: Path, notes: list[str]) -> list[Row]:
-    """Run ``bench/oom_reaction.py`` (its own process) and take its rows: from ``--json FILE``
-    if it takes that option, else from the JSON list it prints; ``--quick`` (or ``--runs 2``)
-    in a quick run, when it takes one."""
-    if not OOM_SCRIPT.exists():
-        return [Row("OOM reaction [bench/oom_reaction.py missing: not measured]", None, "")]
-    flags = _flags(OOM_SCRIPT)
-    out = workdir / "oom.json"
-    argv = [PY, str(OOM_SCRIPT)]
-    if "--json" in flags:
-        argv += ["--json", str(out)]
-    if quick and "--quick" in flags:
-        argv.append("--quick")
-    elif quick and "--runs" in flags:
-        argv += ["--runs", str(OOM_QUICK_RUNS)]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=OOM_TIMEOUT_S, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        return [failed("OOM reaction", "", "", f"timed out after {OOM_TIMEOUT_S} s")]
-    loaded = _json_rows(out.read_text()) if out.exists() else _json_rows(done.stdout)
-    if loaded is None:
-        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
-        return [failed("OOM reaction", "", "", f"rc {done.returncode}, no rows: {tail}")]
-    notes.append(f"OOM reaction: `{' '.join(argv[1:])}` (rc {done.returncode}), its rows as given")
-    return [
-        Row(f"oom: {r['name']}", r.get("value"), str(r.get("unit", "")),
-            str(r.get("target", "")), r.get("ok"))
-        for r in loaded
-    ]  # fmt: skip
-
-
-def frozen_rows(quick: bool, workdir: Path, notes: list[str]) -> list[Row]:
-    """Run ``bench/frozen_recovery.py`` (its own process) and take the rows it writes."""
-    out = workdir / "frozen.json"
-    argv = [PY, str(FROZEN_SCRIPT), "--json", str(out), *(["--quick"] if quick else [])]
+def delegated_rows(
+    script: Path, prefix: str, label: str, quick: bool, workdir: Path, notes: list[str]
+) -> list[Row]:
+    """Run a bench script of its own (``--json FILE``, ``--quick`` in a quick run) and take the
+    rows it writes, each name under ``prefix``."""
+    if not script.exists():
+        return [failed(label, "", "", f"bench/{script.name} missing")]
+    out = workdir / f"{script.stem}.json"
+    argv = [PY, str(script), "--json", str(out), *(["--quick"] if quick else [])]
     try:
         done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=FROZEN_TIMEOUT_S, cwd=REPO
+            argv, capture_output=True, text=True, timeout=DELEGATED_TIMEOUT_S, cwd=REPO
         )
     except subprocess.TimeoutExpired:
-        return [failed("frozen recovery", "s", "", f"timed out after {FROZEN_TIMEOUT_S} s")]
+        return [failed(label, "", "", f"timed out after {DELEGATED_TIMEOUT_S} s")]
     loaded = _json_rows(out.read_text()) if out.exists() else None
     if loaded is None:
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
-        return [failed("frozen recovery", "s", "", f"rc {done.returncode}, no rows: {tail}")]
-    notes.append(f"frozen recovery: `{' '.join(argv[1:])}` (rc {done.returncode}), its rows")
+        return [failed(label, "", "", f"rc {done.returncode}, no rows: {tail}")]
+    notes.append(f"{label}: `{' '.join(argv[1:])}` (rc {done.returncode}), its rows as given")
     return [
-        Row(f"frozen: {r['name']}", r.get("value"), str(r.get("unit", "")),
+        Row(f"{prefix}: {r['name']}", r.get("value"), str(r.get("unit", "")),
             str(r.get("target", "")), r.get("ok"))
         for r in loaded
     ]  # fmt: skip
@@ -128,75 +102,102 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the rows as JSON")
-    parser.add_argument("--quick", action="store_true", help="shorter windows, fewer samples")
+    standard_options(
+        parser,
+        f"1 lifecycle, 2 kills, short windows, time scale {QUICK_TIME_SCALE:g}, the delegated "
+        "scripts --quick, the stages side by side",
+    )
     parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
     parser.add_argument(
         "--time-scale",
         type=float,
-        default=100.0,
-        help="the sim's simulated seconds per real second (default 100, as `sim`)",
+        default=None,
+        help="the sim's simulated seconds per real second (default 100, as `sim`; "
+        f"{QUICK_TIME_SCALE:g} with --quick)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
     wanted = set(args.only or NAMES)
     quick = args.quick
-    scale = args.time_scale
+    scale = args.time_scale or (QUICK_TIME_SCALE if quick else 100.0)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="cuzk-bench-"))
     procs = Processes(str(root))
     rows: list[Row] = []
     notes: list[str] = [f"time scale {scale:g}; {'quick' if quick else 'full'} run; tmp {root}"]
 
-    def stage(label: str, work: Callable[[], list[Row]]) -> None:
+    # (label, work): each stage writes its notes to a list of its own (stages may run at once).
+    stages: list[tuple[str, Callable[[list[str]], list[Row]]]] = []
+    life = wanted & {"run_phase", "stop", "rate", "overhead"}
+    if life:
+        runs = (1 if quick else 5) if life - {"run_phase"} else 1
+        hold = (1.0 if quick else 60.0) if "run_phase" in life else 0.0
+        stages.append((
+            f"lifecycles ({runs} x `supervisor run`, run-phase window {hold:g} s)",
+            lambda own: _lifecycle.measure(procs, root / "life", scale, runs, hold, life, own),
+        ))  # fmt: skip
+    if wanted & {"crash", "readiness"}:
+        kills = 2 if quick else 20
+        stages.append((
+            f"crash detection and readiness ({kills} kills, `supervisor daemon`)",
+            lambda own: _daemon.crash_and_readiness(
+                procs, root / "crash", scale, kills, wanted, own
+            ),
+        ))  # fmt: skip
+    if "readiness" in wanted:
+        # A start ten times longer than the one above (time scale 10 in a full run).
+        long_scale = scale / 10
+        long_kills = 1 if quick else _daemon.LONG_START_KILLS
+        stages.append((
+            f"readiness after a long start (time scale {long_scale:g})",
+            lambda own: _daemon.readiness_long_start(
+                procs, root / "long", long_scale, long_kills, own
+            ),
+        ))  # fmt: skip
+    if "log_throughput" in wanted:
+        # Then a probe at a higher rate: the first figure is capped by what is offered. One
+        # after the other: each flood wants a core.
+        window, probe_window = (1.0, 1.0) if quick else (5.0, 3.0)
+        stages.append((
+            f"log throughput (flood:{_daemon.FLOOD_OFFERED}, {window:g} s window; probe "
+            f"flood:{_daemon.FLOOD_PROBE}, {probe_window:g} s)",
+            lambda own: [
+                *_daemon.log_throughput(procs, root / "flood", scale, window, own),
+                *_daemon.log_throughput_probe(procs, root / "probe", scale, probe_window, own),
+            ],
+        ))  # fmt: skip
+    if "oom" in wanted:
+        stages.append((
+            "OOM reaction (bench/oom_reaction.py)",
+            lambda own: delegated_rows(OOM_SCRIPT, "oom", "OOM reaction", quick, root, own),
+        ))  # fmt: skip
+    if "frozen_recovery" in wanted:
+        stages.append((
+            "recovery after a frozen connection (bench/frozen_recovery.py)",
+            lambda own: delegated_rows(
+                FROZEN_SCRIPT, "frozen", "frozen recovery", quick, root, own
+            ),
+        ))  # fmt: skip
+
+    def stage(label: str, work: Callable[[list[str]], list[Row]]) -> tuple[list[Row], list[str]]:
         progress(f"{label} ...")
         t0 = time.monotonic()
+        own: list[str] = []
         try:
-            rows.extend(work())
+            got = work(own)
         except BenchError as exc:  # a stage that cannot finish still leaves a row
-            rows.append(failed(label, "", "", str(exc)))
+            got = [failed(label, "", "", str(exc))]
         progress(f"{label} done in {time.monotonic() - t0:.1f} s")
+        return got, own
 
     try:
-        life = wanted & {"run_phase", "stop", "rate", "overhead"}
-        if life:
-            runs = (3 if quick else 5) if life - {"run_phase"} else 1
-            hold = (15.0 if quick else 60.0) if "run_phase" in life else 0.0
-            stage(
-                f"lifecycles ({runs} x `supervisor run`, run-phase window {hold:g} s)",
-                lambda: _lifecycle.measure(procs, root / "life", scale, runs, hold, life, notes),
-            )
-        if wanted & {"crash", "readiness"}:
-            kills = 5 if quick else 20
-            stage(
-                f"crash detection and readiness ({kills} kills, `supervisor daemon`)",
-                lambda: _daemon.crash_and_readiness(
-                    procs, root / "crash", scale, kills, wanted, notes
-                ),
-            )
-        if "readiness" in wanted and not quick:
-            stage(
-                f"readiness after a long start (time scale {_daemon.LONG_START_SCALE:g})",
-                lambda: _daemon.readiness_long_start(procs, root / "long", notes),
-            )
-        if "log_throughput" in wanted:
-            window = 3.0 if quick else 5.0
-            stage(
-                f"log throughput (flood:{_daemon.FLOOD_OFFERED}, {window:g} s window)",
-                lambda: _daemon.log_throughput(procs, root / "flood", scale, window, notes),
-            )
-            if not quick:  # the figure above is capped by what is offered: look for headroom
-                stage(
-                    f"log throughput probe (flood:{_daemon.FLOOD_PROBE})",
-                    lambda: _daemon.log_throughput_probe(procs, root / "probe", scale, notes),
-                )
-        if "oom" in wanted:
-            stage("OOM reaction (bench/oom_reaction.py)", lambda: oom_rows(quick, root, notes))
-        if "frozen_recovery" in wanted:
-            stage(
-                "recovery after a frozen connection (bench/frozen_recovery.py)",
-                lambda: frozen_rows(quick, root, notes),
-            )
+        # A quick run runs the stages side by side (each mostly waits on the sim's scaled time):
+        # its figures show that each is still measured, they are not for the targets.
+        with ThreadPoolExecutor(max_workers=max(1, len(stages)) if quick else 1) as pool:
+            done = list(pool.map(lambda item: stage(*item), stages))
+        for got, own in done:
+            rows.extend(got)
+            notes.extend(own)
     finally:
         procs.close()
         if procs.leftovers:
@@ -210,9 +211,7 @@ def main() -> int:
     for note in notes:
         print("- " + note.replace("\n", "\n  "))
     print(f"- wall time {time.monotonic() - started:.1f} s")
-    if args.json:
-        args.json.write_text(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
-    return 0
+    return finish(rows, args.json)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """CPU cost of one ``MemorySampler.sample`` on this machine (``time.process_time`` per call).
 
-    .venv/bin/python bench/sampler_cost.py [--samples 2000]
+    .venv/bin/python bench/sampler_cost.py [--samples 2000] [--quick] [--json FILE]
 
-Prints a JSON line, then a table. Two cases: no daemon (host + cgroup + PSI files only) and a
-daemon tree of four processes (adds the psutil tree walk, which reads every ``/proc/*/stat``).
+Two cases: no daemon (host + cgroup + PSI files only) and a daemon tree of four processes (adds
+the psutil tree walk, which reads every ``/proc/*/stat``). Prints a JSON line of the rows
+(``{"name", "value", "unit", "target", "ok"}``), then a table and what was measured on;
+``--json FILE`` writes the rows. ``--quick``: 200 samples a case. Exit 0 when every row holds a
+figure, 1 when one is NOT MEASURED.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from _harness import Row, finish, info, print_table, standard_options
 
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
 
@@ -46,10 +51,12 @@ def measure(sampler: MemorySampler, pid: int | None, n: int) -> dict[str, float]
     }
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2000)
+    standard_options(parser, "200 samples a case")
     args = parser.parse_args()
+    samples = 200 if args.quick else args.samples
 
     sampler = MemorySampler()
     tree = subprocess.Popen(
@@ -59,8 +66,8 @@ def main() -> None:
         assert tree.stdout is not None
         assert tree.stdout.readline().strip() == "up"
         results = {
-            "no_daemon": measure(sampler, None, args.samples),
-            "daemon_tree_4": measure(sampler, tree.pid, args.samples),
+            "no_daemon": measure(sampler, None, samples),
+            "daemon_tree_4": measure(sampler, tree.pid, samples),
         }
         processes = sampler.sample(tree.pid).daemon_processes
     finally:
@@ -68,24 +75,24 @@ def main() -> None:
         tree.stdin.close()
         tree.wait(timeout=10)
 
-    cg = sampler.cgroup
-    report = {
-        "samples": args.samples,
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "cgroup": None if cg is None else {"version": cg.version, "dir": str(cg.dir)},
-        "daemon_tree_processes": processes,
-        "cpu_per_sample": results,
-    }
-    print(json.dumps(report))
+    rows: list[Row] = [
+        info(f"CPU per sample, {case}: {stat.removesuffix('_us')}", value, "µs")
+        for case, figures in results.items()
+        for stat, value in figures.items()
+    ]
+    print(json.dumps([r.as_dict() for r in rows]))
     print()
-    print(f"{'case':<16}{'mean µs':>10}{'p50 µs':>10}{'p95 µs':>10}{'max µs':>10}")
-    for case, r in results.items():
-        print(
-            f"{case:<16}{r['mean_us']:>10.1f}{r['p50_us']:>10.1f}{r['p95_us']:>10.1f}"
-            f"{r['max_us']:>10.1f}"
-        )
+    print_table(rows)
+    cg = sampler.cgroup
+    print()
+    print(
+        f"- {samples} samples a case; python {platform.python_version()}, kernel "
+        f"{platform.release()}; cgroup "
+        + ("none" if cg is None else f"v{cg.version} at {cg.dir}")
+        + f"; daemon tree: {processes} processes"
+    )
+    return finish(rows, args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
