@@ -33,7 +33,9 @@ def run_sim(
     child_env.update(env or {})
     cmd = [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
            "--exit-after-run", "--log-format", "json",
-           "--health-listen", "127.0.0.1:0", *args]  # fmt: skip
+           "--health-listen", "127.0.0.1:0",
+           # What these tests check is settled at the start: the demo's pace is not needed.
+           "--time-scale", "400", "--bench-count", "4", *args]  # fmt: skip
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=child_env, check=False
     )
