@@ -49,8 +49,12 @@ def lifecycle_env(
     time_scale: float = 200.0,
     sim_faults: tuple[str, ...] = (),
     sim_args: tuple[str, ...] = (),
+    fetch_rate_mb: float = 20.0,
     **settings: Any,
 ) -> dict[str, str]:
+    """Settings for a whole lifecycle in scaled time. The parameters' simulated download takes
+    0.15 s at the default ``fetch_rate_mb``; a test that acts inside the params phase or counts
+    its progress lines gives 4 (0.75 s)."""
     c1 = tmp_path / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=200_000)
@@ -78,7 +82,7 @@ def lifecycle_env(
         "bench_count": 6,
         "status_interval_s": 1,
         "await_deadline_s": 1,
-        "params_fetch_command": fetch_command(tmp_path),
+        "params_fetch_command": fetch_command(tmp_path, fetch_rate_mb),
         "params_expected": " ".join(SIM_PARAMS),
         "params_progress_interval_s": 0.2,
         "restart_backoff_initial_s": 0.2,

@@ -64,7 +64,7 @@ def stamp(event: dict[str, Any]) -> float:
 
 def test_manager_away_through_params_does_not_hold_the_warmup_or_bend_the_rate(tmp_path, manager):
     mgr = manager()
-    run = start_run(env_for(tmp_path, mgr))
+    run = start_run(env_for(tmp_path, mgr, fetch_rate_mb=4))
     poll_until(lambda: "params" in run.phases() or run.proc.poll() is not None, 30, what="params")
     mgr.faults(refuse_for=4.0)  # the whole params phase and into the warmup
     assert finish(run) == exitcodes.OK

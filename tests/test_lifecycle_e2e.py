@@ -149,7 +149,7 @@ def test_out_of_memory_even_at_one_worker_reports_rate_zero_with_the_reason(tmp_
 
 def test_params_progress_shown_then_fetch_skipped_on_the_next_start(tmp_path, manager):
     mgr = manager()
-    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true")
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", fetch_rate_mb=4)
     first = start_run(env)
     assert _finish(first) == exitcodes.OK
     progress = first.named("params.progress")

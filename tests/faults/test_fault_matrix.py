@@ -412,7 +412,8 @@ def ctx(tmp_path: Path):
         settings = {k: ("true" if v is True else "false" if v is False else v)
                     for k, v in settings.items()}  # fmt: skip
         faults = tuple(f.replace("{tmp}", str(tmp_path)) for f in row.sim_faults)
-        env = lifecycle_env(tmp_path, mgr.url, sim_faults=faults, **settings)
+        # The params phase lasts long enough for the rows that act inside it.
+        env = lifecycle_env(tmp_path, mgr.url, sim_faults=faults, fetch_rate_mb=4, **settings)
         # The daemon's own record of each job (sim.timeline), for _check_rate.
         timeline = shlex.quote(str(tmp_path / TIMELINE))
         env["CUZK_SUPERVISOR_DAEMON_ARGS"] += f" --timeline {timeline}"
