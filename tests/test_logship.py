@@ -273,7 +273,7 @@ async def test_oldest_lines_are_dropped_while_the_manager_is_away_and_reported_w
         with capture_logs() as logs:
             assert await shipper.flush(2.0)
     assert fake.bodies[0] == ("setup", (dropped_warning(15) + "\n").encode())
-    assert dropped_warning(15) == "dropped 15 lines while the manager was unreachable"
+    assert dropped_warning(15).startswith("dropped the 15 oldest log lines")
     assert fake.lines("cuzk") == [f"line {n}" for n in range(15, 25)]
     warnings = [e for e in logs if e["event"] == "logship.dropped_lines"]
     assert len(warnings) == 1
@@ -379,3 +379,86 @@ async def test_structlog_events_are_shipped_as_supervisor_lines():
             structlog.configure(**old)
         assert await shipper.flush(1.0)
     assert fake.lines("setup") == ["info daemon.ready calls=3"]
+
+
+# --- fleet manners (issue 22) -------------------------------------------------------------------
+
+
+async def test_the_backlog_is_bounded_to_what_the_manager_keeps_oldest_dropped_first():
+    """The manager keeps 10,000 lines per instance: more held here would be thrown away on
+    arrival. One line says how many of the oldest were dropped."""
+    from cuzk_supervisor.settings import Settings
+
+    assert ShipperSettings().max_buffer_lines == 10_000
+    assert Settings().log_buffer_lines == 10_000
+    async with running_shipper(ShipperSettings(flush_interval_s=60.0, retry_pause_s=0.01)) as (
+        shipper,
+        fake,
+    ):
+        fake.away = True
+        for n in range(12_000):
+            shipper.add_line("cuzk", f"line {n}")
+        stats = shipper.stats()
+        assert (stats.buffered_lines, stats.dropped_unreported) == (10_000, 2_000)
+        fake.away = False
+        assert await shipper.flush(10.0)
+    assert fake.lines("setup") == [dropped_warning(2_000)]
+    assert fake.lines("cuzk") == [f"line {n}" for n in range(2_000, 12_000)]
+
+
+async def test_a_backlog_drains_at_the_set_pace_in_bodies_of_at_most_batch_lines():
+    """After an outage the backlog goes out at ``drain_lines_per_s``, never back to back."""
+    settings = ShipperSettings(flush_interval_s=0.01, retry_pause_s=0.01, batch_lines=50,
+                               drain_lines_per_s=500.0)  # fmt: skip
+    async with running_shipper(settings) as (shipper, fake):
+        fake.away = True
+        for n in range(300):
+            shipper.add_line("cuzk", f"line {n}")
+        await wait_for(lambda: fake.attempts >= 1)
+        fake.away = False
+        started = time.monotonic()
+        await wait_for(lambda: len(fake.lines("cuzk")) == 300)
+        elapsed = time.monotonic() - started
+    bodies = [body.decode().splitlines() for source, body in fake.bodies if source == "cuzk"]
+    assert all(len(lines) <= 50 for lines in bodies)
+    assert len(bodies) >= 6
+    # 300 lines, one burst of 50 at most held: at least 250 lines at 500 a second.
+    assert elapsed >= 0.45
+    assert fake.lines("cuzk") == [f"line {n}" for n in range(300)]
+
+
+def test_the_pace_and_the_jitter_are_checked_settings():
+    with pytest.raises(ValueError, match="drain_lines_per_s"):
+        ShipperSettings(drain_lines_per_s=0)
+    with pytest.raises(ValueError, match="jitter"):
+        ShipperSettings(jitter=0.9)
+
+
+async def test_a_daemon_line_is_shipped_once_under_its_own_tab():
+    """Before issue 22 every daemon line went twice: raw under its tab, and again as a
+    ``child.line`` event under ``setup``."""
+    from cuzk_supervisor.daemon.output import OutputPump
+
+    async with running_shipper() as (shipper, fake):
+        old = structlog.get_config()
+        structlog.configure(
+            processors=[
+                structlog.processors.add_log_level,
+                shipping_processor(shipper),
+                structlog.processors.KeyValueRenderer(),
+            ],
+            logger_factory=structlog.ReturnLoggerFactory(),
+        )
+        try:
+            pump = OutputPump("cuzk", None)
+            pump.add_listener(shipper.listener("cuzk"))
+            reader = asyncio.StreamReader()
+            reader.feed_data(b"\x1b[32mready\x1b[0m\nproving 1\n")
+            reader.feed_eof()
+            await pump.pump(reader, "stdout")
+            structlog.get_logger().info("daemon.ready")
+        finally:
+            structlog.configure(**old)
+        assert await shipper.flush(1.0)
+    assert fake.lines("cuzk") == ["ready", "proving 1"]
+    assert fake.lines("setup") == ["info daemon.ready"]

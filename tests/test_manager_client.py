@@ -46,6 +46,8 @@ from cuzk_supervisor.core.reports import (
 )
 
 URL = "http://manager.test:8080"
+OTHER = {"uuid": "u-other", "label": "C.2", "runner_id": 3, "state": "running", "min_rate": 30}
+"""Another instance of the fleet, in every ``GET /status`` answer."""
 FAST = ManagerRetry(
     backoff_base_s=0.001,
     backoff_max_s=0.005,
@@ -97,7 +99,8 @@ class ScriptedManager:
         if path == "/api/log-push":
             return httpx.Response(204)
         if path == "/status":
-            return httpx.Response(200, json=[self.record] if self.record else [])
+            # The manager lists every instance it knows: another one of the fleet, and ours.
+            return httpx.Response(200, json=[OTHER, *([self.record] if self.record else [])])
         body = json.loads(request.content)
         if path == "/register":
             self.record = self.record or {
@@ -141,11 +144,16 @@ async def test_503s_then_success_is_retried_and_acknowledged_once(manager):
     async with manager.client() as client:
         with capture_logs() as logs:
             await client.param_done("u-1")
+        counts = client.failures
     assert manager.paths() == ["/param-done"] * 3
-    retries = [e for e in logs if e["event"] == "manager.retry"]
-    assert [e["attempt"] for e in retries] == [1, 2]
-    assert retries[1]["reason"] == "HTTP 503: database is locked"
-    assert all(e["call"] == PARAM_DONE for e in retries)
+    # Counted, not logged one by one: one warning for the outage, one line when it is back.
+    assert (counts.failed, dict(counts.by_call), dict(counts.by_reason)) == (
+        2, {PARAM_DONE: 2}, {"HTTP 503": 2},
+    )  # fmt: skip
+    loud = [e for e in logs if e["log_level"] in ("warning", "info")]
+    assert [e["event"] for e in loud] == ["manager.away", "manager.back", "manager.call_ok"]
+    assert loud[0]["reason"] == "HTTP 503: scripted"
+    assert loud[1]["failed"] == 2
 
 
 async def test_400_is_not_retried(manager):
@@ -273,37 +281,43 @@ class FakeClock:
         return self.now
 
 
-def _failure_lines(logs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
-    """(event, level, call) of each line about a failed request."""
-    events = ("manager.retry", "manager.unavailable")
-    return [(e["event"], e["log_level"], e["call"]) for e in logs if e["event"] in events]
+def _told(logs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(event, level) of each line about the manager being away, above debug."""
+    events = ("manager.away", "manager.still_away", "manager.back", "manager.unavailable",
+              "manager.retry")  # fmt: skip
+    return [(e["event"], e["log_level"]) for e in logs
+            if e["event"] in events and e["log_level"] != "debug"]  # fmt: skip
 
 
-async def test_the_first_failure_is_a_warning_naming_the_url_then_one_a_minute(manager):
-    """Issue 14.3: a person sees at once where the supervisor tries to go, then a steady
-    reminder, whichever calls fail meanwhile; info lines between (never a flood of warnings)."""
+async def test_an_outage_is_one_warning_naming_the_url_then_a_summary_a_minute(manager):
+    """Issue 14.3 and 22: a person sees at once where the supervisor tries to go, then a steady
+    summary whichever calls fail meanwhile; the failures themselves are counted, not logged
+    (every line is shipped to the manager: retry lines were a backlog of their own)."""
     clock = FakeClock()
     manager.fail("/register", *([httpx.ConnectError] * 3))
-    manager.fail("/param-done", *([httpx.ConnectError] * 3))
-    retry = dataclasses.replace(FAST, register_stop_s=0.2, report_stop_s=0.2)
-    manager.on_request = lambda _: setattr(clock, "now", clock.now + 10)  # 10 s per attempt
+    retry = dataclasses.replace(FAST, register_stop_s=0.5, report_stop_s=0.5)
+    manager.on_request = lambda _: setattr(clock, "now", clock.now + 40)  # 40 s per attempt
     async with manager.client(retry=retry, clock=clock) as client:
         with capture_logs() as logs:
-            await client.register("C.1", 30)  # attempts at +10, +20 fail, +30 answers
+            await client.register("C.1", 30)  # +40 warns, +80 counted, +120 sums up, +160 back
             manager.fail("/register", *([httpx.ConnectError] * 1000))
             with pytest.raises(ManagerUnavailable):
                 await client.register("C.1", 30, stop_s=0.05)
-    lines = _failure_lines(logs)
-    assert lines[0] == ("manager.retry", "warning", "register")
-    first = next(e for e in logs if e["event"] == "manager.retry")
-    assert first["url"] == URL
-    assert [level for _, level, _ in lines[1:3]] == ["info", "info"]
-    back = [e for e in logs if e["event"] == "manager.back"]
-    assert len(back) == 1
-    assert back[0]["url"] == URL
-    # After the answer, a new outage is told at once again.
-    after = lines[3:]
-    assert after[0][1] == "warning"
+        counts = client.failures
+    told = _told(logs)
+    assert told[:3] == [("manager.away", "warning"), ("manager.still_away", "warning"),
+                        ("manager.back", "info")]  # fmt: skip
+    away = next(e for e in logs if e["event"] == "manager.away")
+    assert (away["url"], away["call"]) == (URL, "register")
+    summary = next(e for e in logs if e["event"] == "manager.still_away")
+    assert (summary["failed"], summary["by_call"]) == (2, {"register": 2})
+    back = next(e for e in logs if e["event"] == "manager.back")
+    assert (back["failed"], back["away_s"]) == (3, 120.0)
+    # A new outage after the answer is told at once again.
+    assert told[3] == ("manager.away", "warning")
+    assert counts.outages == 2
+    assert counts.gave_up == 1
+    assert counts.failed == counts.by_call["register"] >= 4
 
 
 async def test_one_outage_is_one_warning_across_calls(manager):
@@ -319,41 +333,48 @@ async def test_one_outage_is_one_warning_across_calls(manager):
             for call in (lambda: client.param_done("u-1"), lambda: client.running("u-1")):
                 with pytest.raises(ManagerUnavailable):
                     await call()
-    lines = _failure_lines(logs)
-    assert {call for _, _, call in lines} == {PARAM_DONE, RUNNING}
+        counts = client.failures
     assert clock.now - 1000 < 60  # all within the first minute of the outage
-    assert [level for _, level, _ in lines] == ["warning"] + ["info"] * (len(lines) - 1)
+    assert _told(logs) == [("manager.away", "warning")]
+    assert set(counts.by_call) == {PARAM_DONE, RUNNING}
+    assert counts.gave_up == 2
 
 
 def test_away_warnings_keep_a_steady_cadence_and_say_when_it_is_back():
     clock = FakeClock()
     away = AwayWarnings(URL, every_s=60, clock=clock)
+    heard: list[tuple[str, int, float]] = []
+    away.listeners.append(lambda *args: heard.append(args))
     with capture_logs() as logs:
         for at, step in (
-            (0, lambda: away.gave_up("register", 3, 300.0, "ConnectError")),
-            (10, lambda: away.gave_up(PARAM_DONE, 2, 1.0, "ConnectError")),
-            (59, lambda: away.gave_up("status", 2, 1.0, "ConnectError")),
-            (61, lambda: away.gave_up(RUNNING, 2, 1.0, "ConnectError")),
-            (70, lambda: away.gave_up(RUNNING, 2, 1.0, "ConnectError")),
-            (125, lambda: away.gave_up(RUNNING, 2, 1.0, "ConnectError")),
+            (0, lambda: away.failed("register", 1, "ConnectError", 1.0)),
+            (10, lambda: away.failed(PARAM_DONE, 1, "HTTP 503: x", 2.0, retry_after=True)),
+            (59, lambda: away.failed("status", 1, "ConnectError", 3.0)),
+            (61, lambda: away.failed(RUNNING, 1, "ConnectError", 4.0)),
+            (70, lambda: away.gave_up(RUNNING, 2, 9.0, "ConnectError")),
+            (125, lambda: away.failed(RUNNING, 2, "HTTP 429: slow down", 5.0)),
             (126, lambda: away.answered(RUNNING)),
             (127, lambda: away.answered(RUNNING)),  # not away: nothing to say
-            (128, lambda: away.gave_up("register", 1, 1.0, "ConnectError")),
+            (128, lambda: away.failed("register", 1, "ConnectError", 1.0)),
         ):
             clock.now = 1000.0 + at
             step()
-    assert [(e["event"], e["log_level"], e.get("away_s")) for e in logs] == [
-        ("manager.unavailable", "warning", 0.0),
-        ("manager.unavailable", "info", 10.0),
-        ("manager.unavailable", "info", 59.0),
-        ("manager.unavailable", "warning", 61.0),
-        ("manager.unavailable", "info", 70.0),
-        ("manager.unavailable", "warning", 125.0),
-        ("manager.back", "info", 126.0),
-        ("manager.unavailable", "warning", 0.0),  # a new outage is told at once
+    told = [(e["event"], e.get("away_s"), e.get("failed")) for e in logs
+            if e["log_level"] != "debug"]  # fmt: skip
+    assert told == [
+        ("manager.away", None, None),
+        ("manager.still_away", 61.0, 3),  # the failures at +10, +59 and +61
+        ("manager.still_away", 125.0, 1),
+        ("manager.back", 126.0, 5),
+        ("manager.away", None, None),  # a new outage is told at once
     ]
-    assert all(e["url"] == URL for e in logs)
-    assert not away.away or logs[-1]["event"] == "manager.unavailable"
+    assert all(e["url"] == URL for e in logs if e["log_level"] != "debug")
+    counts = away.counts
+    assert (counts.failed, counts.gave_up, counts.retry_after, counts.outages) == (6, 1, 1, 2)
+    assert dict(counts.by_reason) == {"ConnectError": 4, "HTTP 503": 1, "HTTP 429": 1}
+    assert [call for call, _, _ in heard] == ["register", PARAM_DONE, "status", RUNNING,
+                                               RUNNING, "register"]  # fmt: skip
+    assert away.away
 
 
 def test_the_warning_cadence_is_a_setting_of_the_retry_values():

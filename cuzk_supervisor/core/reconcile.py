@@ -89,11 +89,30 @@ def find_record(listing: Any, uuid: str) -> Mapping[str, Any] | None:
     return None
 
 
+def listing_problem(listing: Any) -> str | None:
+    """Why a ``GET /status`` answer, asked by a registered instance, cannot be the manager's
+    (None: it can be). The manager lists every instance it knows and keeps killed rows for 7
+    days, so an instance that registered is in its table: an empty list is a proxy's cache, a
+    maintenance page or a manager restarted on an empty database, never its word on us. Such an
+    answer is a bad answer (retried and counted), not evidence of a kill."""
+    if not isinstance(listing, list):
+        return f"not a list but {type(listing).__name__}"
+    if not listing:
+        return "an empty list, though this instance registered"
+    return None
+
+
 def gone_reason(record: Mapping[str, Any] | None) -> str | None:
-    """Why the manager's ``record`` of this (registered) instance says it is finished, or None
-    while it lives. A uuid the manager no longer lists is gone too: it was deleted or replaced."""
+    """Why the manager's ``record`` of this instance says it is finished, or None.
+
+    A kill is concluded only from positive evidence (DESIGN.md principle 9): the record in state
+    ``killed``. A record missing from one listing (``record`` None) is NOT evidence: a proxy, a
+    cache or a manager restarted on an empty database say that too, while the real manager may
+    still hold us as ``params_done`` and time us out if we stop. Whether the manager still
+    knows us is learnt from a call about this uuid instead (a 404 "instance not found" on a
+    report: ``InstanceGone``)."""
     if record is None:
-        return "the manager no longer lists this instance"
+        return None
     if record.get("state") == KILLED:
         return f"killed by the manager: {record.get('kill_reason') or 'no reason given'}"
     return None

@@ -1,6 +1,10 @@
 """The monitors: the status line (and, with it, the kill look-up and the /running ping), the GPU
 samples, and the memory watch turned into memory trouble.
 
+The status loop is jittered (DESIGN.md principle 9): its first tick falls at a random point of
+``status_interval_s`` and each later one is varied by ``± manager_jitter``, so a fleet started
+together does not push its status lines, ping or look up kills in the same second.
+
 Each is one long-running task the phase machine starts beside itself (:meth:`Monitors.loops`)
 and cancels when it ends. None of them decides anything about the phases: they raise the
 shared signals (``trouble``, ``gone``) and the phase machine acts on them.
@@ -9,6 +13,7 @@ shared signals (``trouble``, ``gone``) and the phase machine acts on them.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
@@ -18,6 +23,7 @@ import structlog
 from cuzk_supervisor.adapters.machine.gpu import GpuProbe
 from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 from cuzk_supervisor.core.bench import interval_estimate_s, steady_rate_per_s
+from cuzk_supervisor.core.jitter import JitteredSchedule
 from cuzk_supervisor.core.units import planned_gib
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
@@ -26,17 +32,22 @@ from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
 
-# Phases in which the manager's record is looked up at every status interval (killed?).
-WATCHED_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench", "report",
-                            "run"})  # fmt: skip
+# Phases in which the manager's record may be looked up (killed?), when the reporter says a
+# look-up is due (``manager_status_lookup_s``); the run phase's look-up is the /running ping.
+WATCHED_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench"})
 
 Loop = Callable[[], Coroutine[Any, Any, None]]
+
+CALL_STOP_S = 15.0
+"""Longest a kill look-up or a ping holds the status loop."""
 
 
 class ManagerView(Protocol):
     """What the status loop asks of the reporter."""
 
     async def look_up_kill(self, *, stop_s: float) -> str | None: ...
+
+    def lookup_due(self, phase: str) -> bool: ...
 
     def ping_due(self) -> bool: ...
 
@@ -61,6 +72,7 @@ class Monitors:
         daemon: Restarts,
         manager: ManagerView,
         clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         self.s = settings
         self._progress = progress
@@ -71,6 +83,7 @@ class Monitors:
         self._daemon = daemon
         self._manager = manager
         self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
 
     def loops(self) -> list[Loop]:
         return [self.status_loop, self.watch.run, self.critical_memory, self.gpu_loop]
@@ -120,20 +133,26 @@ class Monitors:
         return fields
 
     async def status_loop(self) -> None:
-        """A status line at a steady cadence, so a slow but healthy machine visibly is one; the
-        manager's record looked up (were we killed?); in the run phase a repeated (idempotent)
-        /running as the liveness ping, at its own, slower cadence."""
+        """A status line at a steady (jittered) cadence, so a slow but healthy machine visibly
+        is one; before the run phase, the manager's record looked up when a look-up is due
+        (were we killed?); in the run phase a repeated (idempotent) /running as the liveness
+        ping and kill look-up, at its own, slower cadence."""
         interval = self.s.status_interval_s
+        schedule = JitteredSchedule(interval, self.s.manager_jitter, self._rng.random)
+        # A look-up or ping holds the status line at most this long (while the manager is away
+        # the shared backoff may hold a request longer: it is tried again at the next tick).
+        stop_s = min(max(1.0, interval), CALL_STOP_S)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(schedule.delay())
             log.info("supervisor.status", **self.status_fields())
-            if self._progress.phase in WATCHED_PHASES:
-                reason = await self._manager.look_up_kill(stop_s=max(1.0, interval))
+            phase = self._progress.phase
+            if phase in WATCHED_PHASES and self._manager.lookup_due(phase):
+                reason = await self._manager.look_up_kill(stop_s=stop_s)
                 if reason is not None:
                     self._signals.mark_gone(reason)
                     return
             ping_due = self._progress.phase == "run" and self._manager.ping_due()
-            if ping_due and not await self._manager.ping(stop_s=interval):
+            if ping_due and not await self._manager.ping(stop_s=stop_s):
                 return
 
     # --- GPUs ------------------------------------------------------------------------------

@@ -4,6 +4,20 @@ outbox task, the manager's bench clock and the look-up of a kill from the dashbo
 Durable before visible: every report is queued in the state file before it is sent. A report
 that would revive a killed instance is never sent (the manager's record is looked up first);
 once the manager said this instance is gone, ``signals.gone`` is set and nothing more goes out.
+
+How a kill is found, phase by phase, at a cost per machine that does not grow with the fleet
+(DESIGN.md principle 9; the README's manager section gives the figures):
+
+- the run phase: the repeated ``/running`` (every ``running_ping_interval_s``, jittered) is the
+  look-up: it answers 404 once the record is killed;
+- before ``/bench-done``, at a resume (the outbox) and once after ``/param-done`` (the bench
+  clock): one read of the manager's whole table (``GET /status``);
+- before the run phase otherwise, nothing unless ``manager_status_lookup_s`` asks for a
+  periodic (jittered) read of the whole table; the bound is then the end of the bench;
+- a report answered 404 "instance not found" ends the instance in any phase.
+
+A kill is concluded only from the manager's positive word about this instance (its record in
+state ``killed``, a 404 on a call about this uuid), never from a record missing in one listing.
 """
 
 from __future__ import annotations
@@ -11,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,6 +47,7 @@ from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline
+from cuzk_supervisor.core.jitter import first_delay, next_delay
 from cuzk_supervisor.core.reconcile import gone_reason, manager_time
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
@@ -39,6 +55,11 @@ from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
+
+LOOKUP_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench"})
+"""Phases in which ``manager_status_lookup_s`` (when not 0) reads the whole table for a kill:
+before the run phase, where no per-instance call shows one (``/param-done`` says ok on a killed
+record, ``/running`` would move it to running). The report phase reads it once anyway."""
 
 
 class Reporter:
@@ -57,6 +78,7 @@ class Reporter:
         retries: LifecycleRetries,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
         self.s = settings
         self.label = label
@@ -73,7 +95,9 @@ class Reporter:
         self.uuid: str | None = None
         self.reported = False
         """A verdict was reported (or must not be: a killed instance); no failure report."""
-        self._running_sent_at = float("inf")  # the first /running report, then pings follow
+        self._rng = rng if rng is not None else random.Random()
+        self._next_ping_at = float("inf")  # after the first /running report, pings follow
+        self._next_lookup_at: float | None = None  # the periodic whole-table read, if any
         self._status_usable = True  # False once GET /status proved unusable (one warning)
 
     @property
@@ -169,7 +193,10 @@ class Reporter:
 
     async def running(self) -> None:
         await self.send(Report(kind=RUNNING, uuid=self._uuid()))
-        self._running_sent_at = self._clock()
+        # The first ping at a random point of its interval: a fleet reaching the run phase
+        # together does not ping together.
+        interval = self.s.running_ping_interval_s
+        self._next_ping_at = self._clock() + first_delay(interval, self._rng.random())
 
     async def send(self, report: Report) -> Report:
         """Send a report until the manager answers; InstanceGone ends the instance."""
@@ -242,8 +269,10 @@ class Reporter:
                 # sender, who sends it itself: wait, never spin (an uncontended lock and an
                 # empty drain do not yield to the event loop).
                 away = result is None or result.error is not None
+                jitter = self.s.manager_jitter
+                wait_s = next_delay(pause if away else 1.0, jitter, self._rng.random())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(kick.wait(), pause if away else 1.0)
+                    await asyncio.wait_for(kick.wait(), wait_s)
                 kick.clear()
                 if away:
                     pause = min(pause * 2, 30.0)
@@ -293,22 +322,41 @@ class Reporter:
     # --- the manager's view of us -------------------------------------------------------------
 
     async def look_up_kill(self, *, stop_s: float) -> str | None:
-        """The reason the manager's record says we are gone, or None (alive, or not known)."""
+        """The reason the manager's record says we are killed, or None (alive, not listed, or
+        not known: only the record in state ``killed`` is evidence)."""
         looked_up, record = await self._record(stop_s=stop_s)
         return gone_reason(record) if looked_up else None
 
+    def lookup_due(self, phase: str) -> bool:
+        """Time for the periodic read of the whole table (``manager_status_lookup_s``; never
+        when 0, never in the run phase: the /running ping answers 404 once killed)."""
+        interval = self.s.manager_status_lookup_s
+        if interval <= 0 or phase not in LOOKUP_PHASES or self.uuid is None:
+            return False
+        now = self._clock()
+        if self._next_lookup_at is None:
+            self._next_lookup_at = now + first_delay(interval, self._rng.random())
+        if now < self._next_lookup_at:
+            return False
+        self._next_lookup_at = now + next_delay(interval, self.s.manager_jitter, self._rng.random())
+        return True
+
     def ping_due(self) -> bool:
-        since_report = self._clock() - self._running_sent_at
-        return bool(self.uuid) and since_report >= self.s.running_ping_interval_s
+        return bool(self.uuid) and self._clock() >= self._next_ping_at
 
     async def ping(self, *, stop_s: float) -> bool:
-        """A repeated (idempotent) /running as the liveness ping; False: the instance is gone."""
+        """A repeated (idempotent) /running as the liveness ping and the run phase's kill
+        look-up (404 once killed); False: the instance is gone."""
         assert self.uuid is not None
-        self._running_sent_at = self._clock()
+        interval, jitter = self.s.running_ping_interval_s, self.s.manager_jitter
+        self._next_ping_at = self._clock() + next_delay(interval, jitter, self._rng.random())
         try:
             await self.manager.running(self.uuid, stop_s=stop_s)
         except InstanceGone as exc:
-            self._signals.mark_gone(f"/running answered: {exc.message}")
+            # The manager's word on this uuid. Its record, read once now (the end of this
+            # instance's life), says why, for the person reading the log.
+            reason = await self.look_up_kill(stop_s=stop_s)
+            self._signals.mark_gone(reason or f"/running answered: {exc.message}")
             return False
         except ManagerError as exc:
             log.warning("manager.ping_failed", reason=str(exc))
@@ -316,7 +364,8 @@ class Reporter:
 
     async def _record(self, *, stop_s: float) -> tuple[bool, Mapping[str, Any] | None]:
         """(looked up, this instance's record in GET /status or None when it is not listed);
-        not looked up: no manager, the manager away, or no usable /status (one warning)."""
+        not looked up: no manager, the manager away or answering what cannot be its own (an
+        empty list, a page: counted by the client), or no usable /status (one warning)."""
         if self.manager.is_local or self.uuid is None or not self._status_usable:
             return False, None
         try:

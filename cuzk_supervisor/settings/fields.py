@@ -55,12 +55,28 @@ class Settings:
     manager_backoff_initial_s: float = setting(
         0.5,
         "first pause before a failed manager request is tried again (full jitter, doubled at "
-        "each failure up to manager_backoff_max_s)",
+        "each consecutive failure of any call up to manager_backoff_max_s)",
         minimum=0.01, maximum=600, group="manager",
     )  # fmt: skip
     manager_backoff_max_s: float = setting(
-        15.0, "longest pause between two tries of one manager request", minimum=0.01,
-        maximum=HOUR_S, group="manager",
+        120.0,
+        "longest pause between two tries of a manager request; one backoff per manager, "
+        "shared by every call, so a fleet probes a manager that is away at about one request "
+        "per machine per half of this, and comes back from an outage spread over it",
+        minimum=0.01, maximum=HOUR_S, group="manager",
+    )  # fmt: skip
+    manager_retry_after_max_s: float = setting(
+        600.0,
+        "longest Retry-After (on a 429 or 503) honoured; no request goes before it, and a "
+        "longer one is cut to this",
+        minimum=1, maximum=DAY_S, group="manager",
+    )  # fmt: skip
+    manager_jitter: float = setting(
+        0.2,
+        "every periodic manager-facing timer (status line, kill look-up, /running ping, log "
+        "flush) fires first at a random point of its interval, then varies each interval by "
+        "up to this fraction of it either way, so a fleet started together does not stay in step",
+        minimum=0, maximum=0.5, group="manager", metavar="FRACTION",
     )  # fmt: skip
     status_interval_s: float = setting(
         60.0,
@@ -69,15 +85,30 @@ class Settings:
     )  # fmt: skip
     running_ping_interval_s: float = setting(
         300.0,
-        "cadence of the repeated /running in the run phase (each one is a line in the "
-        "manager's own 5,000-line log, shared by the fleet)",
+        "cadence of the repeated /running in the run phase, the run phase's kill look-up (it "
+        "answers 404 once killed; each one is a line in the manager's own 5,000-line log, "
+        "shared by the fleet)",
         minimum=1, maximum=DAY_S, group="manager",
+    )  # fmt: skip
+    manager_status_lookup_s: float = setting(
+        0.0,
+        "before the run phase, how often the manager's whole table (GET /status) is read to "
+        "find a kill from the dashboard; 0: only at a resume and before /bench-done (each read "
+        "costs the manager its whole table, about 290 bytes per instance it knows)",
+        minimum=0, maximum=DAY_S, group="manager",
     )  # fmt: skip
     log_push: bool = setting(True, "push log lines to the manager's log endpoint", group="manager")
     log_buffer_lines: int = setting(
-        20_000,
-        "log lines kept for the manager while it is away; the oldest are dropped past this",
-        minimum=100, maximum=1_000_000, group="manager", metavar="LINES",
+        10_000,
+        "log lines kept for the manager while it is away (the manager keeps 10,000 per "
+        "instance); past this the oldest are dropped, and one line says how many",
+        minimum=100, maximum=10_000, group="manager", metavar="LINES",
+    )  # fmt: skip
+    log_push_lines_per_s: float = setting(
+        20.0,
+        "pace of the log drain: lines pushed to the manager per second on average (at most "
+        "500 in one body); a backlog left by an outage drains at this pace, never all at once",
+        minimum=1, maximum=100_000, group="manager", metavar="LINES",
     )  # fmt: skip
 
     # --- logging ------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """The log shipper's buffer: lines waiting to be sent, per source, bounded in lines and bytes.
-Past either bound the OLDEST lines (across sources) are dropped and counted, and
+The line bound is what the manager keeps of an instance (10,000 lines): a backlog past it would
+be thrown away on arrival. Past either bound the OLDEST lines (across sources) are dropped and
+counted, and
 :func:`dropped_warning` is the line that later tells the manager how many. Pure: no I/O, no
 clock, no lock (the shipper holds one around it).
 """
@@ -13,7 +15,11 @@ Entry = tuple[int, str, int]
 
 
 def dropped_warning(count: int) -> str:
-    return f"dropped {count} lines while the manager was unreachable"
+    """The one line that tells the manager how many of the oldest lines were dropped."""
+    return (
+        f"dropped the {count} oldest log lines: more were waiting to be sent than the manager "
+        "keeps for an instance"
+    )
 
 
 class LogBuffer:
@@ -59,12 +65,17 @@ class LogBuffer:
         """Sources with lines waiting, the one holding the oldest line first."""
         return [s for s, _ in sorted(self._queues.items(), key=lambda item: item[1][0][0])]
 
-    def take(self, source: str, max_body_bytes: int) -> list[Entry]:
-        """Remove and return the oldest lines of ``source`` that fit one body."""
+    def take(self, source: str, max_body_bytes: int, max_lines: int | None = None) -> list[Entry]:
+        """Remove and return the oldest lines of ``source`` that fit one body (and, given,
+        at most ``max_lines`` of them; one line at least)."""
         queue = self._queues.get(source)
         taken: list[Entry] = []
         size = 0
-        while queue and (not taken or size + queue[0][2] <= max_body_bytes):
+        while queue and (
+            not taken
+            or (size + queue[0][2] <= max_body_bytes
+                and (max_lines is None or len(taken) < max_lines))
+        ):  # fmt: skip
             entry = queue.popleft()
             taken.append(entry)
             size += entry[2]

@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 SUPERVISOR_SOURCE = "setup"
 """The dashboard tab for the supervisor's own lines (the old scripts sent theirs as `setup`)."""
 
+NOT_SHIPPED = frozenset({"child.line"})
+"""Events never shipped as supervisor lines: a ``child.line`` event carries one line of a
+child's output, and that line is already shipped raw under the child's own tab (``cuzk``,
+``benchdaemon``, ``curio``, ``setup`` for the fetch) by its output pump's listener. Shipping the
+event too sent every daemon line twice (issue 22)."""
+
 
 _HEAD_KEYS = ("timestamp", "level", "event")
 
@@ -46,7 +52,8 @@ def event_to_line(event_dict: Mapping[str, Any]) -> str:
 def shipping_processor(
     shipper: LogShipper, source: str = SUPERVISOR_SOURCE
 ) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
-    """A structlog processor feeding every event to ``shipper``; the event passes unchanged.
+    """A structlog processor feeding every event but :data:`NOT_SHIPPED` to ``shipper``; the
+    event passes unchanged.
 
     Put it after ``add_log_level`` and ``TimeStamper`` and before the renderer.
     """
@@ -54,6 +61,8 @@ def shipping_processor(
     def processor(
         logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
+        if event_dict.get("event") in NOT_SHIPPED:
+            return event_dict
         # Logging must never fail because of shipping.
         with contextlib.suppress(Exception):
             shipper.add_line(source, event_to_line(event_dict))

@@ -3,15 +3,25 @@
 - ``add_line`` is synchronous and cheap (no await, no I/O): it normalises the line and appends it
   to a bounded buffer. One background task (:meth:`LogShipper.run`) sends.
 - Lines are batched per source (one body carries one ``X-Log-Source``), sent every
-  ``flush_interval_s`` or as soon as a source has ``batch_bytes``/``batch_lines`` waiting.
+  ``flush_interval_s`` (jittered: the first wait anywhere in it, each later one varied by
+  ``± jitter``, :mod:`cuzk_supervisor.core.jitter`) or as soon as a source has
+  ``batch_bytes``/``batch_lines`` waiting.
+- The drain is paced (DESIGN.md principle 9): at most ``drain_lines_per_s`` lines a second on
+  average and ``batch_lines`` in one body (:class:`cuzk_supervisor.core.pace.Pace`), so a
+  backlog left by an outage goes out over minutes, in full bodies, never back to back. The
+  last flush when the shipper stops is bounded by its own deadline instead.
 - No body exceeds 256 KiB (the manager silently drops the rest); a longer line is cut with a
   marker (:func:`cuzk_supervisor.adapters.logship.push.normalize_line`).
-- Memory is bounded: past ``max_buffer_lines`` or ``max_buffer_bytes`` the OLDEST lines are
-  dropped and counted. The next successful send first delivers one line saying how many were
-  dropped (and logs a warning event).
-- A send uses the manager client's retry rules with the short log-push stop; when it still
-  fails, the batch goes back to the buffer and the task pauses ``retry_pause_s``: one task, so a
-  dead manager never piles up work.
+- The backlog is bounded to what the manager keeps for an instance (10,000 lines; and
+  ``max_buffer_bytes``): past it the OLDEST lines are dropped and counted (the manager would
+  drop them on arrival anyway). The next successful send first delivers one line saying how
+  many were dropped (and logs a warning event).
+- Each line is shipped once: a child's output goes raw under its own tab (a listener); its
+  ``child.line`` events are not shipped again under ``setup``
+  (:func:`~cuzk_supervisor.adapters.logship.lines.shipping_processor`).
+- A send uses the manager client's retry rules (its one shared backoff) with the short
+  log-push stop; when it still fails, the batch goes back to the buffer and the task pauses
+  ``retry_pause_s`` (jittered): one task, so a dead manager never piles up work.
 - No manager configured: the shipper is a no-op sink.
 
 This module is the shipper (its settings, the producer side and the sending task). The pieces
@@ -25,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +55,8 @@ from cuzk_supervisor.core.checks import (
     require_fields,
     require_relation,
 )
+from cuzk_supervisor.core.jitter import DEFAULT_SPREAD, MAX_SPREAD, JitteredSchedule, next_delay
+from cuzk_supervisor.core.pace import Pace
 
 __all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
 
@@ -65,17 +78,26 @@ class ShipperSettings:
     """Same, counted in lines."""
     max_body_bytes: int = MAX_BODY_BYTES
     """Largest body sent (the manager reads 256 KiB at most)."""
-    max_buffer_lines: int = 50_000
-    """Lines kept while the manager is away; beyond it the oldest are dropped."""
+    max_buffer_lines: int = 10_000
+    """Lines kept while the manager is away (what the manager keeps of an instance); beyond it
+    the oldest are dropped."""
     max_buffer_bytes: int = 16 * MIB
     """Bytes kept while the manager is away; beyond it the oldest are dropped."""
     retry_pause_s: float = 5.0
     """Pause after a send that failed (after its own retries) before trying again."""
     final_flush_s: float = 5.0
     """Time given to the last flush when the shipper stops."""
+    drain_lines_per_s: float = 20.0
+    """Pace of the drain: lines a second on average (``batch_lines`` at most at once)."""
+    jitter: float = DEFAULT_SPREAD
+    """Each wait (flush interval, retry pause) varied by up to this fraction either way."""
 
     def __post_init__(self) -> None:
-        require_fields(self, ("flush_interval_s", "retry_pause_s", "final_flush_s"), POSITIVE)
+        require_fields(
+            self, ("flush_interval_s", "retry_pause_s", "final_flush_s", "drain_lines_per_s"),
+            POSITIVE,
+        )  # fmt: skip
+        require_fields(self, ("jitter",), in_range(0, MAX_SPREAD))
         require_fields(self, ("max_body_bytes",), in_range(256, MAX_BODY_BYTES))
         require_fields(self, ("batch_bytes",), int_at_least(1))
         require_relation(self, "batch_bytes", "<=", "max_body_bytes")
@@ -102,7 +124,9 @@ class LogShipper:
     """Buffers lines (``add_line``) and sends them from one task (``run``).
 
     Lines added before the instance's uuid is known (:meth:`set_uuid`) wait in the buffer.
-    ``add_line`` may be called from any thread; the rest belongs to the event loop.
+    ``add_line`` may be called from any thread; the rest belongs to the event loop. ``rng``
+    draws the jitter (seeded in tests); ``clock`` paces the drain. Nothing is global: a process
+    may run many shippers (the fleet benchmark).
     """
 
     def __init__(
@@ -111,9 +135,14 @@ class LogShipper:
         settings: ShipperSettings | None = None,
         *,
         uuid: str | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.settings = settings if settings is not None else ShipperSettings()
+        self._rng = rng if rng is not None else random.Random()
+        self._clock = clock
+        self._pace = Pace(self.settings.drain_lines_per_s, self.settings.batch_lines)
         self.enabled = client is not None and not client.is_local
         self._uuid = uuid
         self._buffer = LogBuffer(self.settings.max_buffer_lines, self.settings.max_buffer_bytes)
@@ -197,16 +226,23 @@ class LogShipper:
         with self._lock:
             if self._wake_requested:
                 self._wake.set()  # asked for before this task started
+        settings = self.settings
+        flush = JitteredSchedule(settings.flush_interval_s, settings.jitter, self._rng.random)
         while not self._stopped.is_set():
-            await _wait(self._wake, self.settings.flush_interval_s)
+            await _wait(self._wake, flush.delay())
             self._wake.clear()
             with self._lock:
                 self._wake_requested = False
             if self._stopped.is_set():
                 break
-            if not await self._ship(None):
+            shipped = await self._ship(None, paced=True)
+            if shipped is False:
                 # The manager is away: size wakes are ignored until the pause is over.
-                await _wait(self._stopped, self.settings.retry_pause_s)
+                pause = next_delay(settings.retry_pause_s, settings.jitter, self._rng.random())
+                await _wait(self._stopped, pause)
+            elif shipped is not True:
+                # Paced: the next body once the pace allows it (a stop still ends the wait).
+                await _wait(self._stopped, shipped)
         await self.flush(self.settings.final_flush_s)
 
     def stop(self) -> None:
@@ -218,12 +254,14 @@ class LogShipper:
         if not self.enabled:
             return True
         deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        return await self._ship(deadline)
+        return await self._ship(deadline) is True
 
-    async def _ship(self, deadline: float | None) -> bool:
+    async def _ship(self, deadline: float | None, *, paced: bool = False) -> bool | float:
         """Send the dropped-lines warning, then batches oldest source first, until empty.
 
-        Returns False when the manager stayed away (the batch is back in the buffer).
+        Returns True when the buffer is empty, False when the manager stayed away (the batch is
+        back in the buffer), and, ``paced``, the seconds to wait before the pace allows the
+        next full body.
         """
         assert self.client is not None
         client = self.client
@@ -251,7 +289,17 @@ class LogShipper:
                     if not sources:
                         return True
                     source = sources[0]
-                    batch = self._buffer.take(source, self.settings.max_body_bytes)
+                    if paced:
+                        # A full body's worth (or all there is), at the drain's pace.
+                        want = min(self._buffer.source_lines(source), self.settings.batch_lines)
+                        wait = self._pace.wait_s(self._clock(), want)
+                        if wait > 0:
+                            return wait
+                    batch = self._buffer.take(
+                        source, self.settings.max_body_bytes, self.settings.batch_lines
+                    )
+                if paced:
+                    self._pace.spend(self._clock(), len(batch))
                 try:
                     await client.push_logs(uuid, source, [e[1] for e in batch], stop_s=stop_s)
                 except ManagerUnavailable:

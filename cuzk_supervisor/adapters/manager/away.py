@@ -1,34 +1,66 @@
-"""Warnings while the manager is away: loud enough to be seen, never a flood.
+"""Failed requests to the manager: counted, and told in a few lines, never one per retry.
 
 A person looking at the log must see at once where the supervisor is trying to go (the URL) and
-that it is still trying, without a line per retry. One outage is one story, whatever the calls:
+that it is still trying, without a line per retry; and the manager must not receive, once it is
+back, a backlog made of our own retry lines (every line is shipped to it). One outage is one
+story, whatever the calls:
 
-- the first failed request after the manager last answered (or since start) is a ``warning``
-  that names the URL;
-- while it stays away, a failed request is a ``warning`` again at most every
-  ``ManagerRetry.warn_every_s`` (60 s), whichever call it is (register, a report, the status
-  lookup), and ``info`` between;
-- the first answer after that is one ``manager.back`` (info) saying how long it was away.
+- the first failed request after the manager last answered (or since start) is one
+  ``manager.away`` warning that names the URL, the call and why;
+- while it stays away, failures are only counted (:class:`FailureCounts`: by call and by
+  reason), and one ``manager.still_away`` warning at most every ``ManagerRetry.warn_every_s``
+  (60 s) sums them up (failed attempts since the last line, by call, the last reason);
+- a call that ran out of its retry stop is counted too (``gave_up``), not logged above debug;
+- the first answer after that is one ``manager.back`` (info) saying how long it was away and
+  how many attempts failed meanwhile.
+
+The counts are kept for the life of the client (:attr:`AwayWarnings.counts`: the fleet
+benchmark and the metrics read them); listeners hear of every failed attempt
+(``(call, attempt, pause_s)``: the status line shows the register wait).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import structlog
-from tenacity import RetryCallState
-
-from cuzk_supervisor.adapters.manager.values import describe_failure
 
 log = structlog.get_logger("supervisor.manager")
 
 WARN_EVERY_S = 60.0
-"""While the manager stays away, a warning naming its URL at most this often (info between)."""
+"""While the manager stays away, a summary warning at most this often."""
+
+
+@dataclass(slots=True)
+class FailureCounts:
+    """Failed requests to one manager, for the life of its client."""
+
+    failed: int = 0
+    """Failed attempts (each one retried, unless its call gave up)."""
+    by_call: Counter[str] = field(default_factory=Counter)
+    by_reason: Counter[str] = field(default_factory=Counter)
+    """By kind: ``HTTP 503``, ``HTTP 429``, ``ConnectError``, ``bad answer`` ..."""
+    gave_up: int = 0
+    """Calls that ran out of their retry stop (their work is kept and tried later)."""
+    retry_after: int = 0
+    """Failures that carried a ``Retry-After`` (honoured)."""
+    outages: int = 0
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a failure, for counting: ``HTTP 503``, ``ConnectError``, ``bad answer``."""
+    if reason.startswith("HTTP "):
+        head = reason.split(":", 1)[0]
+        status = head.split()[1] if len(head.split()) > 1 else ""
+        return f"HTTP {status}" if status.isdigit() and not status.startswith("2") else "bad answer"
+    return reason.split(":", 1)[0]
 
 
 class AwayWarnings:
-    """The level of each failure line of one manager, by the cadence in the module docstring."""
+    """Counts the failures of one manager and says, by the cadence above, that it is away."""
 
     def __init__(
         self,
@@ -43,59 +75,62 @@ class AwayWarnings:
         self.every_s = every_s
         self._clock = clock
         self._away_since: float | None = None
-        self._last_loud = -float("inf")
+        self._last_line = -float("inf")
+        self._since_line: Counter[str] = Counter()
+        self._outage_failed = 0
+        self.counts = FailureCounts()
         self.listeners: list[Callable[[str, int, float], None]] = []
-        """Told ``(call, attempt, pause_s)`` at each retry (the status line shows the wait)."""
+        """Told ``(call, attempt, pause_s)`` at each failed attempt."""
 
     @property
     def away(self) -> bool:
         """A request failed and none has been answered since."""
         return self._away_since is not None
 
-    def _log(self, event: str, **fields: object) -> None:
-        """Log a failure: a warning if the outage just began or the cadence is due, else info."""
+    def failed(
+        self, call: str, attempt: int, reason: str, pause_s: float, *, retry_after: bool = False
+    ) -> None:
+        """One failed attempt of ``call``; the next request waits ``pause_s``."""
         now = self._clock()
-        began = self._away_since is None
+        counts = self.counts
+        counts.failed += 1
+        counts.by_call[call] += 1
+        counts.by_reason[reason_kind(reason)] += 1
+        counts.retry_after += int(retry_after)
+        self._since_line[call] += 1
+        self._outage_failed += 1
         if self._away_since is None:
             self._away_since = now
-        loud = began or now - self._last_loud >= self.every_s
-        if loud:
-            self._last_loud = now
-        away_s = round(now - self._away_since, 1)
-        (log.warning if loud else log.info)(event, url=self.url, away_s=away_s, **fields)
-
-    def retry_logger(self, call: str) -> Callable[[RetryCallState], None]:
-        """A tenacity ``before_sleep``: one ``manager.retry`` line per failed attempt."""
-
-        def before_sleep(state: RetryCallState) -> None:
-            outcome = state.outcome
-            exc = outcome.exception() if outcome is not None else None
-            self._log(
-                "manager.retry",
-                call=call,
-                attempt=state.attempt_number,
-                reason=describe_failure(exc) if exc is not None else None,
-                sleep_s=round(state.upcoming_sleep, 3),
-            )
-            for listener in self.listeners:
-                listener(call, state.attempt_number, state.upcoming_sleep)
-
-        return before_sleep
+            self._last_line = now
+            self._since_line.clear()
+            counts.outages += 1
+            log.warning("manager.away", url=self.url, call=call, reason=reason,
+                        next_try_s=round(pause_s, 1))  # fmt: skip
+        elif now - self._last_line >= self.every_s:
+            self._last_line = now
+            log.warning(
+                "manager.still_away", url=self.url, away_s=round(now - self._away_since, 1),
+                failed=sum(self._since_line.values()), by_call=dict(self._since_line),
+                reason=reason, next_try_s=round(pause_s, 1),
+            )  # fmt: skip
+            self._since_line.clear()
+        else:
+            log.debug("manager.retry", call=call, attempt=attempt, reason=reason,
+                      sleep_s=round(pause_s, 3))  # fmt: skip
+        for listener in self.listeners:
+            listener(call, attempt, pause_s)
 
     def gave_up(self, call: str, attempts: int, waited_s: float, reason: str) -> None:
-        """A call ran out of its retry stop (``manager.unavailable``)."""
-        self._log(
-            "manager.unavailable",
-            call=call,
-            attempts=attempts,
-            waited_s=round(waited_s, 3),
-            reason=reason,
-        )
+        """A call ran out of its retry stop: counted (its caller keeps the work for later)."""
+        self.counts.gave_up += 1
+        log.debug("manager.unavailable", call=call, attempts=attempts,
+                  waited_s=round(waited_s, 3), reason=reason)  # fmt: skip
 
     def answered(self, call: str) -> None:
-        """The manager answered (any HTTP answer but a 5xx): the outage, if any, is over."""
+        """The manager answered (any HTTP answer that is its own): the outage, if any, is over."""
         if self._away_since is None:
             return
         away_s = round(self._clock() - self._away_since, 1)
         self._away_since = None
-        log.info("manager.back", url=self.url, call=call, away_s=away_s)
+        failed, self._outage_failed = self._outage_failed, 0
+        log.info("manager.back", url=self.url, call=call, away_s=away_s, failed=failed)

@@ -4,7 +4,16 @@ Rules (DESIGN.md principles 5 and 6, incidents I2 and I5):
 
 - Every call is bounded: short HTTP timeouts (:class:`ManagerTimeouts`) and, per call, a retry
   stop (:class:`ManagerRetry`). Only what is known to be transient is retried: connection
-  errors, timeouts, a dropped connection, and 5xx. A 4xx is an answer, never retried.
+  errors, timeouts, a dropped connection, 5xx, 408 and 429 (a proxy's "not now", for every
+  call, register included), and a 2xx that is not the API's answer. Another 4xx is an answer,
+  never retried.
+- One backoff per manager, shared by all calls (:class:`cuzk_supervisor.core.backoff.
+  SharedBackoff`, DESIGN.md principle 9): every failed attempt of any call lengthens the pause
+  before the next request of every call; a ``Retry-After`` (seconds or an HTTP-date) on a 429
+  or 503 is a floor that no request goes before; while the manager is failing, one request at a
+  time probes it. Failed attempts are counted (:attr:`ManagerClient.failures`) and summed up
+  in a line now and then (:mod:`cuzk_supervisor.adapters.manager.away`), never logged one by
+  one.
 - A 404 on ``/param-done``, ``/bench-done`` or ``/running`` means the manager no longer knows a
   live instance (killed, destroyed): :class:`InstanceGone`, this instance is finished.
   ``passed: false`` from ``/bench-done`` is a value, ``BenchVerdict(passed=False)``.
@@ -12,8 +21,6 @@ Rules (DESIGN.md principles 5 and 6, incidents I2 and I5):
   ``manager.report_skipped`` (the same report again, e.g. the ``/running`` ping, only at debug)
   and answered locally. Nobody judges a rate there: a measured rate goes on, unjudged
   (``BenchVerdict(checked=False)``); a failure report (rate 0) is never called a pass.
-- While the manager is away, a warning names its URL at the first failed request and then at a
-  steady cadence, whatever the calls (:mod:`cuzk_supervisor.adapters.manager.away`).
 - Reports other than register go through the :class:`Outbox`, stored in the state file: a
   report is written to disk before it is sent, and removed only after the manager acknowledged
   it. A crash in between leaves it queued: delivery is at least once. That is safe with the
@@ -23,6 +30,10 @@ Rules (DESIGN.md principles 5 and 6, incidents I2 and I5):
   because a ``/bench-done`` sent again would revive an instance the manager killed meanwhile;
   only what the manager has not recorded is sent again. A report is removed right after its
   first 2xx, so it is sent at most once per acknowledgement.
+- ``GET /status`` answers with the manager's whole table: it is read rarely (at a resume, before
+  ``/bench-done``), never periodically. An empty list cannot be the manager's answer to a
+  registered instance: it is a bad answer, retried and counted; a list without our record is
+  no evidence of anything (:func:`cuzk_supervisor.core.reconcile.gone_reason`).
 
 Retrying a POST whose answer was lost (a read timeout) may apply it twice for the same reasons
 above; that is why read timeouts are retried too.
@@ -30,8 +41,10 @@ above; that is why read timeouts are retried too.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -48,9 +61,11 @@ from cuzk_supervisor.adapters.logship.push import (
     split_bodies,
 )
 from cuzk_supervisor.adapters.manager.answers import error_message, json_list, json_object
-from cuzk_supervisor.adapters.manager.away import AwayWarnings
+from cuzk_supervisor.adapters.manager.away import AwayWarnings, FailureCounts
 from cuzk_supervisor.adapters.manager.outbox import DrainResult, Outbox, SaveOutbox
 from cuzk_supervisor.adapters.manager.values import (
+    THROTTLED_STATUSES,
+    BadAnswer,
     BenchVerdict,
     HttpRetryPolicy,
     InstanceGone,
@@ -65,7 +80,8 @@ from cuzk_supervisor.adapters.manager.values import (
     is_transient,
 )
 from cuzk_supervisor.adapters.state.doc import Report, utc_now_iso
-from cuzk_supervisor.core.reconcile import find_record
+from cuzk_supervisor.core.backoff import SharedBackoff, parse_retry_after
+from cuzk_supervisor.core.reconcile import find_record, listing_problem
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 
 # The client's own names, and (re-exported) the values, the wire format and the outbox that
@@ -102,7 +118,10 @@ class ManagerClient:
     """Async client of the manager. Use as ``async with ManagerClient(url) as client``.
 
     ``base_url=None`` is a local run (no manager): reports are logged and answered locally.
-    ``transport`` replaces the network (tests use ``httpx.MockTransport``).
+    ``transport`` replaces the network (tests use ``httpx.MockTransport``). ``clock`` times the
+    away warnings; ``rng`` draws the backoff's jitter (a seeded ``random.Random`` in tests);
+    ``wall_clock`` reads a ``Retry-After`` given as an HTTP-date. Nothing is global: a process
+    may hold many clients (the fleet benchmark runs a fleet of them).
     """
 
     def __init__(
@@ -114,6 +133,8 @@ class ManagerClient:
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/") if base_url else None
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
@@ -123,6 +144,17 @@ class ManagerClient:
         self._http: httpx.AsyncClient | None = None
         self._skipped_reports: set[tuple[str, str]] = set()
         self._away = AwayWarnings(self.base_url, every_s=self.retry.warn_every_s, clock=clock)
+        self._rng = rng if rng is not None else random.Random()
+        self._wall = wall_clock
+        self.backoff = SharedBackoff(
+            self.retry.backoff_base_s, self.retry.backoff_max_s, self.retry.retry_after_max_s
+        )
+        """The one backoff of this manager, shared by every call."""
+        self._probe = asyncio.Lock()  # while failing: one request at a time
+        self.requests = 0
+        """Requests sent (attempts), all calls together."""
+        self.unlisted = 0
+        """``GET /status`` answers that did not list this instance (no evidence of anything)."""
         if self.base_url is not None:
             self._http = httpx.AsyncClient(
                 base_url=self.base_url,
@@ -136,8 +168,13 @@ class ManagerClient:
         return self._http is None
 
     def add_retry_listener(self, listener: Callable[[str, int, float], None]) -> None:
-        """Called with ``(call, attempt, pause_s)`` before each retry's pause."""
+        """Called with ``(call, attempt, pause_s)`` at each failed attempt (before its pause)."""
         self._away.listeners.append(listener)
+
+    @property
+    def failures(self) -> FailureCounts:
+        """Failed attempts so far, by call and by reason (never logged one by one)."""
+        return self._away.counts
 
     async def __aenter__(self) -> Self:
         return self
@@ -225,11 +262,24 @@ class ManagerClient:
     async def instance_record(
         self, uuid: str, *, stop_s: float | None = None
     ) -> Mapping[str, Any] | None:
-        """This instance's record in ``GET /status`` (None: not listed, or no manager)."""
+        """This instance's record in ``GET /status`` (None: not listed, or no manager).
+
+        The manager answers with its whole table: call this rarely (a resume, before
+        ``/bench-done``). An answer that cannot be the manager's (not a list, or an empty list:
+        we registered, so it lists us) is a bad answer, retried like an outage and counted;
+        a list without our record is returned as None and counted (:attr:`unlisted`): it is
+        no evidence of a kill (:func:`cuzk_supervisor.core.reconcile.gone_reason`)."""
         if self._http is None:
             return None
-        response = await self._request("status", "/status", stop_s, method="GET", check=json_list)
-        return find_record(response.json(), uuid)
+        response = await self._request(
+            "status", "/status", stop_s, method="GET", check=_status_listing
+        )
+        record = find_record(response.json(), uuid)
+        if record is None:
+            self.unlisted += 1
+            detail = "GET /status did not list this instance: not taken as a kill"
+            log.info("manager.status_unlisted", uuid=uuid, unlisted=self.unlisted, detail=detail)
+        return record
 
     async def push_logs(
         self, uuid: str, source: str, lines: Sequence[str], *, stop_s: float | None = None
@@ -307,42 +357,99 @@ class ManagerClient:
         check: Callable[[httpx.Response], None] | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
-        """One call with retries on transient failures; return a 2xx, raise otherwise."""
+        """One call, retried on transient failures under the manager's shared backoff until the
+        call's stop (or ``stop_s``); return a 2xx, raise otherwise."""
         assert self._http is not None
-        http = self._http
         policy = self.retry.policy(call)
         started = time.monotonic()
+        budget = policy.stop_s if stop_s is None else min(policy.stop_s, stop_s)
+        deadline = started + max(budget, 0.0)
         attempts = 0
-
-        async def once() -> httpx.Response:
-            nonlocal attempts
+        last: BaseException | None = None
+        while True:
+            now = time.monotonic()
+            wait = self.backoff.wait_s(now)
+            if wait > 0:
+                # Not before the shared backoff (or a Retry-After) says: even a new call waits.
+                # Past the call's stop, the stop is used up first: never a busy retry loop.
+                await asyncio.sleep(min(wait, max(deadline - now, 0.0)))
+                after = time.monotonic()
+                if after >= deadline and (attempts or self.backoff.wait_s(after) > 0):
+                    break
+                continue
+            probing = self.backoff.failing
+            if probing:
+                # The manager is failing: one request at a time finds out whether it is back.
+                try:
+                    async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                        await self._probe.acquire()
+                except TimeoutError:
+                    break
+                if self.backoff.wait_s(time.monotonic()) > 0:
+                    self._probe.release()  # another call's probe failed meanwhile
+                    continue
             attempts += 1
-            if stop_s is None:
-                response = await http.request(method, path, **kwargs)
-            else:
-                # The caller's deadline also cuts the attempt itself, not only the retrying.
-                left = stop_s - (time.monotonic() - started)
-                timeout = self.timeouts.as_httpx(left)
-                response = await http.request(method, path, timeout=timeout, **kwargs)
-            if response.status_code >= 500:
-                raise ServerError(response.status_code, error_message(response))
-            if check is not None and response.status_code < 300:
-                check(response)  # a 2xx that is not the API's answer is retried (BadAnswer)
+            try:
+                response = await self._once(method, path, check, stop_s, deadline, kwargs)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                last = exc
+                retry_after = exc.retry_after_s if isinstance(exc, ServerError) else None
+                pause = self.backoff.failed(time.monotonic(), self._rng.random(), retry_after)
+                self._away.failed(call, attempts, describe_failure(exc), pause,
+                                  retry_after=retry_after is not None)  # fmt: skip
+                if time.monotonic() + pause >= deadline:
+                    break
+                continue
+            finally:
+                if probing:
+                    self._probe.release()
+            self.backoff.answered()
+            self._away.answered(call)
+            if response.status_code >= 400:
+                raise ManagerRejected(call, response.status_code, error_message(response))
+            if attempts > 1:
+                log.info("manager.call_ok", call=call, attempts=attempts)
             return response
+        waited_s = time.monotonic() - started
+        if last is None:
+            reason = "the manager's backoff outlasted this call's stop"
+        else:
+            reason = describe_failure(last)
+        self._away.gave_up(call, attempts, waited_s, reason)
+        raise ManagerUnavailable(call, attempts, reason, bad_answer=isinstance(last, BadAnswer))
 
-        try:
-            response: httpx.Response = await policy.retrying(stop_s, self._away.retry_logger(call))(
-                once
-            )
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            waited_s = time.monotonic() - started
-            self._away.gave_up(call, attempts, waited_s, describe_failure(exc))
-            raise ManagerUnavailable(call, attempts, describe_failure(exc)) from exc
-        self._away.answered(call)
-        if response.status_code >= 400:
-            raise ManagerRejected(call, response.status_code, error_message(response))
-        if attempts > 1:
-            log.info("manager.call_ok", call=call, attempts=attempts)
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        check: Callable[[httpx.Response], None] | None,
+        stop_s: float | None,
+        deadline: float,
+        kwargs: dict[str, Any],
+    ) -> httpx.Response:
+        """One request; a transient failure raises (ServerError, BadAnswer, httpx's errors)."""
+        assert self._http is not None
+        self.requests += 1
+        if stop_s is None:
+            response = await self._http.request(method, path, **kwargs)
+        else:
+            # The caller's deadline also cuts the attempt itself, not only the retrying.
+            timeout = self.timeouts.as_httpx(deadline - time.monotonic())
+            response = await self._http.request(method, path, timeout=timeout, **kwargs)
+        status = response.status_code
+        if status >= 500 or status in THROTTLED_STATUSES:
+            after = parse_retry_after(response.headers.get("Retry-After"), self._wall())
+            raise ServerError(status, error_message(response), after)
+        if check is not None and status < 300:
+            check(response)  # a 2xx that is not the API's answer is retried (BadAnswer)
         return response
+
+
+def _status_listing(response: httpx.Response) -> None:
+    """A ``GET /status`` answer that can be the manager's (see ``instance_record``)."""
+    json_list(response)
+    problem = listing_problem(response.json())
+    if problem is not None:
+        raise BadAnswer(response.status_code, problem, response.content)

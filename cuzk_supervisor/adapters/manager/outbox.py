@@ -3,7 +3,9 @@
 A report is written to the state file before it is sent and removed only after the manager
 acknowledged it (delivery at least once); a report found queued at start is first looked up in
 the manager's ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`) so that nothing the
-manager already recorded is sent again.
+manager already recorded is sent again. A 429 or 503 never drops a report: they are transient
+(the client retries them under its shared backoff), and a report whose send ran out of time
+stays queued, durable, for the next drain.
 """
 
 from __future__ import annotations
@@ -212,6 +214,15 @@ class Outbox:
             return None
         try:
             record = await self.client.instance_record(report.uuid, stop_s=budget_s)
+        except ManagerUnavailable as exc:
+            if not exc.bad_answer:
+                raise  # away: the report stays queued, looked up when it is back
+            # It answers, but never with a listing that can be the manager's (a proxy's empty
+            # list or page): no evidence either way, so at-least-once delivery, which is safe.
+            log.warning(
+                "manager.reconcile_skipped", kind=report.kind, id=report.id, reason=str(exc)
+            )
+            record = None
         except ManagerRejected as exc:
             # A manager without a usable /status: at-least-once delivery, which is safe.
             log.warning(

@@ -8,21 +8,14 @@ the rules they encode (what is retried, what is final).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_before_delay,
-    wait_random_exponential,
-)
 
 from cuzk_supervisor.core.checks import POSITIVE, require_fields, require_relation
 
 __all__ = [
+    "THROTTLED_STATUSES",
     "BadAnswer",
     "BenchVerdict",
     "HttpRetryPolicy",
@@ -70,12 +63,20 @@ class ManagerTimeouts:
 
 @dataclass(frozen=True, slots=True)
 class ManagerRetry:
-    """Backoff and, per kind of call, how long to keep retrying (settings)."""
+    """Backoff and, per kind of call, how long to keep retrying (settings).
+
+    The backoff is one state per manager, shared by every call
+    (:class:`cuzk_supervisor.core.backoff.SharedBackoff`): a call's stop bounds how long that
+    call keeps trying, never restarts the pauses."""
 
     backoff_base_s: float = 0.5
-    """First wait before a retry (full jitter, doubled each attempt)."""
-    backoff_max_s: float = 15.0
-    """Longest wait between two attempts."""
+    """First wait before a retry (full jitter, doubled at each consecutive failure)."""
+    backoff_max_s: float = 120.0
+    """Longest wait between two attempts (a ``Retry-After`` may ask for longer). Long enough
+    that a fleet of thousands probing a manager that is away stays near its steady request
+    rate, and comes back spread over it (DESIGN.md principle 9)."""
+    retry_after_max_s: float = 600.0
+    """Longest ``Retry-After`` honoured (429/503); a longer one is cut to this."""
     register_stop_s: float = 300.0
     """Register: without a uuid nothing else can be reported; the lifecycle decides after."""
     report_stop_s: float = 120.0
@@ -127,21 +128,31 @@ class ManagerRejected(ManagerError):
 
 
 class ManagerUnavailable(ManagerError):
-    """Transient failures until the call's retry stop (or the caller's deadline) ran out."""
+    """Transient failures until the call's retry stop (or the caller's deadline) ran out.
+    ``bad_answer``: the last attempt got an answer that cannot be the manager's (a proxy's page,
+    an empty ``GET /status``), not a refused connection or an error status."""
 
-    def __init__(self, call: str, attempts: int, reason: str) -> None:
+    def __init__(self, call: str, attempts: int, reason: str, *, bad_answer: bool = False) -> None:
         self.call = call
         self.attempts = attempts
         self.reason = reason
+        self.bad_answer = bad_answer
         super().__init__(f"{call}: manager unavailable after {attempts} attempt(s): {reason}")
 
 
-class ServerError(Exception):
-    """A 5xx answer: transient by rule."""
+THROTTLED_STATUSES = frozenset({408, 429})
+"""4xx answers that say "not now" rather than "wrong request": a proxy's 429 Too Many Requests
+(or its 408). Transient like a 5xx, for every call: no report is ever dropped for them."""
 
-    def __init__(self, status: int, message: str) -> None:
+
+class ServerError(Exception):
+    """A 5xx, 408 or 429 answer: transient by rule. ``retry_after_s``: what its
+    ``Retry-After`` header asked for (seconds, or an HTTP-date read as seconds from now)."""
+
+    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
         self.status = status
         self.message = message
+        self.retry_after_s = retry_after_s
         super().__init__(f"HTTP {status}: {message}")
 
 
@@ -161,7 +172,8 @@ _TRANSIENT_HTTPX = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProt
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Connection errors, timeouts, a dropped connection and 5xx: worth another attempt."""
+    """Connection errors, timeouts, a dropped connection, 5xx, 408 and 429, and a 2xx that is
+    not the API's answer: worth another attempt."""
     return isinstance(exc, (*_TRANSIENT_HTTPX, ServerError, BadAnswer))
 
 
@@ -177,25 +189,14 @@ def describe_failure(exc: BaseException) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HttpRetryPolicy:
-    """How one kind of manager call retries: a value to print, compare and test."""
+    """How one kind of manager call retries: a value to print, compare and test. The pauses
+    come from the manager's one shared backoff (``base_s``, ``max_s``); ``stop_s`` bounds how
+    long one call keeps trying."""
 
     name: str
     base_s: float
     max_s: float
     stop_s: float
-
-    def retrying(
-        self, budget_s: float | None, before_sleep: Callable[[RetryCallState], None]
-    ) -> AsyncRetrying:
-        """A tenacity controller; it stops at ``stop_s`` or the caller's ``budget_s``."""
-        stop = self.stop_s if budget_s is None else min(self.stop_s, budget_s)
-        return AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            wait=wait_random_exponential(multiplier=self.base_s, max=self.max_s),
-            stop=stop_before_delay(max(stop, 0.0)),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
 
 
 # --- results ------------------------------------------------------------------------------------

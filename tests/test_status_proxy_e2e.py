@@ -1,0 +1,115 @@
+"""A proxy between the supervisor and the manager that answers every ``GET /status`` with
+``200 []`` (a cache, a maintenance setup, a manager restarted on an empty database), or with the
+fleet's list lacking our record, for the whole lifecycle (issue 22). Neither is evidence of a
+kill: the instance reaches ``running``, every report is applied once, and the run exits 0.
+Before issue 22 the empty list was read as "the manager no longer knows us" (exit 7, with
+``/bench-done`` never sent)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from lifecyclehelpers import lifecycle_env, reports, start_run
+
+from cuzk_supervisor import exitcodes
+
+pytestmark = pytest.mark.slow
+
+LABEL = "C.e2e-test"
+ANOTHER = {"uuid": "someone-else", "label": "C.9", "runner_id": 1, "state": "running",
+           "min_rate": 30, "registered_at": "2026-12-03 08:00:00"}  # fmt: skip
+
+
+class StatusProxy:
+    """Forwards everything to ``upstream``, but ``GET /status`` answers ``mode``'s body."""
+
+    def __init__(self, upstream: str, mode: str) -> None:
+        self.upstream = upstream
+        self.mode = mode
+        self.status_reads = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if self.command == "GET" and self.path.split("?")[0] == "/status":
+                    proxy.status_reads += 1
+                    self._answer(200, proxy.status_body(), "application/json")
+                    return
+                skip = ("host", "content-length", "connection")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+                answer = httpx.request(self.command, proxy.upstream + self.path, content=body,
+                                       headers=headers, timeout=10)  # fmt: skip
+                self._answer(answer.status_code, answer.content,
+                             answer.headers.get("Content-Type", "application/json"))  # fmt: skip
+
+            def _answer(self, status: int, body: bytes, kind: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def status_body(self) -> bytes:
+        if self.mode == "empty":
+            return b"[]"
+        listing = httpx.get(self.upstream + "/status", timeout=10).json()
+        return json.dumps([r for r in listing if r.get("label") != LABEL] + [ANOTHER]).encode()
+
+    def __enter__(self) -> StatusProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def status_proxy(manager) -> Iterator[tuple[object, StatusProxy]]:
+    def start(mode: str) -> tuple[object, StatusProxy]:
+        mgr = manager()
+        proxy = StatusProxy(mgr.url, mode)
+        proxies.append(proxy.__enter__())
+        return mgr, proxy
+
+    proxies: list[StatusProxy] = []
+    yield start  # type: ignore[misc]
+    for proxy in proxies:
+        proxy.__exit__()
+
+
+@pytest.mark.parametrize("mode", ["empty", "others"])
+def test_a_status_that_never_lists_us_is_not_a_kill(tmp_path, status_proxy, mode):
+    mgr, proxy = status_proxy(mode)
+    env = lifecycle_env(tmp_path, proxy.url, exit_after_run="true", bench_count=3,
+                        manager_retry_s=5, manager_backoff_max_s=0.5)  # fmt: skip
+    run = start_run(env)
+    try:
+        code = run.wait(100)
+    finally:
+        run.kill()
+    assert code == exitcodes.OK, run.stderr_text()[-2000:]
+    assert run.named("manager.instance_gone") == []
+    for path in ("/register", "/param-done", "/bench-done", "/running"):
+        assert len(reports(mgr, path)) >= 1, path
+    for path in ("/param-done", "/bench-done"):
+        assert len(reports(mgr, path)) == 1, path
+    (instance,) = mgr.instances()
+    assert instance["state"] == "running"
+    assert proxy.status_reads >= 1  # it was asked, and its word was not taken as a kill
