@@ -40,8 +40,9 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
 
 # Build the image and check it against running containers (deploy/image-test.sh): needs root;
-# installs docker.io and starts a dockerd of its own where needed, stops it after.
-image-test:
+# installs docker.io and starts a dockerd of its own where needed, stops it after; the deploy
+# check runs the simulated manager from the venv.
+image-test: $(STAMP)
 	bash deploy/image-test.sh
 
 # constraints.txt from pyproject.toml (the versions the image installs; needs PyPI).

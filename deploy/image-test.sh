@@ -17,7 +17,19 @@
 #      line when the health server is off; `docker stop` ends the supervisor with 143 well within
 #      the daemon's stop grace; the supervisor runs as the user the README says (root, 0:0); the
 #      runtime venv holds no pip or setuptools; the OCI labels carry version and revision;
-#   5. the figures: image size, build time, stop time, total time (the last line).
+#   5. the deploy path, the manager's Deploy button end to end (deploy/deploy-test.py): the image
+#      built again with the manager's URL and the fleet's settings baked in (CUZK_MANAGER_URL,
+#      CUZK_SETTINGS: the simulated daemon where cuzk stands) and no token in `docker history`
+#      or a layer (a token in CUZK_SETTINGS fails the build); the simulated manager on the
+#      host's loopback with deploy/vastai-standin.py as its `vastai` gets `POST /api/deploy`:
+#      the container (its own init, `sleep infinity`; the on-start command run in it) registers
+#      with the baked URL and reaches `running` with its rate and its logs in the dashboard's
+#      tabs, the status panel (curl to 9821 in the container) answering from the warmup on;
+#      PAVAIL reaches the worker command, the token no child; a reboot resumes the same
+#      instance; a deploy with MIN_RATE above the machine's rate ends with the container
+#      destroyed. The deploy's containers share the host's network: 9821 and 9822 must be free;
+#   6. the figures: image size, build time, stop time, deploy to running, total time (the last
+#      line).
 #
 # If the engine cannot be had or started (not root, no apt-get, dockerd does not answer), the
 # test says why and exits 0, so the rest of CI is unaffected; CUZK_IMAGE_TEST_REQUIRED=1 makes
@@ -67,7 +79,7 @@ cleanup() {
         wait "$wheel_server_pid" 2> /dev/null
     fi
     if [[ -n "$dockerd_pid" ]]; then
-        for c in "${containers[@]}"; do
+        for c in "${containers[@]}" $(docker ps -aq --filter label=vastai-standin.id 2> /dev/null); do
             docker rm -f "$c" > /dev/null 2>&1
         done
         kill -TERM "$dockerd_pid" 2> /dev/null
@@ -84,6 +96,9 @@ cleanup() {
             say "mounts left under $data_root:"
             grep " $data_root/" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r -n1 umount -l
         fi
+        # Except the host network namespace's handle that it bind-mounts for --network host
+        # containers (exec root's netns/default), which it leaves behind.
+        grep " $run_root/" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r -n1 umount -l
         rm -rf "$data_root" "$run_root"
     fi
     rm -rf "$work"
@@ -97,6 +112,9 @@ trap 'exit 143' TERM
 if [[ "$(id -u)" != 0 ]]; then
     cannot_run "not root (dockerd and debootstrap need root)"
 fi
+# The deploy check (5.) runs the simulated manager from the project's venv.
+venv_python="${VENV:-.venv}/bin/python"
+[[ -x "$venv_python" ]] || fail "no $venv_python (the deploy check runs the simulated manager): make setup"
 need_packages=()
 command -v dockerd > /dev/null 2>&1 || need_packages+=(docker.io)
 [[ -x /usr/bin/docker ]] || command -v docker > /dev/null 2>&1 || need_packages+=(docker.io)
@@ -321,5 +339,75 @@ code="$(docker inspect -f '{{.State.ExitCode}}' "$cid_run")"
 [[ "$code" == 143 ]] || fail "run mode: docker stop gave exit code $code, not 143"
 say "ok: run mode: docker stop gave 143"
 
-# --- 5. the figures ------------------------------------------------------------------------
-say "PASS: image $IMAGE $size_mb MB (base $base_mb MB), build $build_s s, docker stop $stop_s s (exit 143), total $((SECONDS - started_at)) s"
+# --- 5. the deploy path -------------------------------------------------------------------
+# The manager's Deploy button, end to end (deploy/deploy-test.py): the image built again with
+# the manager's URL and the fleet's settings baked in (build arguments; every layer but the
+# bake's comes from the cache), the simulated daemon where cuzk stands, and the C1 input an
+# operator's cuzk base image carries at /data/zk/c1.json added on top. The simulated manager runs
+# on the host's loopback with deploy/vastai-standin.py as its `vastai`; the containers share the
+# host's network, as the stand-in starts them.
+for port in 9821 9822; do
+    if python3 -c "import socket, sys; s = socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) != 0)"; then
+        fail "127.0.0.1:$port is taken on this host: the deploy's containers (host network) need it"
+    fi
+done
+manager_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+manager_url="http://127.0.0.1:$manager_port"
+deploy_settings='daemon_binary = "cuzk-sim-daemon"
+daemon_args = ["--time-scale", "200"]
+rate_time_scale = 200.0
+plan_memory_scale = 1024
+gpu_probe = "none"
+bench_budget_s = 13.5
+worker_commands = ["cuzk-supervisor prove --log-format json; exec sleep 86400"]'
+token="tok-$(python3 -c 'import secrets; print(secrets.token_hex(12))')"
+t0=$SECONDS
+# A token given as a build argument fails the build (the bake refuses every secret setting).
+if DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-1}" docker build --network host "${build_args[@]}" \
+    --build-arg "CUZK_MANAGER_URL=$manager_url" \
+    --build-arg "CUZK_SETTINGS=manager_token = \"$token\"" -t "$IMAGE-refused" . \
+    > "$work/build-token.log" 2>&1; then
+    fail "a build with the manager token in CUZK_SETTINGS succeeded"
+fi
+grep -q "manager_token must not be baked" "$work/build-token.log" ||
+    fail "the build with a token failed for another reason: $(tail -5 "$work/build-token.log")"
+DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-1}" docker build --network host "${build_args[@]}" \
+    --build-arg "CUZK_MANAGER_URL=$manager_url" --build-arg "CUZK_SETTINGS=$deploy_settings" \
+    -t "$IMAGE-baked" . > "$work/build-baked.log" 2>&1 || {
+    tail -40 "$work/build-baked.log" >&2
+    fail "docker build with CUZK_MANAGER_URL and CUZK_SETTINGS failed"
+}
+deploy_image="$IMAGE-deploy"
+printf 'FROM %s\nRUN mkdir -p /data/zk \\\n    && python -m cuzk_supervisor.sim.c1 --out /data/zk/c1.json --size-mb 0.2\n' \
+    "$IMAGE-baked" | DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-1}" docker build --network none -t "$deploy_image" - \
+    > "$work/build-deploy.log" 2>&1 || {
+    tail -20 "$work/build-deploy.log" >&2
+    fail "docker build of the deploy image failed"
+}
+deploy_build_s=$((SECONDS - t0))
+t0=$SECONDS
+baked="$(docker run --rm --network none --entrypoint cat "$deploy_image" /etc/cuzk-supervisor/settings.toml)"
+grep -qxF "manager_url = \"$manager_url\"" <<< "$baked" || fail "the baked settings file: $baked"
+# The build arguments are in `docker history` (so this check sees them); the token is not, nor in
+# any layer (the token reaches the containers at run time only, through the platform's env).
+history="$(docker history --no-trunc --format '{{.CreatedBy}}' "$deploy_image")"
+grep -qF "$manager_url" <<< "$history" || fail "docker history does not show the build arguments"
+docker save -o "$work/deploy-image.tar" "$deploy_image"
+if grep -qF "$token" <<< "$history" || grep -qaF "$token" "$work/deploy-image.tar"; then
+    fail "the manager token is in docker history or a layer of $deploy_image"
+fi
+rm -f "$work/deploy-image.tar"
+say "ok: deploy image $deploy_image: manager_url and settings baked (build args), a token in CUZK_SETTINGS fails the build, no token in docker history nor any layer (builds $deploy_build_s s, checks $((SECONDS - t0)) s)"
+t0=$SECONDS
+DOCKER="$DOCKER_CLI" DOCKER_HOST="unix://$run_root/docker.sock" CUZK_DEPLOY_TEST_TOKEN="$token" \
+    "$venv_python" deploy/deploy-test.py --image "$deploy_image" --listen "127.0.0.1:$manager_port" \
+    --work "$work" --standin deploy/vastai-standin.py --figures "$work/deploy-figures" ||
+    fail "the deploy path (deploy/deploy-test.py)"
+deploy_s=$((SECONDS - t0))
+# deploy_to_running_s=… reboot_to_running_s=… failed_deploy_destroyed_s=…
+deploy_figures="$(< "$work/deploy-figures")"
+deploy_to_running="$(sed -n 's/.*deploy_to_running_s=\([0-9.]*\).*/\1/p' <<< "$deploy_figures")"
+say "ok: the deploy path in $deploy_s s ($deploy_figures)"
+
+# --- 6. the figures ------------------------------------------------------------------------
+say "PASS: image $IMAGE $size_mb MB (base $base_mb MB), build $build_s s, docker stop $stop_s s (exit 143), deploy to running $deploy_to_running s, total $((SECONDS - started_at)) s"

@@ -890,3 +890,116 @@ def test_lint_deploy_passes():
         env=os.environ | {"VENV": str(bin_dir.parent)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- the platform's vastai CLI, stood in for the image test's deploy path --------------------
+
+STANDIN = ROOT / "deploy" / "vastai-standin.py"
+IMAGE_TEST = ROOT / "deploy" / "image-test.sh"
+FAKE_DOCKER = """#!{python}
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "calls.jsonl"), "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+names = os.path.join(here, "names")
+if sys.argv[1:3] == ["ps", "-a"] and os.path.exists(names):
+    print(open(names).read())
+"""
+
+
+@pytest.fixture
+def standin(tmp_path):
+    """Runs deploy/vastai-standin.py against a fake docker that records its argv."""
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER.format(python=sys.executable))
+    docker.chmod(0o755)
+    env = os.environ | {
+        "DOCKER": str(docker),
+        "VASTAI_STANDIN_STATE": str(tmp_path / "state"),
+        "VASTAI_STANDIN_EXTRA_ENV": "CUZK_SUPERVISOR_MANAGER_TOKEN=t0k\n",
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(STANDIN), *args], capture_output=True, text=True, env=env,
+            timeout=30, check=False,
+        )  # fmt: skip
+
+    def calls() -> list[list[str]]:
+        path = tmp_path / "calls.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    return SimpleNamespace(run=run, calls=calls, names=tmp_path / "names")
+
+
+def test_standin_creates_as_the_platform_does_from_the_managers_own_argv(standin):
+    from cuzk_supervisor.sim.manager_vast import ONSTART_CMD, VastCLI, new_contract
+
+    argv = VastCLI(str(STANDIN), "img:test").create_argv(7, 30.0, "p4ss", "host:1")
+    done = standin.run(*argv[1:])
+    assert done.returncode == 0, done.stderr
+    assert new_contract(done.stdout) == 1000
+    run, onstart = standin.calls()
+    # Its own init instead of the image's entrypoint: the supervisor is not PID 1.
+    assert run[:2] == ["run", "-d"]
+    assert run[-4:] == ["--entrypoint", "sleep", "img:test", "infinity"]
+    assert run[run.index("--network") + 1] == "host"
+    assert run[run.index("--name") + 1] == "vast-1000"
+    env = [run[i + 1] for i, word in enumerate(run) if word == "-e"]
+    assert env == [
+        "PAVAIL=p4ss", "PAVAIL_SERVER=host:1", "MIN_RATE=30.0",
+        "CUZK_SUPERVISOR_MANAGER_TOKEN=t0k", "VAST_CONTAINERLABEL=C.1000",
+    ]  # fmt: skip
+    # Then the on-start command, inside the container, through a shell.
+    assert onstart == ["exec", "-d", "vast-1000", "sh", "-c", ONSTART_CMD]
+    # The next instance gets the next id.
+    assert new_contract(standin.run(*argv[1:]).stdout) == 1001
+
+
+def test_standin_reboots_with_the_onstart_command_again_destroys_and_lists(standin):
+    from cuzk_supervisor.sim.manager import parse_platform
+    from cuzk_supervisor.sim.manager_vast import ONSTART_CMD, VastCLI
+
+    argv = VastCLI(str(STANDIN), "img").create_argv(7, 30.0, "p", "s")
+    assert standin.run(*argv[1:]).returncode == 0
+    assert standin.run("reboot", "instance", "1000").returncode == 0
+    assert standin.calls()[2:] == [
+        ["restart", "-t", "1", "vast-1000"],
+        ["exec", "-d", "vast-1000", "sh", "-c", ONSTART_CMD],
+    ]
+    assert standin.run("destroy", "instance", "1000").returncode == 0
+    assert standin.calls()[-1] == ["rm", "-f", "vast-1000"]
+    standin.names.write_text("vast-1002\nvast-1000\nsomething-else\n")
+    shown = standin.run("show", "instances", "--raw")
+    assert shown.returncode == 0, shown.stderr
+    assert [e.id for e in parse_platform(shown.stdout).entries] == [1000, 1002]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["create", "instance", "7", "--image", "i", "--onstart-cmd", "x"],  # no --ssh --direct
+        ["create", "instance", "7", "--image", "i", "--env", "PAVAIL=x", "--ssh", "--direct",
+         "--onstart-cmd", "x"],  # not -e pairs
+        ["start", "instance", "7"],
+    ],
+)  # fmt: skip
+def test_standin_refuses_what_the_manager_never_sends(standin, args):
+    done = standin.run(*args)
+    assert done.returncode != 0
+    assert "vastai-standin" in done.stderr
+    assert not [c for c in standin.calls() if c[0] == "run"]
+
+
+def test_image_test_bakes_settings_the_supervisor_accepts(tmp_path):
+    """The deploy image's CUZK_SETTINGS in deploy/image-test.sh pass the bake's own check, so
+    a bad edit fails here and not minutes into the image test."""
+    from cuzk_supervisor.cli import bake
+
+    text = IMAGE_TEST.read_text()
+    found = re.search(r"^deploy_settings='([^']*)'$", text, re.MULTILINE)
+    assert found, "deploy_settings='...' not found in deploy/image-test.sh"
+    out = tmp_path / "settings.toml"
+    s = bake.check(bake.render("http://127.0.0.1:1", found.group(1)), out)
+    assert s.daemon_binary == "cuzk-sim-daemon"
+    assert s.worker_commands, "the deploy test reads PAVAIL from the worker command's environment"
