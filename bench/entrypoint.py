@@ -18,9 +18,10 @@ Figures (issue 16.6):
               such lifecycles, median; the exit codes go into the notes (143 expected).
 Progress goes to stderr; a JSON line of the rows, then the table and notes, to stdout;
 ``--json FILE`` also writes the rows as [{"name", "value", "unit", "target", "ok"}].
-``--quick``: 1 run per import, 1 lifecycle, a 1 s window, the sim at time scale 1000, the
-imports and the lifecycle side by side (a check that every figure is still measured, not figures
-for the targets). Exit 0 when every row holds a figure, 1 when one is NOT MEASURED.
+``--quick``: 1 run per import (no untimed run before), 1 lifecycle, a 1 s window, the sim at
+time scale 1000, the imports and the lifecycle side by side (a check that every figure is still
+measured, not figures for the targets). Exit 0 when every row holds a figure, 1 when one is
+NOT MEASURED.
 """
 
 from __future__ import annotations
@@ -90,13 +91,15 @@ def progress(message: str) -> None:
 # --- import time -----------------------------------------------------------------------------
 
 
-def _timed(argv: list[str], runs: int, ok_codes: tuple[int, ...] = (0,)) -> tuple[float, float]:
+def _timed(
+    argv: list[str], runs: int, ok_codes: tuple[int, ...] = (0,), warm: bool = True
+) -> tuple[float, float]:
     """Median wall and CPU seconds (the child's user + system) of ``runs`` runs of ``argv``,
-    after one untimed run that warms the caches. CPU time barely moves when other work shares
-    the machine; wall time does."""
+    after one untimed run that warms the caches (``warm``). CPU time barely moves when other
+    work shares the machine; wall time does."""
     env = child_env({})
     walls, cpus = [], []
-    for i in range(runs + 1):
+    for i in range(0 if warm else 1, runs + 1):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         done = subprocess.run(argv, capture_output=True, env=env, cwd=REPO)
@@ -162,10 +165,10 @@ IMPORT_CASES: tuple[tuple[str, list[str], tuple[int, ...], bool], ...] = (
 )
 
 
-def import_rows(runs: int, notes: list[str]) -> list[Row]:
+def import_rows(runs: int, notes: list[str], warm: bool = True) -> list[Row]:
     rows = []
     for label, argv, ok_codes, targeted in IMPORT_CASES:
-        wall, cpu = _timed([PY, *argv], runs, ok_codes)
+        wall, cpu = _timed([PY, *argv], runs, ok_codes, warm)
         name = f"{label} (wall, median of {runs})"
         rows.append(
             at_most(name, wall, "s", IMPORT_TARGET_S) if targeted else info(name, wall, "s")
@@ -182,9 +185,11 @@ def import_rows(runs: int, notes: list[str]) -> list[Row]:
         f"`run`'s import graph ({RUN_MODULE}) loads: {', '.join(heavy_in(run_modules)) or 'none'}"
     )
     notes.append(
-        "import times: median of each command's runs after one untimed run, interpreter start "
-        "included; CPU: the child's user + system time (what other work on the machine does not "
-        "inflate); -X importtime total: the sum of the top-level cumulative times, site excluded"
+        "import times: median of each command's runs"
+        + (" after one untimed run" if warm else " (no untimed run first: cold caches)")
+        + ", interpreter start included; CPU: the child's user + system time (what other work on"
+        " the machine does not inflate); -X importtime total: the sum of the top-level cumulative"
+        " times, site excluded"
     )
     return rows
 
@@ -308,7 +313,7 @@ def main() -> int:
         def imports_part(own: list[str]) -> list[Row]:
             progress(f"import times ({imports} runs each) ...")
             try:
-                return import_rows(imports, own)
+                return import_rows(imports, own, warm=not args.quick)
             except BenchError as exc:
                 return [failed("import time", "s", f"<= {IMPORT_TARGET_S:g}", str(exc))]
 

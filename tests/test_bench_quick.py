@@ -2,7 +2,9 @@
 
 Each ``bench/*.py`` script whose name does not start with ``_`` (found here, not listed: a new
 script is run the day it is added) is run as its own process with ``--quick --json FILE``, the
-options every script takes (README, "For developers"). The test fails when the script crashes or
+options every script takes (README, "For developers"). ``bench/run.py`` runs two of them itself,
+that way, and reports their rows under a prefix: those are checked in its rows (they must be
+there), not run a second time. The test fails when the script crashes or
 exits non-zero, when FILE is missing, does not parse or is not a list of rows, and when any row
 holds no figure: a value that is not a finite number, or ``NOT MEASURED`` in its name (how
 ``bench/_harness.failed`` spells a figure that could not be measured). It never looks at the
@@ -25,11 +27,14 @@ from cgrouphelpers import cgroups_writable
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
-SCRIPTS = sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+FOUND = sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+# The scripts bench/run.py runs with --quick --json FILE itself, and the prefix of their rows.
+RUN_BY_RUN_PY = {"oom_reaction.py": "oom: ", "frozen_recovery.py": "frozen: "}
+SCRIPTS = [p for p in FOUND if p.name not in RUN_BY_RUN_PY]
 # A quick run takes seconds; this is only the point at which a hung script is given up on.
 TIMEOUT_S = 100
-# Scripts (and run.py's figures) that need a writable memory cgroup, like tests/test_oom_cgroup.py.
-CGROUP_SCRIPTS = {"oom_reaction.py"}
+# Without a writable memory cgroup (tests/test_oom_cgroup.py skips then too) run.py is asked for
+# every figure but oom_reaction.py's.
 RUN_FIGURES_WITHOUT_CGROUP = (
     "run_phase", "crash", "readiness", "stop", "rate", "overhead", "log_throughput",
     "frozen_recovery",
@@ -51,8 +56,8 @@ def _holds_no_figure(row: dict[str, Any]) -> bool:
 
 
 def test_the_scripts_are_found():
-    names = {p.name for p in SCRIPTS}
-    assert {"run.py", "entrypoint.py", "rate_disturbance.py"} <= names, names
+    names = {p.name for p in FOUND}
+    assert {"run.py", "entrypoint.py", "rate_disturbance.py", *RUN_BY_RUN_PY} <= names, names
 
 
 @pytest.mark.slow
@@ -60,11 +65,9 @@ def test_the_scripts_are_found():
 def test_quick_run_measures_every_row(script: Path, tmp_path: Path):
     out = tmp_path / "rows.json"
     argv = [sys.executable, str(script), "--quick", "--json", str(out)]
-    writable, why = cgroups_writable()
-    if not writable and script.name in CGROUP_SCRIPTS:
-        pytest.skip(f"{script.name} needs a writable memory cgroup: {why}")
+    writable, _ = cgroups_writable()
     if not writable and script.name == "run.py":
-        argv += ["--only", *RUN_FIGURES_WITHOUT_CGROUP]  # its OOM rows are oom_reaction.py's
+        argv += ["--only", *RUN_FIGURES_WITHOUT_CGROUP]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO, env=_env()
@@ -86,3 +89,11 @@ def test_quick_run_measures_every_row(script: Path, tmp_path: Path):
     assert not not_rows, f"not rows of {sorted(ROW_KEYS)}: {not_rows!r}"
     unmeasured = [row["name"] for row in rows if _holds_no_figure(row)]
     assert not unmeasured, f"{script.name} --quick left rows unmeasured: {unmeasured}\n{report}"
+    if script.name == "run.py":
+        delegated = {
+            n: pre for n, pre in RUN_BY_RUN_PY.items() if writable or n != "oom_reaction.py"
+        }
+        absent = [
+            n for n, pre in delegated.items() if not any(r["name"].startswith(pre) for r in rows)
+        ]
+        assert not absent, f"run.py --quick gave no rows of {absent}\n{report}"
