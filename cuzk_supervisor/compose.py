@@ -203,6 +203,7 @@ def build_lifecycle(
         outbox=outbox, shipper=shipper, signals=signals, progress=progress, retries=retries,
     )  # fmt: skip
     manager.add_retry_listener(reporter.on_manager_retry)
+    manager.add_retry_listener(lambda call, *_: metrics.manager_request_failed(call))
     client_factory = functools.partial(
         ProvingClient,
         parse_address(daemon_listen(s)),

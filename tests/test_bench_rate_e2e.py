@@ -71,7 +71,7 @@ def test_manager_away_through_params_does_not_hold_the_warmup_or_bend_the_rate(t
     (params_done,) = [e for e in run.named("phase.entered") if e["phase"] == "plan"]
     (warmup,) = [e for e in run.named("phase.entered") if e["phase"] == "warmup"]
     assert stamp(warmup) - stamp(params_done) < 1.0
-    assert run.named("manager.retry"), "the manager was not away"
+    assert run.named("manager.away"), "the manager was not away"
     for path in ("/param-done", "/bench-done", "/running"):
         assert len(reports(mgr, path)) == 1, path
     order = [r["path"] for r in reports(mgr, "/param-done") + reports(mgr, "/bench-done")]

@@ -28,6 +28,7 @@ FAMILIES = {
     "cuzk_supervisor_gpu_memory_capacity_bytes": "gauge",
     "cuzk_supervisor_grpc_reconnects": "counter",
     "cuzk_supervisor_manager_outbox_depth": "gauge",
+    "cuzk_supervisor_manager_failed_requests": "counter",
     "cuzk_supervisor_health_connections_dropped": "counter",
 }
 
@@ -176,7 +177,13 @@ def test_bench_rate_memory_and_outbox():
     metrics.bench_rate(61.5)
     metrics.memory(3 * GIB, RiskLevel.WARN)
     metrics.outbox_depth(4)
+    metrics.manager_request_failed("running")
+    metrics.manager_request_failed("running")
+    metrics.manager_request_failed("log_push")
     samples = parse(metrics)
+    failed = "cuzk_supervisor_manager_failed_requests_total"
+    assert value(samples, failed, call="running") == 2
+    assert value(samples, failed, call="log_push") == 1
     assert value(samples, "cuzk_supervisor_bench_rate_proofs_per_hour") == 61.5
     assert value(samples, "cuzk_supervisor_memory_headroom_bytes") == 3 * GIB
     assert value(samples, "cuzk_supervisor_oom_risk_level") == 1

@@ -259,6 +259,21 @@ def test_a_warning_is_one_readable_line_and_a_repeat_is_counted_not_printed():
     assert "(1 repeated warnings not shown)" in model.shown.text
 
 
+def test_an_outage_of_the_manager_is_its_start_and_a_summary_a_minute():
+    model = ViewModel()
+    model.feed(ev("phase.entered", 0, phase="run"))
+    away = ev("manager.away", 1, "warning", call="log_push", url="http://m",
+              reason="HTTP 503: down", next_try_s=3.1)  # fmt: skip
+    still = ev("manager.still_away", 61, "warning", url="http://m", away_s=60.0, failed=12,
+               by_call={"log_push": 12}, reason="HTTP 503: down", next_try_s=40.0)  # fmt: skip
+    assert [x.text for x in lines(model.feed(away))] == [
+        "manager at http://m did not answer log_push: HTTP 503: down"
+    ]
+    assert [x.text for x in lines(model.feed(still))] == [
+        "manager at http://m still away after 60.0s: 12 more failed requests (HTTP 503: down)"
+    ]
+
+
 def test_an_unknown_warning_shows_its_reason_and_a_few_fields():
     line = lines(ViewModel().feed(ev("gpu.odd", 0, "error", reason="lost", gpu=1, exception="tb")))
     assert [(x.kind, x.text) for x in line] == [("error", "gpu.odd: lost (gpu 1)")]
@@ -320,7 +335,7 @@ def test_a_known_warning_reads_as_words_with_its_fields():
 
 
 def test_waiting_for_the_manager_is_in_the_live_line():
-    """``register_waiting`` is info (the client's ``manager.retry`` warnings name the URL at
+    """``register_waiting`` is info (the client's ``manager.away`` warnings name the URL at
     their own cadence): the wait is in the live line, and no second warning line says it."""
     model = ViewModel()
     model.feed(ev("phase.entered", 0, phase="register"))

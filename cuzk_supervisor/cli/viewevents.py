@@ -64,7 +64,7 @@ def _skipped(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
 
 
 def _register_waiting(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
-    """The wait in the live line; the manager client's ``manager.retry`` warnings say it."""
+    """The wait in the live line; the manager client's ``manager.away`` warnings say it."""
     m.waiting = f"{e.get('url') or 'the manager'} did not answer ({e.get('reason', '')})"
     if e.get("level") not in ("warning", "error"):
         return []
@@ -309,6 +309,11 @@ HANDLERS: dict[str, Handler] = {
         "no time left in the bench budget to measure again ({stretches} tries)"
     ),
     "manager.unavailable": _said("manager at {url} did not answer {call}: {reason}"),
+    # One outage, a few lines (adapters/manager/away.py): its start, a summary a minute.
+    "manager.away": _said("manager at {url} did not answer {call}: {reason}"),
+    "manager.still_away": _said(
+        "manager at {url} still away after {away_s}s: {failed} more failed requests ({reason})"
+    ),
     "memory.risk_changed": _said("memory risk changed (was {previous}): {reason}"),
     "memory.risk_critical": _said("memory critical: {reason}"),
     "pid1.tree_killed": _said("processes left at the end needed SIGKILL: pids {killed}"),

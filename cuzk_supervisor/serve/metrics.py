@@ -176,6 +176,13 @@ class SupervisorMetrics:
             "Reports to the manager queued and not yet acknowledged",
             registry=r,
         )
+        self._manager_failed = Counter(
+            "cuzk_supervisor_manager_failed_requests",
+            "Requests to the manager that failed and were retried under its one shared backoff "
+            "(refused, timed out, 5xx, 408, 429, an answer that cannot be the manager's), by call",
+            ["call"],
+            registry=r,
+        )
         self._health_dropped = Counter(
             "cuzk_supervisor_health_connections_dropped",
             "Health server connections closed without an answer, by reason (disconnect: the "
@@ -244,6 +251,10 @@ class SupervisorMetrics:
 
     def outbox_depth(self, n: int) -> None:
         self._outbox.set(n)
+
+    def manager_request_failed(self, call: str) -> None:
+        """One failed request to the manager (``ManagerClient.add_retry_listener``)."""
+        self._manager_failed.labels(call=call).inc()
 
     def health_connection_dropped(self, reason: str) -> None:
         self._health_dropped.labels(reason=reason).inc()

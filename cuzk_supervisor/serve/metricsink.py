@@ -37,6 +37,8 @@ class MetricsSink(Protocol):
 
     def outbox_depth(self, n: int) -> None: ...
 
+    def manager_request_failed(self, call: str) -> None: ...
+
     def health_connection_dropped(self, reason: str) -> None: ...
 
     @property
@@ -71,6 +73,9 @@ class NoMetrics:
         pass
 
     def outbox_depth(self, n: int) -> None:
+        pass
+
+    def manager_request_failed(self, call: str) -> None:
         pass
 
     def health_connection_dropped(self, reason: str) -> None:
