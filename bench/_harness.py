@@ -114,7 +114,7 @@ def standard_options(parser: argparse.ArgumentParser, quick: str) -> None:
 
 def finish(rows: Sequence[Row], json_path: Path | None) -> int:
     """Write ``--json``; the exit status: 0 when every row holds a figure (whatever the targets
-    say: a missed target is an ``NO`` in the table), 1 when one could not be measured."""
+    say: a missed target is a ``NO`` in the table), 1 when one could not be measured."""
     document = [r.as_dict() for r in rows]
     if json_path is not None:
         json_path.write_text(json.dumps(document, indent=2) + "\n")
