@@ -423,6 +423,14 @@ class DeployTest:
             f"again in {to_running:.1f} s; a second hook run while it ran started nothing"
         )
 
+        # The manager's sweep lists the platform's instances through `vastai show instances
+        # --raw`: the running instance is on it and is left alone.
+        swept = self.manager.call("POST", "/sim/sweep")
+        listed = [e["id"] for e in self.manager.call("GET", "/sim/state")["platform"] or []]
+        if swept["kills"] or swept["sweeps"].get("error") or ident not in listed:
+            raise Failed(f"the sweep through show instances: {swept}, platform list {listed}")
+        say(f"ok: the sweep (vastai show instances --raw) lists {listed} and kills nothing")
+
         # The dashboard's kill with the vast id destroys the container (and frees the host's
         # ports for the next deploy).
         self.manager.call("POST", "/api/kill", {"uuid": uuid, "vast_id": ident})
