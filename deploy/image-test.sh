@@ -259,6 +259,21 @@ fi
 grep -q "finished with exit code 0" "$work/sim.log" || fail "sim did not report exit code 0"
 say "ok: sim --exit-after-run exited 0 under --network none in $((SECONDS - t0)) s"
 
+# run mode: the entrypoint's own command against the simulated daemon where cuzk stands, in
+# local mode (no manager URL: reports are logged), healthy through the same HEALTHCHECK. Started
+# now, beside the long-running sim below, so that the two HEALTHCHECK intervals pass at once;
+# checked after it.
+run_env=(
+    -e CUZK_SUPERVISOR_LABEL=C.1 -e CUZK_SUPERVISOR_DAEMON_BINARY=cuzk-sim-daemon
+    -e "CUZK_SUPERVISOR_DAEMON_ARGS=--time-scale 200" -e CUZK_SUPERVISOR_RATE_TIME_SCALE=200
+    -e CUZK_SUPERVISOR_PLAN_MEMORY_SCALE=1024 -e CUZK_SUPERVISOR_GPU_PROBE=none
+    -e CUZK_SUPERVISOR_BENCH_BUDGET_S=13.5 -e CUZK_SUPERVISOR_C1_FILE=/tmp/c1.json
+)
+cid_run="$(docker run -d --network none "${run_env[@]}" --entrypoint sh "$IMAGE" -c \
+    'python -m cuzk_supervisor.sim.c1 --out /tmp/c1.json --size-mb 0.2 && exec cuzk-supervisor run')"
+containers+=("$cid_run")
+run_started=$SECONDS
+
 # The long-running sim: healthy through the image's own HEALTHCHECK (its interval, its command).
 cid="$(docker run -d --network none "$IMAGE" sim)"
 containers+=("$cid")
@@ -304,19 +319,7 @@ awk -v s="$stop_s" -v g="$STOP_GRACE_S" 'BEGIN { exit !(s < g) }' ||
     fail "docker stop took $stop_s s, not within the stop grace ($STOP_GRACE_S s)"
 say "ok: docker stop: exit 143 in $stop_s s (stop grace $STOP_GRACE_S s)"
 
-# run mode: the entrypoint's own command against the simulated daemon where cuzk stands, in
-# local mode (no manager URL: reports are logged), healthy through the same HEALTHCHECK.
-run_env=(
-    -e CUZK_SUPERVISOR_LABEL=C.1 -e CUZK_SUPERVISOR_DAEMON_BINARY=cuzk-sim-daemon
-    -e "CUZK_SUPERVISOR_DAEMON_ARGS=--time-scale 200" -e CUZK_SUPERVISOR_RATE_TIME_SCALE=200
-    -e CUZK_SUPERVISOR_PLAN_MEMORY_SCALE=1024 -e CUZK_SUPERVISOR_GPU_PROBE=none
-    -e CUZK_SUPERVISOR_BENCH_BUDGET_S=13.5 -e CUZK_SUPERVISOR_C1_FILE=/tmp/c1.json
-)
-cid_run="$(docker run -d --network none "${run_env[@]}" --entrypoint sh "$IMAGE" -c \
-    'python -m cuzk_supervisor.sim.c1 --out /tmp/c1.json --size-mb 0.2 && exec cuzk-supervisor run')"
-containers+=("$cid_run")
-t0=$SECONDS
-deadline=$((SECONDS + 180))
+deadline=$((run_started + 180))
 while :; do
     health="$(docker inspect -f '{{.State.Health.Status}}' "$cid_run")"
     [[ "$health" == healthy ]] && break
@@ -325,7 +328,7 @@ while :; do
     ((SECONDS < deadline)) || fail "run mode not healthy after 180 s (status $health)"
     sleep 1
 done
-say "ok: run mode with the simulated daemon healthy after $((SECONDS - t0)) s"
+say "ok: run mode with the simulated daemon healthy after $((SECONDS - run_started)) s"
 deadline=$((SECONDS + 120))
 until docker logs "$cid_run" 2>&1 | grep -q '"phase": "run", "event": "phase.entered"\|phase.entered.*phase=run'; do
     [[ "$(docker inspect -f '{{.State.Running}}' "$cid_run")" == true ]] ||
