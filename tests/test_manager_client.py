@@ -355,25 +355,27 @@ def test_away_warnings_keep_a_steady_cadence_and_say_when_it_is_back():
             (125, lambda: away.failed(RUNNING, 2, "HTTP 429: slow down", 5.0)),
             (126, lambda: away.answered(RUNNING)),
             (127, lambda: away.answered(RUNNING)),  # not away: nothing to say
-            (128, lambda: away.failed("register", 1, "ConnectError", 1.0)),
+            (128, lambda: away.failed("register", 1, "ConnectError", 1.0)),  # 3 s after a line
+            (190, lambda: away.failed("register", 2, "ConnectError", 1.0)),
         ):
             clock.now = 1000.0 + at
             step()
     told = [(e["event"], e.get("away_s"), e.get("failed")) for e in logs
             if e["log_level"] != "debug"]  # fmt: skip
     assert told == [
-        ("manager.away", None, None),
+        ("manager.away", None, 1),
         ("manager.still_away", 61.0, 3),  # the failures at +10, +59 and +61
         ("manager.still_away", 125.0, 1),
         ("manager.back", 126.0, 5),
-        ("manager.away", None, None),  # a new outage is told at once
+        # A new outage 3 s after a line (a flapping proxy): counted, told at the cadence.
+        ("manager.away", None, 2),
     ]
     assert all(e["url"] == URL for e in logs if e["log_level"] != "debug")
     counts = away.counts
-    assert (counts.failed, counts.gave_up, counts.retry_after, counts.outages) == (6, 1, 1, 2)
-    assert dict(counts.by_reason) == {"ConnectError": 4, "HTTP 503": 1, "HTTP 429": 1}
+    assert (counts.failed, counts.gave_up, counts.retry_after, counts.outages) == (7, 1, 1, 2)
+    assert dict(counts.by_reason) == {"ConnectError": 5, "HTTP 503": 1, "HTTP 429": 1}
     assert [call for call, _, _ in heard] == ["register", PARAM_DONE, "status", RUNNING,
-                                               RUNNING, "register"]  # fmt: skip
+                                               RUNNING, "register", "register"]  # fmt: skip
     assert away.away
 
 

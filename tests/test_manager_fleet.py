@@ -228,3 +228,24 @@ async def test_a_queued_report_is_sent_when_status_never_answers_a_usable_list(t
     assert manager.paths()[-1] == "/param-done"
     assert manager.paths().count("/param-done") == 1
     assert any(e["event"] == "manager.reconcile_skipped" for e in logs)
+
+
+async def test_a_flapping_proxy_is_a_line_or_two_a_minute_not_one_per_failure(manager):
+    """Fails, answers, fails...: every failure begins a new outage; they are counted, and told
+    at most about once a minute (each line is shipped to the manager too)."""
+    from test_manager_client import FakeClock
+
+    clock = FakeClock()
+    manager.on_request = lambda _: setattr(clock, "now", clock.now + 1.0)  # 1 s per request
+    async with manager.client(clock=clock) as client:
+        with capture_logs() as logs:
+            for _ in range(120):  # four minutes
+                manager.fail("/running", 503)
+                await client.running("u-1")
+        counts = client.failures
+    assert counts.failed == counts.outages == 120
+    loud = [e for e in logs if e["log_level"] in ("warning", "info")
+            and e["event"].startswith("manager.") and e["event"] != "manager.call_ok"]  # fmt: skip
+    assert len(loud) <= 2 * 4 + 2, [e["event"] for e in loud]
+    # What was told adds up to the failures but those since the last line (at most a minute).
+    assert sum(e.get("failed", 0) for e in loud if e["event"] == "manager.away") >= 120 - 60

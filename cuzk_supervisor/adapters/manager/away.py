@@ -6,13 +6,18 @@ back, a backlog made of our own retry lines (every line is shipped to it). One o
 story, whatever the calls:
 
 - the first failed request after the manager last answered (or since start) is one
-  ``manager.away`` warning that names the URL, the call and why;
+  ``manager.away`` warning that names the URL, the call and why — at once, unless a line was
+  said less than ``ManagerRetry.warn_every_s`` (60 s) ago: a proxy that flaps (fails, answers,
+  fails) is then counted and told at that cadence, not a line per failure;
 - while it stays away, failures are only counted (:class:`FailureCounts`: by call and by
-  reason), and one ``manager.still_away`` warning at most every ``ManagerRetry.warn_every_s``
-  (60 s) sums them up (failed attempts since the last line, by call, the last reason);
+  reason), and one ``manager.still_away`` warning at most every ``warn_every_s`` sums them up
+  (failed attempts since the last line, by call, the last reason);
 - a call that ran out of its retry stop is counted too (``gave_up``), not logged above debug;
-- the first answer after that is one ``manager.back`` (info) saying how long it was away and
-  how many attempts failed meanwhile.
+- the first answer after a told outage is one ``manager.back`` (info) saying how long it was
+  away and how many attempts failed meanwhile.
+
+At most a line or two a minute, whatever the failures: every line is also shipped to the
+manager, so a line per retry was a backlog of its own.
 
 The counts are kept for the life of the client (:attr:`AwayWarnings.counts`: the fleet
 benchmark and the metrics read them); listeners hear of every failed attempt
@@ -77,7 +82,9 @@ class AwayWarnings:
         self._away_since: float | None = None
         self._last_line = -float("inf")
         self._since_line: Counter[str] = Counter()
+        """Failed attempts, by call, since the last line said."""
         self._outage_failed = 0
+        self._told = False  # the current outage was told (manager.away)
         self.counts = FailureCounts()
         self.listeners: list[Callable[[str, int, float], None]] = []
         """Told ``(call, attempt, pause_s)`` at each failed attempt."""
@@ -99,20 +106,27 @@ class AwayWarnings:
         counts.retry_after += int(retry_after)
         self._since_line[call] += 1
         self._outage_failed += 1
+        began = self._away_since is None
         if self._away_since is None:
             self._away_since = now
-            self._last_line = now
-            self._since_line.clear()
+            self._outage_failed = 1
             counts.outages += 1
-            log.warning("manager.away", url=self.url, call=call, reason=reason,
-                        next_try_s=round(pause_s, 1))  # fmt: skip
-        elif now - self._last_line >= self.every_s:
+        away_since = self._away_since
+        if now - self._last_line >= self.every_s:
+            # The first failure of an outage is told at once, unless a line was said less than
+            # a minute ago (a flapping proxy): then it is counted and told at the cadence.
             self._last_line = now
-            log.warning(
-                "manager.still_away", url=self.url, away_s=round(now - self._away_since, 1),
-                failed=sum(self._since_line.values()), by_call=dict(self._since_line),
-                reason=reason, next_try_s=round(pause_s, 1),
-            )  # fmt: skip
+            failed = sum(self._since_line.values())
+            if began or not self._told:
+                log.warning("manager.away", url=self.url, call=call, reason=reason,
+                            failed=failed, next_try_s=round(pause_s, 1))  # fmt: skip
+            else:
+                log.warning(
+                    "manager.still_away", url=self.url, away_s=round(now - away_since, 1),
+                    failed=failed, by_call=dict(self._since_line), reason=reason,
+                    next_try_s=round(pause_s, 1),
+                )  # fmt: skip
+            self._told = True
             self._since_line.clear()
         else:
             log.debug("manager.retry", call=call, attempt=attempt, reason=reason,
@@ -133,4 +147,8 @@ class AwayWarnings:
         away_s = round(self._clock() - self._away_since, 1)
         self._away_since = None
         failed, self._outage_failed = self._outage_failed, 0
-        log.info("manager.back", url=self.url, call=call, away_s=away_s, failed=failed)
+        told, self._told = self._told, False
+        # Said only of an outage that was told; a short one between two lines is only counted.
+        (log.info if told else log.debug)(
+            "manager.back", url=self.url, call=call, away_s=away_s, failed=failed
+        )
