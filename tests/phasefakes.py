@@ -118,6 +118,9 @@ class FakeShipper:
     def set_uuid(self, uuid: str) -> None:
         self.uuid = uuid
 
+    def set_flush_interval(self, seconds: float, *, after_s: float = 0.0) -> None:
+        self.flush_interval_s = (seconds, after_s)
+
     async def run(self) -> None:
         await self._stopped.wait()
 

@@ -462,3 +462,23 @@ async def test_a_daemon_line_is_shipped_once_under_its_own_tab():
         assert await shipper.flush(1.0)
     assert fake.lines("cuzk") == ["ready", "proving 1"]
     assert fake.lines("setup") == ["info daemon.ready"]
+
+
+async def test_the_run_phase_batches_longer_a_line_waits_its_flush_interval():
+    settings = ShipperSettings(flush_interval_s=0.02, retry_pause_s=0.01, jitter=0.0)
+    async with running_shipper(settings) as (shipper, fake):
+        shipper.add_line("cuzk", "before")
+        await asyncio.wait_for(fake.received.wait(), 5.0)
+        with pytest.raises(ValueError, match="flush interval"):
+            shipper.set_flush_interval(0)
+        shipper.set_flush_interval(60.0, after_s=0.1)  # the run phase, after its first 0.1 s
+        shipper.add_line("cuzk", "in the grace")
+        await wait_for(lambda: "in the grace" in fake.lines("cuzk"))
+        await asyncio.sleep(0.15)  # the grace is over: the next wait is 60 s long
+        fake.received.clear()
+        shipper.add_line("cuzk", "steady 1")
+        shipper.add_line("cuzk", "steady 2")
+        await asyncio.sleep(0.3)
+        assert fake.lines("cuzk") == ["before", "in the grace"]
+    # The last flush when the shipper stops sends what waited.
+    assert fake.lines("cuzk") == ["before", "in the grace", "steady 1", "steady 2"]

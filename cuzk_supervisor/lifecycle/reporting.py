@@ -193,6 +193,10 @@ class Reporter:
 
     async def running(self) -> None:
         await self.send(Report(kind=RUNNING, uuid=self._uuid()))
+        # The steady phase: log lines batched longer, about one request per tab per interval,
+        # after one such interval at the short one (the run phase's first lines show at once).
+        interval = self.s.log_push_interval_s
+        self._shipper.set_flush_interval(interval, after_s=interval)
         # The first ping at a random point of its interval: a fleet reaching the run phase
         # together does not ping together.
         interval = self.s.running_ping_interval_s

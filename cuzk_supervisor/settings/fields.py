@@ -104,6 +104,13 @@ class Settings:
         "instance); past this the oldest are dropped, and one line says how many",
         minimum=100, maximum=10_000, group="manager", metavar="LINES",
     )  # fmt: skip
+    log_push_interval_s: float = setting(
+        120.0,
+        "in the run phase (from this long after it began), the longest a log line waits before "
+        "it is pushed (each tab's lines batched: about one request per tab per interval, "
+        "however chatty the daemon; before, 2 s; a full body of 500 lines goes at once)",
+        minimum=1, maximum=HOUR_S, group="manager",
+    )  # fmt: skip
     log_push_lines_per_s: float = setting(
         20.0,
         "pace of the log drain: lines pushed to the manager per second on average (at most "

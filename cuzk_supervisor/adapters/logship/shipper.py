@@ -3,7 +3,9 @@
 - ``add_line`` is synchronous and cheap (no await, no I/O): it normalises the line and appends it
   to a bounded buffer. One background task (:meth:`LogShipper.run`) sends.
 - Lines are batched per source (one body carries one ``X-Log-Source``), sent every
-  ``flush_interval_s`` (jittered: the first wait anywhere in it, each later one varied by
+  ``flush_interval_s`` (2 s; in the run phase the lifecycle lengthens it with
+  :meth:`LogShipper.set_flush_interval`, so a chatty daemon costs the manager about one request
+  per tab per interval; jittered: the first wait anywhere in it, each later one varied by
   ``± jitter``, :mod:`cuzk_supervisor.core.jitter`) or as soon as a source has
   ``batch_bytes``/``batch_lines`` waiting.
 - The drain is paced (DESIGN.md principle 9): at most ``drain_lines_per_s`` lines a second on
@@ -143,6 +145,8 @@ class LogShipper:
         self._rng = rng if rng is not None else random.Random()
         self._clock = clock
         self._pace = Pace(self.settings.drain_lines_per_s, self.settings.batch_lines)
+        self._flush_interval_s = self.settings.flush_interval_s
+        self._next_interval: tuple[float, float] | None = None  # (from when, the interval)
         self.enabled = client is not None and not client.is_local
         self._uuid = uuid
         self._buffer = LogBuffer(self.settings.max_buffer_lines, self.settings.max_buffer_bytes)
@@ -180,6 +184,14 @@ class LogShipper:
     def listener(self, source: str) -> Callable[[str], None]:
         """A line callback for one source (e.g. ``OutputPump.add_listener``)."""
         return functools.partial(self.add_line, source)
+
+    def set_flush_interval(self, seconds: float, *, after_s: float = 0.0) -> None:
+        """``after_s`` from now, a line waits at most about ``seconds`` (jittered) before it is
+        sent, or until a full body of its source is waiting (the run phase: see the module
+        docstring)."""
+        if not seconds > 0:
+            raise ValueError(f"flush interval must be > 0, got {seconds!r}")
+        self._next_interval = (self._clock() + max(after_s, 0.0), seconds)
 
     def set_uuid(self, uuid: str) -> None:
         """The instance is registered: buffered lines can go now."""
@@ -227,8 +239,12 @@ class LogShipper:
             if self._wake_requested:
                 self._wake.set()  # asked for before this task started
         settings = self.settings
-        flush = JitteredSchedule(settings.flush_interval_s, settings.jitter, self._rng.random)
+        flush = JitteredSchedule(self._flush_interval_s, settings.jitter, self._rng.random)
         while not self._stopped.is_set():
+            upcoming = self._next_interval
+            if upcoming is not None and self._clock() >= upcoming[0]:
+                self._flush_interval_s, self._next_interval = upcoming[1], None
+            flush.interval_s = self._flush_interval_s
             await _wait(self._wake, flush.delay())
             self._wake.clear()
             with self._lock:
