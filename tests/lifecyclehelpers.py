@@ -50,15 +50,20 @@ def lifecycle_env(
     sim_faults: tuple[str, ...] = (),
     sim_args: tuple[str, ...] = (),
     fetch_rate_mb: float = 20.0,
+    memory_scale: float = 0.125,
     **settings: Any,
 ) -> dict[str, str]:
     """Settings for a whole lifecycle in scaled time. The parameters' simulated download takes
     0.15 s at the default ``fetch_rate_mb``; a test that acts inside the params phase or counts
-    its progress lines gives 4 (0.75 s)."""
+    its progress lines gives 4 (0.75 s). The simulated daemon really allocates ``memory_scale``
+    MiB per simulated GiB (its --memory-scale, planned back with 1024 / memory_scale): an eighth
+    of the simulator's default, since faulting in those pages was a third of a lifecycle's CPU;
+    a test whose memory limits or samples are in real bytes gives 1."""
     c1 = tmp_path / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=200_000)
-    daemon_args = ["-m", "cuzk_supervisor.sim.daemon", "--time-scale", f"{time_scale:g}", *sim_args]
+    daemon_args = ["-m", "cuzk_supervisor.sim.daemon", "--time-scale", f"{time_scale:g}",
+                   "--memory-scale", f"{memory_scale:g}", *sim_args]  # fmt: skip
     for fault in sim_faults:
         daemon_args += ["--fault", fault]
     values: dict[str, Any] = {
@@ -77,7 +82,7 @@ def lifecycle_env(
         "c1_file": c1,
         "gpu_probe": "none",
         "rate_time_scale": time_scale,
-        "plan_memory_scale": 1024,
+        "plan_memory_scale": 1024 / memory_scale,
         "bench_budget_s": 2700 / time_scale,
         "bench_count": 6,
         "status_interval_s": 1,

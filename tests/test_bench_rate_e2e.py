@@ -151,7 +151,7 @@ def test_a_proactive_step_down_in_the_bench_reports_the_new_plans_rate(tmp_path,
     folder = fake_cgroup(tmp_path / "cgroup", 295 * 2**20)
     env = env_for(tmp_path, mgr, workers=20, max_workers=20, bench_count=16, cgroup_root=folder,
                   memory_sample_interval_s=0.05, memory_alert_sample_interval_s=0.05,
-                  sim_args=("--cgroup-dir", str(folder)))  # fmt: skip
+                  memory_scale=1, sim_args=("--cgroup-dir", str(folder)))  # fmt: skip
     run = start_run(env)
     assert finish(run) == exitcodes.OK
     steps = run.named("plan.step_down")

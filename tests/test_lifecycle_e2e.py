@@ -9,7 +9,7 @@ import sys
 import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
-from simhelpers import free_tcp_port, poll_until
+from simhelpers import QUICK_SIM, free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.sim import model
@@ -133,7 +133,7 @@ def test_out_of_memory_even_at_one_worker_reports_rate_zero_with_the_reason(tmp_
         tmp_path, mgr.url, workers=2,
         # SRS 44 GiB + one 15 GiB partition passes 50 GiB: out of memory at any worker count.
         sim_faults=("oom:50,times=0",), sim_args=("--cgroup-dir", str(cgroup)),
-        cgroup_root=cgroup,
+        cgroup_root=cgroup, memory_scale=1,
     )  # fmt: skip
     run = start_run(env)
     assert _finish(run, timeout=120) == exitcodes.OUT_OF_MEMORY
@@ -190,7 +190,7 @@ def test_sim_command_completes_the_lifecycle(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
          "--exit-after-run", "--log-format", "json",
-         "--health-listen", f"127.0.0.1:{free_tcp_port()}"],
+         "--health-listen", f"127.0.0.1:{free_tcp_port()}", *QUICK_SIM],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]

@@ -136,7 +136,6 @@ def _settings(tmp_path: Path, manager_url: str, **overrides: Any) -> dict[str, s
     settings: dict[str, Any] = {
         "workers": WORKERS,
         "warmup_workers": WORKERS,
-        "plan_memory_scale": 1024 / MEMORY_SCALE,
         "bench_count": 2,
         "bench_concurrency": 2,
         "exit_after_run": "true",
@@ -146,7 +145,7 @@ def _settings(tmp_path: Path, manager_url: str, **overrides: Any) -> dict[str, s
         tmp_path,
         manager_url,
         time_scale=TIME_SCALE,
-        sim_args=("--memory-scale", str(MEMORY_SCALE)),
+        memory_scale=MEMORY_SCALE,
         **settings,
     )
 

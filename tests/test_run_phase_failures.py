@@ -29,7 +29,7 @@ def test_memory_trouble_at_one_worker_in_the_run_phase_is_out_of_memory(tmp_path
     mgr = manager()
     cgroup = fake_cgroup(tmp_path / "cgroup", 10 * 2**30)
     env = lifecycle_env(tmp_path, mgr.url, workers=1, bench_count=3, cgroup_root=cgroup,
-                        sim_args=("--cgroup-dir", str(cgroup)))  # fmt: skip
+                        memory_scale=1, sim_args=("--cgroup-dir", str(cgroup)))  # fmt: skip
     run = start_run(env)
     try:
         poll_until(lambda: "run" in run.phases() or run.proc.poll() is not None, 60, what="run")
