@@ -49,8 +49,9 @@ CHANNEL_OPTIONS = [
 # Environment the sim reads; cleared for each test process so the host's settings never leak.
 SIM_ENV_PREFIXES = ("CUZK_SIM_", "RUST_LOG", "NO_COLOR")
 # The `sim` command at a quicker pace than the demo's, for tests that check what a run does, not
-# how it looks at a person's pace: four bench proofs at time scale 400 (about 5 s, not 13).
-QUICK_SIM = ("--time-scale", "400", "--bench-count", "4")
+# how it looks at a person's pace: four bench proofs at time scale 400 (about 5 s, not 13), with an
+# eighth of the real memory (as lifecyclehelpers.lifecycle_env).
+QUICK_SIM = ("--time-scale", "400", "--bench-count", "4", "--memory-scale", "0.125")
 
 
 def _ephemeral_low() -> int:
