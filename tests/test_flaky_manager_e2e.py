@@ -31,10 +31,11 @@ def finish(run, timeout: float = 100) -> int:  # under pytest's own 120 s
 def test_every_report_applied_exactly_once_behind_a_flaky_proxy(tmp_path, manager, seed):
     mgr = manager("--html-rate", "0.5", "--html-status", "502", "--bad-body-rate", "0.1",
                   "--seed", str(seed))  # fmt: skip
-    # A 2 s backoff cap: at this proxy's 55 % failures, the 15 s default made one report take
-    # 14 tries and 65 s in one run of 18 (the assertions do not depend on the pauses).
+    # Pauses of 0.1 s to 0.5 s: at this proxy's 55 % failures, the 15 s default cap made one
+    # report take 14 tries and 65 s in one run of 18 (the assertions do not depend on them).
     env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=4,
-                        manager_retry_s=300, manager_backoff_max_s=2)  # fmt: skip
+                        manager_retry_s=300, manager_backoff_initial_s=0.1,
+                        manager_backoff_max_s=0.5)  # fmt: skip
     run = start_run(env)
     assert finish(run) == exitcodes.OK
     assert any(r.get("faulted") for r in mgr.requests()), "the proxy never misbehaved"
