@@ -331,10 +331,10 @@ ROWS = [
     Row("crash-loop", exitcodes.DAEMON_CRASH_LOOP, sim_faults=("exit:3",),
         settings={"crash_loop_failures": 3}, reason="crash loop", rate_zero=True),
     Row("manager-refusing-connections", 0, manager_args=("--refuse-for", "3")),
-    # A 2 s backoff cap, as for the flaky proxy below: consecutive failures are common at 50 %
+    # Pauses capped at 0.5 s, as for the flaky proxy below: consecutive failures are common at 50 %
     # and the shared backoff would grow toward its fleet-sized default (120 s).
     Row("manager-5xx-storm", 0, manager_args=("--fail-rate", "0.5", "--seed", "3"),
-        settings={"manager_backoff_max_s": 2}),
+        settings={"manager_backoff_initial_s": 0.1, "manager_backoff_max_s": 0.5}),
     # Every answer 2 s late against a read timeout of three times that (each call waits; none
     # is cut): the ratio of the field's 5 s against 15 s, at a fifth of the row's time.
     Row("manager-slow-2s", 0, manager_args=("--latency", "2"),
@@ -406,7 +406,8 @@ ROWS = [
                       "--seed", "7"),
         # The 15 s default cap once made this row take 109 s (consecutive failures are common
         # at this proxy's 55 %); the row's checks do not depend on the pauses.
-        settings={"manager_retry_s": 300, "manager_backoff_max_s": 2}),
+        settings={"manager_retry_s": 300, "manager_backoff_initial_s": 0.1,
+                  "manager_backoff_max_s": 0.5}),
 ]  # fmt: skip
 
 
