@@ -95,6 +95,31 @@ def build_parser() -> argparse.ArgumentParser:
         "MARKER (an absolute path) and keeps the default factor",
     )
     p.add_argument(
+        "--synthesis-factor",
+        type=float,
+        default=_env_default("CUZK_SIM_SYNTHESIS_FACTOR", "1"),
+        metavar="F",
+        help="every partition synthesizes F times slower (F > 1: the pipeline is "
+        "synthesis-bound with more partitions waiting for the limiter)",
+    )
+    p.add_argument(
+        "--gpu-factor",
+        type=float,
+        default=_env_default("CUZK_SIM_GPU_FACTOR", "1"),
+        metavar="F",
+        help="every partition takes F times longer on its GPU worker (20: GPU-bound at 2 "
+        "partition workers)",
+    )
+    p.add_argument(
+        "--cpu-share",
+        type=float,
+        default=os.environ.get("CUZK_SIM_CPU_SHARE") or None,
+        metavar="F",
+        help="the daemon gets F (0 < F <= 1) of the CPU its synthesis would use: synthesis "
+        f"runs max(1, {model.SYNTHESIS_CPU_SHARE:g}/F) times slower and /status reports the "
+        "machine's CPU busy share (sim.cpu_busy_share; absent without this flag)",
+    )
+    p.add_argument(
         "--strict-keepalive",
         action="store_true",
         default=os.environ.get("CUZK_SIM_STRICT_KEEPALIVE", "") not in ("", "0"),
@@ -186,6 +211,9 @@ class SimDaemon:
             first_proof_factor=_first_proof_factor(args),
             vram_bytes=SimMachine.from_args(args).vram_bytes,
             timeline=Timeline(args.timeline, log) if args.timeline is not None else None,
+            synthesis_factor=args.synthesis_factor,
+            gpu_factor=args.gpu_factor,
+            cpu_share=args.cpu_share,
         )
 
     def _on_memory_grow(self, key: object, total_gib: float) -> None:
@@ -328,6 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         fatal(log, "invalid arguments", problem)
     if not 1 <= args.first_proof_factor <= 1000:
         fatal(log, "invalid arguments", "need 1 <= first proof factor <= 1000")
+    if not (0.01 <= args.synthesis_factor <= 1000 and 0.01 <= args.gpu_factor <= 1000):
+        fatal(log, "invalid arguments", "need 0.01 <= synthesis and GPU factors <= 1000")
+    if args.cpu_share is not None and not 0 < args.cpu_share <= 1:
+        fatal(log, "invalid arguments", "need 0 < cpu share <= 1")
     asyncio.run(SimDaemon(args, cfg, listen, faults, log).run())
     return 0
 

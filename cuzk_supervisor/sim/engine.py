@@ -68,6 +68,10 @@ class Job:
     proved: bool = False
     awaiting_pce: bool = False
     partitions: list[str] = field(default_factory=list)
+    """Each partition's state as ``/status`` names it: pending, synthesizing, synth_done (waiting
+    for a GPU worker), gpu, done or failed."""
+    synth_ms: list[int | None] = field(default_factory=list)
+    gpu_ms: list[int | None] = field(default_factory=list)
     admitted_at: float | None = None  # entered the partition pipeline
     reply_to: int | None = None  # the job whose answer this submission followed
     starved_s: float = 0.0  # idle capacity before it arrived that only the client could fill
@@ -94,8 +98,15 @@ class Engine:
         first_proof_factor: float = model.FIRST_PROOF_AFTER_START_FACTOR,
         vram_bytes: int = model.gib_bytes(model.GPU_VRAM_GIB),
         timeline: Timeline | None = None,
+        synthesis_factor: float = 1.0,
+        gpu_factor: float = 1.0,
+        cpu_share: float | None = None,
     ) -> None:
         self.release = release
+        self.synthesis_factor = synthesis_factor
+        self.gpu_factor = gpu_factor
+        self.cpu_share = cpu_share
+        """The share of the CPU synthesis would use that it gets (``--cpu-share``); None: all."""
         self.vram_bytes = vram_bytes  # of each GPU
         self.first_proof_factor = first_proof_factor
         self.time_scale = time_scale
@@ -112,7 +123,14 @@ class Engine:
         # Answers no later PoRep submission has followed yet, oldest first: (seq, answered at).
         self._unreplied: deque[tuple[int, float]] = deque()
         self.clock: SimClock | None = None
-        self.pipeline = Pipeline(slots, self.gpu_workers, factor=self._factor)
+        self.pipeline = Pipeline(
+            slots,
+            self.gpu_workers,
+            factor=self._factor,
+            partition_seconds=self._partition_seconds,
+            gpu_seconds=model.GPU_SECONDS_PER_PARTITION * gpu_factor,
+        )
+        self.gpu_busy_s = [0.0] * self.gpu_workers  # finished partitions' GPU seconds, by worker
         self.jobs: dict[str, Job] = {}  # job_id -> the latest job with that id
         self.results: dict[str, pb.AwaitProofResponse] = {}  # job_id -> its first result
         self._by_seq: dict[int, Job] = {}
@@ -147,6 +165,15 @@ class Engine:
             gpus=self.gpus,
             gpu_workers=self.gpu_workers,
         )
+
+    @property
+    def synthesis_slowdown(self) -> float:
+        """``--synthesis-factor`` times the slowdown of ``--cpu-share``."""
+        cpu = 1.0 if self.cpu_share is None else model.cpu_slowdown(self.cpu_share)
+        return self.synthesis_factor * cpu
+
+    def _partition_seconds(self, active: int) -> float:
+        return model.partition_seconds(active) * self.synthesis_slowdown
 
     def now(self) -> float:
         assert self.clock is not None
@@ -207,7 +234,9 @@ class Engine:
             queue_position=self.queue_position(job),
         )
         if job.kind == POREP:
-            job.partitions = ["queued"] * model.PARTITIONS_PER_POREP
+            job.partitions = ["pending"] * model.PARTITIONS_PER_POREP
+            job.synth_ms = [None] * model.PARTITIONS_PER_POREP
+            job.gpu_ms = [None] * model.PARTITIONS_PER_POREP
             self._admit.append(job)
             self._parse(job)
             self._spawn(self._ensure_porep_ready())
@@ -325,7 +354,8 @@ class Engine:
         if isinstance(event, Synthesized):
             self.memory.free(("partition", event.part))
             job.synthesis_s += event.seconds
-            job.partitions[event.part.index] = "gpu_queued"
+            job.partitions[event.part.index] = "synth_done"
+            job.synth_ms[event.part.index] = round(event.seconds * 1000)
             self.log.debug(
                 "cuzk_core::pipeline",
                 "partition synthesized",
@@ -334,10 +364,12 @@ class Engine:
                 elapsed_ms=round(event.seconds * 1000),
             )
         elif isinstance(event, GpuStarted):
-            job.partitions[event.part.index] = "proving"
+            job.partitions[event.part.index] = "gpu"
         elif isinstance(event, GpuFinished):
             job.gpu_s += event.seconds
             job.partitions[event.part.index] = "done"
+            job.gpu_ms[event.part.index] = round(event.seconds * 1000)
+            self.gpu_busy_s[event.worker] += event.seconds
             self.log.debug(
                 "cuzk_core::gpu",
                 "partition proved",
@@ -383,6 +415,7 @@ class Engine:
             return []
         for part in self.pipeline.abort(job.seq, event.at):
             self.memory.free(("partition", part))
+        job.partitions = [s if s == "done" else "failed" for s in job.partitions]
         self._finish(job, failure.message, event.at)
         return self.pipeline.refill(event.at)
 

@@ -29,6 +29,10 @@ SYNTHESIS_TABLE: tuple[tuple[int, float], ...] = (
     (12, 51.0),
 )
 GPU_SECONDS_PER_PARTITION = 3.0
+# The share of the machine's CPU the model's synthesis uses with every limiter slot busy. A
+# daemon given less (``--cpu-share F``) synthesizes max(1, SYNTHESIS_CPU_SHARE / F) times slower
+# and its CPU is then all busy while the limiter is full.
+SYNTHESIS_CPU_SHARE = 0.6
 # The first proof without a PCE is slower in synthesis, then extracts the PCE (cuzk.md §3).
 NO_PCE_SYNTHESIS_FACTOR = 1.4
 PCE_EXTRACTION_SECONDS = 47.0
@@ -104,20 +108,40 @@ def steady_state_seconds_per_proof(workers: int) -> float:
     return PARTITIONS_PER_POREP * partition_seconds(workers) / max(1, workers)
 
 
-def steady_state_proofs_per_hour(workers: int, concurrency: int, gpu_workers: int) -> float:
+def cpu_slowdown(cpu_share: float) -> float:
+    """How many times slower synthesis runs on ``cpu_share`` of the CPU it would use."""
+    return max(1.0, SYNTHESIS_CPU_SHARE / cpu_share)
+
+
+def cpu_busy_share(active: int, slots: int, cpu_share: float) -> float:
+    """The machine's CPU busy share while ``active`` of ``slots`` partitions synthesize."""
+    if slots < 1:
+        return 0.0
+    return min(1.0, active / slots * SYNTHESIS_CPU_SHARE / cpu_share)
+
+
+def steady_state_proofs_per_hour(
+    workers: int,
+    concurrency: int,
+    gpu_workers: int,
+    synthesis_factor: float = 1.0,
+    gpu_factor: float = 1.0,
+) -> float:
     """Long-run PoRep rate of this model for a client keeping ``concurrency`` proofs in flight.
 
     ``active = min(workers, 10 * concurrency)`` partitions synthesize at once, and the GPU
-    workers cap the rate at ``gpu_workers / 3 s`` partitions per second. It is the exact
-    long-run rate whenever the other proofs in flight keep the slots fed while one finishes
-    on the GPU (``workers <= 10 * (concurrency - 1)``, e.g. 2 or 10 workers at concurrency 2);
-    otherwise it is an upper bound (``pipeline.simulate_closed_loop`` gives the exact figure).
+    workers cap the rate at ``gpu_workers / 3 s`` partitions per second (``synthesis_factor``
+    and ``gpu_factor`` stretch the two steps, as ``--synthesis-factor``/``--gpu-factor`` do). It
+    is the exact long-run rate whenever the other proofs in flight keep the slots fed while one
+    finishes on the GPU (``workers <= 10 * (concurrency - 1)``, e.g. 2 or 10 workers at
+    concurrency 2); otherwise it is an upper bound (``pipeline.simulate_closed_loop`` gives the
+    exact figure).
     """
     active = min(workers, PARTITIONS_PER_POREP * concurrency)
     if active < 1 or gpu_workers < 1:
         return 0.0
-    synth_rate = active / partition_seconds(active)
-    gpu_rate = gpu_workers / GPU_SECONDS_PER_PARTITION
+    synth_rate = active / (partition_seconds(active) * synthesis_factor)
+    gpu_rate = gpu_workers / (GPU_SECONDS_PER_PARTITION * gpu_factor)
     return min(synth_rate, gpu_rate) * 3600.0 / PARTITIONS_PER_POREP
 
 

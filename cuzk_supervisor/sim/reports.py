@@ -31,7 +31,13 @@ def _vram_used(engine: Engine) -> int:
 
 
 def steady_state(engine: Engine, concurrency: int = REFERENCE_CONCURRENCY) -> float:
-    rate = model.steady_state_proofs_per_hour(engine.slots, concurrency, engine.gpu_workers)
+    rate = model.steady_state_proofs_per_hour(
+        engine.slots,
+        concurrency,
+        engine.gpu_workers,
+        synthesis_factor=engine.synthesis_slowdown,
+        gpu_factor=engine.gpu_factor,
+    )
     return round(rate, 3)
 
 
@@ -167,25 +173,89 @@ def metrics_text(engine: Engine, deadline_cuts: Mapping[str, int] | None = None)
     return "\n".join(lines) + "\n"
 
 
+def _gpu_workers_status(engine: Engine) -> list[dict[str, Any]]:
+    """``gpu_workers[]``: each worker idle or proving, with its cumulative busy seconds."""
+    now = engine.now()
+    gpu_seconds = model.GPU_SECONDS_PER_PARTITION * engine.gpu_factor
+    workers = []
+    for worker in range(engine.gpu_workers):
+        slot = engine.pipeline.gpu[worker] if worker < len(engine.pipeline.gpu) else None
+        busy = engine.gpu_busy_s[worker] if worker < len(engine.gpu_busy_s) else 0.0
+        job = None
+        if slot is not None:
+            job = engine.job_by_seq(slot[0].seq)
+            busy += min(gpu_seconds, max(0.0, now - (slot[1] - gpu_seconds)))
+        workers.append(
+            {
+                "worker_id": worker,
+                "gpu_ordinal": worker // max(1, engine.gpu_workers_per_device),
+                "state": "proving" if slot is not None else "idle",
+                "current_job": job.job_id if job else None,
+                "current_partition": slot[0].index if slot is not None else None,
+                "busy_secs": round(busy, 3),
+            }
+        )
+    return workers
+
+
+def _pipeline_status(engine: Engine, job: Job, now: float) -> dict[str, Any]:
+    parts = job.partitions
+    return {
+        "job_id": job.job_id,
+        "proof_kind": job.queue,
+        "started_secs_ago": round(max(0.0, now - job.submitted_at), 3),
+        "total_partitions": len(parts),
+        "partitions_done": sum(1 for state in parts if state == "done"),
+        "partitions": [
+            {
+                "index": i,
+                "state": state,
+                "synth_ms": job.synth_ms[i] if i < len(job.synth_ms) else None,
+                "gpu_ms": job.gpu_ms[i] if i < len(job.gpu_ms) else None,
+            }
+            for i, state in enumerate(parts)
+        ],
+    }
+
+
+def _allocations(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    """``allocations{srs[], pce[]}`` (``circuit_id, bytes, last_used_secs_ago, evictable``)."""
+    resident = engine.resident
+    srs = [
+        {
+            "circuit_id": circuit,
+            "bytes": model.gib_bytes(model.SRS_GIB[circuit]),
+            "last_used_secs_ago": 0,
+            "evictable": False,
+        }
+        for circuit in resident.srs
+        if resident.loaded(circuit)
+    ]
+    pce = []
+    if resident.pce == "ready":
+        pce.append(
+            {
+                "circuit_id": "porep-32g",
+                "bytes": model.gib_bytes(model.PCE_GIB),
+                "last_used_secs_ago": 0,
+                "evictable": False,
+            }
+        )
+    return {"srs": srs, "pce": pce}
+
+
 def status_document(
     engine: Engine, *, memory_scale: float, gpu_faults: Mapping[int, str] | None = None
 ) -> dict[str, Any]:
-    """``GET /status``: the real daemon's JSON plus a ``sim`` object."""
+    """``GET /status``: the real daemon's JSON (``reference/cuzk.md``, "Optional HTTP status
+    listener") plus a ``sim`` object."""
     live = engine.live_jobs()
+    now = engine.now()
     used = engine.memory.simulated_bytes
-    workers = []
-    for worker in range(engine.gpu_workers):
-        job = _gpu_worker_job(engine, worker)
-        workers.append(
-            {
-                "index": worker,
-                "gpu": worker // max(1, engine.gpu_workers_per_device),
-                "busy": job is not None,
-                "job_id": job.job_id if job else None,
-            }
-        )
+    synthesizing = len(engine.pipeline.synthesizing)
+    gpu_busy = sum(1 for slot in engine.pipeline.gpu if slot is not None)
     return {
-        "uptime_secs": int(engine.now()),
+        "uptime_secs": int(now),
         "memory": {
             "total_bytes": engine.total_budget_bytes,
             "used_bytes": used,
@@ -193,23 +263,25 @@ def status_document(
         },
         "synthesis": {
             "max_concurrent": engine.slots,
-            "active": len(engine.pipeline.synthesizing),
+            "active": synthesizing,
         },
-        "pipelines": [
-            {
-                "job_id": job.job_id,
-                "proof_kind": job.queue,
-                "state": job.state,
-                "partitions": [{"index": i, "state": s} for i, s in enumerate(job.partitions)],
-            }
-            for job in live
-        ],
-        "gpu_workers": workers,
+        "pipelines": [_pipeline_status(engine, job, now) for job in live],
+        "gpu_workers": _gpu_workers_status(engine),
         "counters": {
             "total_completed": engine.completed_total,
             "total_failed": engine.failed_total,
+            "completed_by_kind": dict(engine.completed),
+            "failed_by_kind": dict(engine.failed),
             "queue_depth": sum(1 for j in live if j.state == "queued"),
             "running": sum(1 for j in live if j.state == "running"),
+        },
+        "allocations": _allocations(engine),
+        "buffers": {
+            "synth_in_flight": synthesizing,
+            "provers_in_flight": gpu_busy,
+            "aux_in_flight": 0,
+            "shells_in_flight": 0,
+            "pending_handles": len(engine.pipeline.gpu_queue),
         },
         "sim": {
             "rss_simulated_bytes": used,
@@ -223,6 +295,15 @@ def status_document(
             "memory_scale": memory_scale,
             "release": engine.release,
             "synthesis_slots": engine.slots,
+            "synthesis_factor": engine.synthesis_factor,
+            "gpu_factor": engine.gpu_factor,
+            "cpu_share": engine.cpu_share,
+            # The machine's CPU busy share now (the model's; None without --cpu-share).
+            "cpu_busy_share": (
+                None
+                if engine.cpu_share is None
+                else round(model.cpu_busy_share(synthesizing, engine.slots, engine.cpu_share), 3)
+            ),
             "pce": engine.resident.pce,
             "workers_stopped": engine.stopped,
             "gpus": [

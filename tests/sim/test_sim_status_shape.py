@@ -1,0 +1,142 @@
+"""The simulated daemon's ``GET /status`` in the real daemon's shape (``reference/cuzk.md``,
+"Optional HTTP status listener"), and the switches that make it GPU- or synthesis-bound."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
+
+from cuzk_supervisor.sim import model
+
+STATES = {"pending", "synthesizing", "synth_done", "gpu", "done", "failed"}
+
+
+def config(tmp_path: Path, port: int, workers: int = 2) -> Path:
+    return write_config(
+        tmp_path,
+        synthesis={"partition_workers": workers},
+        srs={"param_cache": str(tmp_path), "preload": ["porep-32g"]},
+        daemon={"status_listen": f"127.0.0.1:{port}"},
+    )
+
+
+def status(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as reply:
+        document: dict[str, Any] = json.load(reply)
+    return document
+
+
+def test_status_has_the_real_daemons_shape(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    port = free_tcp_port()
+    sim = sim_factory(config=config(tmp_path, port), time_scale=400, args=["--gpu-factor", "20"])
+    stub = sim.stub()
+    stub.SubmitProof(submit_request("a"), timeout=5)
+    stub.SubmitProof(submit_request("b"), timeout=5)
+
+    def some_partition_proving() -> dict[str, Any] | None:
+        doc = status(port)
+        proving = [w for w in doc["gpu_workers"] if w["state"] == "proving"]
+        return doc if proving else None
+
+    doc = poll_until(some_partition_proving, 20, what="a GPU worker proving")
+    assert set(doc) >= {"uptime_secs", "memory", "synthesis", "pipelines", "gpu_workers",
+                        "counters", "allocations", "buffers", "sim"}  # fmt: skip
+    assert doc["synthesis"] == {"max_concurrent": 2, "active": doc["synthesis"]["active"]}
+    assert 0 <= doc["synthesis"]["active"] <= 2
+    (a, b) = doc["pipelines"]
+    assert (a["job_id"], b["job_id"]) == ("a", "b")
+    for pipeline in doc["pipelines"]:
+        assert set(pipeline) == {"job_id", "proof_kind", "started_secs_ago", "total_partitions",
+                                 "partitions_done", "partitions"}  # fmt: skip
+        assert pipeline["proof_kind"] == "porep-c2"
+        assert pipeline["total_partitions"] == model.PARTITIONS_PER_POREP
+        assert pipeline["started_secs_ago"] >= 0
+        parts = pipeline["partitions"]
+        assert [p["index"] for p in parts] == list(range(10))
+        assert {p["state"] for p in parts} <= STATES
+        assert pipeline["partitions_done"] == sum(p["state"] == "done" for p in parts)
+        for part in parts:
+            synthesized = part["state"] in ("synth_done", "gpu", "done")
+            assert (part["synth_ms"] is not None) == synthesized, part
+            assert (part["gpu_ms"] is not None) == (part["state"] == "done"), part
+    synthesized = [p for p in a["partitions"] if p["synth_ms"] is not None]
+    assert synthesized, a
+    # 30.4 s at 2 active; the first proof after the start is 1.25 times slower, without a PCE
+    # 1.4 times slower again.
+    first = 30_400 * 1.25 * model.NO_PCE_SYNTHESIS_FACTOR
+    assert synthesized[0]["synth_ms"] == pytest.approx(first, rel=0.01)
+    workers = doc["gpu_workers"]
+    assert [w["worker_id"] for w in workers] == [0, 1]
+    assert [w["gpu_ordinal"] for w in workers] == [0, 0]
+    for worker in workers:
+        assert set(worker) == {"worker_id", "gpu_ordinal", "state", "current_job",
+                               "current_partition", "busy_secs"}  # fmt: skip
+        assert worker["state"] in ("idle", "proving")
+        if worker["state"] == "proving":
+            assert worker["current_job"] in ("a", "b")
+            assert 0 <= worker["current_partition"] < 10
+            assert 0 <= worker["busy_secs"] <= 60 * 10
+        else:
+            assert worker["current_job"] is None
+            assert worker["current_partition"] is None
+    assert set(doc["counters"]) >= {"total_completed", "total_failed", "completed_by_kind",
+                                    "failed_by_kind", "queue_depth"}  # fmt: skip
+    assert set(doc["buffers"]) == {"synth_in_flight", "provers_in_flight", "aux_in_flight",
+                                   "shells_in_flight", "pending_handles"}  # fmt: skip
+    assert [s["circuit_id"] for s in doc["allocations"]["srs"]] == ["porep-32g"]
+    assert doc["sim"]["gpu_factor"] == 20
+    assert doc["sim"]["cpu_busy_share"] is None  # not without --cpu-share
+    # GPU-bound: 2 workers prove a partition per 30 s, 2 slots synthesize one per 15.2 s.
+    assert doc["sim"]["steady_state_proofs_per_hour"] == pytest.approx(12.0, abs=1e-3)
+
+
+def test_busy_secs_add_up_over_finished_partitions(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    port = free_tcp_port()
+    sim = sim_factory(config=config(tmp_path, port, workers=10), time_scale=2000)
+    sim.stub().SubmitProof(submit_request("only"), timeout=5)
+    poll_until(lambda: status(port)["counters"]["total_completed"] == 1, 20, what="the proof")
+    doc = status(port)
+    assert doc["pipelines"] == []
+    assert all(w["state"] == "idle" for w in doc["gpu_workers"])
+    assert sum(w["busy_secs"] for w in doc["gpu_workers"]) == pytest.approx(10 * 3.0)
+
+
+def test_cpu_share_slows_synthesis_and_reports_the_cpu_busy(
+    tmp_path: Path, sim_factory: Callable[..., SimProcess]
+) -> None:
+    port = free_tcp_port()
+    sim = sim_factory(config=config(tmp_path, port), time_scale=400, args=["--cpu-share", "0.3"])
+    sim.stub().SubmitProof(submit_request("c"), timeout=5)
+
+    def synthesized() -> dict[str, Any] | None:
+        doc = status(port)
+        parts = doc["pipelines"][0]["partitions"] if doc["pipelines"] else []
+        return doc if any(p["synth_ms"] is not None for p in parts) else None
+
+    doc = poll_until(synthesized, 20, what="a synthesized partition")
+    part = next(p for p in doc["pipelines"][0]["partitions"] if p["synth_ms"] is not None)
+    # Twice as slow (0.6 / 0.3) as the first proof without a PCE.
+    first = 30_400 * 1.25 * model.NO_PCE_SYNTHESIS_FACTOR
+    assert part["synth_ms"] == pytest.approx(first * 2, rel=0.01)
+    assert doc["sim"]["cpu_share"] == 0.3
+    assert doc["sim"]["cpu_busy_share"] == 1.0  # both slots busy on a third of the CPU
+
+
+def test_model_cpu_figures() -> None:
+    assert model.cpu_slowdown(1.0) == 1.0
+    assert model.cpu_slowdown(0.6) == 1.0
+    assert model.cpu_slowdown(0.3) == pytest.approx(2.0)
+    assert model.cpu_busy_share(2, 2, 1.0) == pytest.approx(0.6)
+    assert model.cpu_busy_share(1, 2, 1.0) == pytest.approx(0.3)
+    assert model.cpu_busy_share(2, 2, 0.3) == 1.0
+    assert model.cpu_busy_share(0, 0, 0.3) == 0.0
