@@ -26,6 +26,9 @@ class ManagerHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    # As Go's listener: the kernel's own limit (somaxconn), not socketserver's 5, so a fleet
+    # connecting in the same second is queued, not dropped into SYN retransmits.
+    request_queue_size = 4096
 
     def __init__(
         self,
