@@ -280,7 +280,8 @@ def test_a_param_cache_that_cannot_hold_the_parameters_exits_2_before_register(
     options: str, fragment: str, tmp_path: Path, shared_manager: ManagerProcess
 ) -> None:
     before = len(shared_manager.requests())
-    env = {**_base_env(), **_bytes_env(lifecycle_env(tmp_path, shared_manager.url))}
+    # The simulator's own 1 MiB per simulated GiB, which the 125 MiB below is in.
+    env = {**_base_env(), **_bytes_env(lifecycle_env(tmp_path, shared_manager.url, memory_scale=1))}
     with _tmpfs(tmp_path / "disk", options) as disk:
         env[b"CUZK_SUPERVISOR_DAEMON_PARAM_CACHE"] = os.fsencode(disk / "params")
         done = _run(env)

@@ -533,7 +533,11 @@ async def test_a_replacement_channel_dials_at_once_not_at_its_first_call():
             with pytest.raises(grpc.aio.AioRpcError):
                 await client.call("AwaitProof", request, timeout=0.05)
         assert client.stub is not first_stub
-        # Already connecting (or connected) before anything was sent on it: the submission
-        # that follows does not wait for the dial.
-        state = client._current().channel.get_state()
-        assert state is not grpc.ChannelConnectivity.IDLE, state
+        # Connecting (or connected) before anything was sent on it: the submission that follows
+        # does not wait for the dial. Left idle, a channel would stay so until its first call.
+        channel = client._current().channel
+        if channel.get_state() is grpc.ChannelConnectivity.IDLE:
+            await asyncio.wait_for(
+                channel.wait_for_state_change(grpc.ChannelConnectivity.IDLE), timeout=10
+            )
+        assert channel.get_state() is not grpc.ChannelConnectivity.IDLE
