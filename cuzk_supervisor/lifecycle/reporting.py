@@ -290,6 +290,12 @@ class Reporter:
 
     # --- the manager's bench clock ------------------------------------------------------------
 
+    @property
+    def _status_read_s(self) -> float:
+        """How long one read of the whole table is retried: the setting, within the retry
+        window of one report."""
+        return min(self.s.manager_status_read_s, self.s.manager_retry_s)
+
     def bench_deadline(self) -> float:
         """The end of the manager's benchmark budget, on the monotonic clock.
 
@@ -315,7 +321,7 @@ class Reporter:
         done_at = self.state.state.params_done_at
         if resumed and done_at is not None:
             start, source = done_at, "params done (resumed)"
-        looked_up, record = await self._record(stop_s=min(10.0, self.s.manager_retry_s))
+        looked_up, record = await self._record(stop_s=min(10.0, self._status_read_s))
         stamped = manager_time(record.get("param_done_at")) if looked_up and record else None
         if stamped is not None and stamped < start:
             start, source = stamped, "manager param_done_at"
@@ -384,7 +390,7 @@ class Reporter:
 
     async def _check_alive(self) -> None:
         """Before a report that would revive a killed instance: is it still alive?"""
-        reason = await self.look_up_kill(stop_s=min(30.0, self.s.manager_retry_s))
+        reason = await self.look_up_kill(stop_s=self._status_read_s)
         if reason is not None:
             self._signals.mark_gone(reason)
             raise InstanceGone("status", self._uuid(), reason)

@@ -97,6 +97,13 @@ class Settings:
         "costs the manager its whole table, about 290 bytes per instance it knows)",
         minimum=0, maximum=DAY_S, group="manager",
     )  # fmt: skip
+    manager_status_read_s: float = setting(
+        30.0,
+        "how long one read of the manager's whole table is retried (the manager away, or "
+        "answering what cannot be its table) before going on without it: before /bench-done "
+        "the report is then sent unchecked; for the bench clock, at most 10 s of it",
+        minimum=0.1, maximum=DAY_S, group="manager",
+    )  # fmt: skip
     log_push: bool = setting(True, "push log lines to the manager's log endpoint", group="manager")
     log_buffer_lines: int = setting(
         10_000,
@@ -341,6 +348,12 @@ class Settings:
         1.25,
         "estimated times are stretched by this before they are held against the budget",
         minimum=1, maximum=10, group="bench", metavar="FACTOR",
+    )  # fmt: skip
+    bench_status_sample_s: float = setting(
+        0.5,
+        "seconds between samples of the daemon's HTTP status while the bench measures (what "
+        "bounds the rate: bench.result's bound); 0 = off",
+        minimum=0, maximum=60, group="bench",
     )  # fmt: skip
     restart_after_warmup: bool = setting(
         True,
