@@ -169,6 +169,7 @@ def build_lifecycle(
     """The phase machine and its collaborators, connected."""
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
+    from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
     from cuzk_supervisor.address import parse_address
     from cuzk_supervisor.core.bench import BenchPolicy
     from cuzk_supervisor.core.memory import MemoryPolicy
@@ -214,6 +215,7 @@ def build_lifecycle(
         daemon=daemon, client_factory=client_factory, c1_file=s.c1_file, signals=signals,
         progress=progress, metrics=metrics, shipper=shipper, retry=retries.proof,
         proof_budget_s=s.proof_budget_s, rate_time_scale=s.rate_time_scale,
+        status_sampler=StatusSampler(s.daemon_status_listen, s.bench_status_sample_s),
     )  # fmt: skip
     stepdown = StepDown(
         daemon=daemon, watch=watch, signals=signals, progress=progress,

@@ -221,12 +221,23 @@ class Verdict:
         }
 
     def line(self) -> str:
-        """One line in words for a person (the manager's benchout tab)."""
+        """One line in words for a person (the manager's benchout tab): the verdict, then the
+        changes the model says would raise the rate (more workers left out while the CPU is
+        the limit: the model does not know the CPU)."""
         text = f"{self.bound}: {self.reason}"
-        lifts = [p for p in self.projections if p.name != "as-run"]
+        as_run = self.projection("as-run")
+        if as_run is None:
+            return text
+        lifts = [
+            p
+            for p in self.projections
+            if p.name != "as-run"
+            and p.rate_per_hour > 1.01 * as_run.rate_per_hour
+            and not (p.name == "more-workers" and self.limit == "cpu")
+        ]
         if lifts:
-            words = "; ".join(f"{p.change} ~{p.rate_per_hour:.1f}/h" for p in lifts)
-            text += f" (model: {words})"
+            words = ", ".join(f"{p.change} ~{p.rate_per_hour:.1f}" for p in lifts)
+            text += f"; model, proofs/hour (as run {as_run.rate_per_hour:.1f}): {words}"
         return text
 
 

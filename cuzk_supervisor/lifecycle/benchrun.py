@@ -30,6 +30,7 @@ from cuzk_supervisor.core.bench import (
     late_hearing_s,
     next_submission,
 )
+from cuzk_supervisor.core.bound import Verdict
 from cuzk_supervisor.core.plan import WorkerPlan
 from cuzk_supervisor.core.units import GIB, planned_gib
 from cuzk_supervisor.proto import proving_pb2 as pb
@@ -154,6 +155,7 @@ def bench_result(
     memory_scale: float,
     budget_left_s: float,
     step_downs: int,
+    bound: Verdict | None = None,
 ) -> BenchResult:
     rate = measurement.rate_per_hour / rate_time_scale
     completed = measurement.proofs
@@ -179,12 +181,15 @@ def bench_result(
         ),
         "measurement": how,
     }
+    if bound is not None:
+        figures["bound"] = bound.to_dict()
     line = (
         f"bench result: {rate:.2f} proofs/hour from {completed} proofs over "
         f"{wall_s:.1f}s at concurrency {measurement.concurrency}, {measurement.workers} "
         f"workers; {measurement.reason}; budget left {how['budget_left_s']}s"
     )
     record = BenchRecord(
-        rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict(), measurement=how
-    )
+        rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict(), measurement=how,
+        bound=bound.to_dict() if bound is not None else {},
+    )  # fmt: skip
     return BenchResult(rate, figures, line, record)

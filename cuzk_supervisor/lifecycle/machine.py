@@ -31,6 +31,7 @@ from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core import bench
 from cuzk_supervisor.core.benchclock import room_to_measure
+from cuzk_supervisor.core.bound import Shape, Verdict, judge
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan, plan_workers
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
@@ -229,15 +230,18 @@ class Lifecycle:
     async def _report(self, measurement: bench.RateMeasurement) -> bool:
         await self._enter("report")
         snapshot = self.monitors.last_memory or self.resources.sample()
+        verdict = self._bound(measurement)
         result = bench_result(
             measurement, self._plan_now(), snapshot,
             rate_time_scale=self.s.rate_time_scale, memory_scale=self.s.plan_memory_scale,
             budget_left_s=self.reporter.bench_deadline() - time.monotonic(),
-            step_downs=self.progress.step_downs,
+            step_downs=self.progress.step_downs, bound=verdict,
         )  # fmt: skip
         rate = result.rate
         log.info("bench.result", **result.figures)
         self.shipper.add_line("benchout", result.line)
+        if verdict is not None:
+            self.shipper.add_line("benchout", verdict.line())
         self.metrics.bench_rate(rate)
         await self.state.update(lambda st: st.with_bench(result.record))
         if measurement.proofs == 0:
@@ -259,6 +263,19 @@ class Lifecycle:
         if self.reporter.judged:  # else a local run: bench.unjudged (the reporter), never passed
             log.info("bench.passed", rate=rate)
         return True
+
+    def _bound(self, measurement: bench.RateMeasurement) -> Verdict | None:
+        """What bounded the rate, from the status sampled between the first and the last
+        completion of the latest stretch (None when sampling is off)."""
+        if self.s.bench_status_sample_s <= 0:
+            return None
+        shape = Shape(
+            partition_workers=measurement.workers,
+            concurrency=measurement.concurrency,
+            gpus=max(1, self._plan_now().gpu_count),
+        )
+        # The partitions' times are the daemon's, as the reported rate is (rate_time_scale).
+        return judge(self.progress.bench_samples, shape, window=self.progress.bench_window)
 
     async def _run_phase(self) -> int:
         await self._enter("run")

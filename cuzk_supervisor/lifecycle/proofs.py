@@ -11,6 +11,7 @@ tests pass their own).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -24,7 +25,9 @@ from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.adapters.proving.batch import Prover
 from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.adapters.proving.results import ProofResult
+from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
+from cuzk_supervisor.core.bound import StatusSample
 from cuzk_supervisor.daemon.keeper import KeeperOutcome
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.lifecycle.benchrun import StretchRun
@@ -71,6 +74,7 @@ class ProofRunner:
         proof_budget_s: float | None,
         rate_time_scale: float,
         loop_lag: Callable[[], LoopLag] = LoopLag,
+        status_sampler: StatusSampler | None = None,
     ) -> None:
         self._daemon = daemon
         self._client = client_factory
@@ -83,6 +87,7 @@ class ProofRunner:
         self._proof_budget_s = proof_budget_s
         self._rate_time_scale = rate_time_scale
         self._loop_lag = loop_lag
+        self._status_sampler = status_sampler
         self._request: pb.SubmitProofRequest | None = None
 
     # --- one proof ----------------------------------------------------------------------------
@@ -164,7 +169,12 @@ class ProofRunner:
             )
 
         request = self.c1_request()
-        async with self._loop_lag() as lag:  # how late we ourselves woke while it ran
+        sampler = self._status_sampler
+        sampling: AbstractAsyncContextManager[list[StatusSample]] = (
+            sampler.sampling() if sampler is not None else contextlib.nullcontext([])
+        )
+        # How late we ourselves woke while it ran; what the daemon's status said meanwhile.
+        async with self._loop_lag() as lag, sampling as samples:
             try:
                 stretch = await self._watched(
                     lambda client: run.run(client, request, self._proof_budget_s, on_result)
@@ -179,6 +189,9 @@ class ProofRunner:
                 progress.stretch = run.stretch
                 raise
         progress.stretch = None
+        progress.bench_samples = tuple(samples)
+        done = stretch.completions
+        progress.bench_window = (done[0], done[-1]) if len(done) >= 2 else None
         log.info("bench.stretch_done", submitted=stretch.submitted,
                  completed=len(stretch.completions), stopped=run.stop_reason,
                  loop_lag_max_ms=round(lag.worst_s * 1000, 1))  # fmt: skip

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuzk_supervisor.core.bench import Stretch
+from cuzk_supervisor.core.bound import StatusSample
 
 
 class LifecycleFailure(Exception):
@@ -58,6 +59,10 @@ class Progress:
     stretch: Stretch | None = None
     """The bench stretch being run (its completions so far)."""
     bench_planned: int = 0
+    bench_samples: tuple[StatusSample, ...] = ()
+    """The daemon's status sampled over the latest bench stretch (``bench_status_sample_s``)."""
+    bench_window: tuple[float, float] | None = None
+    """That stretch's first and last completion (monotonic): the samples the verdict reads."""
     register_failures: int = 0
     """Failed ``/register`` attempts so far (the manager is away)."""
     register_retry_at: float | None = None

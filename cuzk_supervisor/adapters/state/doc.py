@@ -56,9 +56,12 @@ class BenchRecord:
     measurement: Mapping[str, Any] = field(default_factory=dict)
     """How the rate was measured (:meth:`cuzk_supervisor.core.bench.RateMeasurement.to_dict`, plus
     the budget left): proofs counted, interval, concurrency, excluded restarts."""
+    bound: Mapping[str, Any] = field(default_factory=dict)
+    """What bounded the rate, with its figures and projections
+    (:meth:`cuzk_supervisor.core.bound.Verdict.to_dict`); empty when the status was not sampled."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "rate": self.rate,
             "completed": self.completed,
             "wall_s": self.wall_s,
@@ -66,6 +69,9 @@ class BenchRecord:
             "at": self.at,
             "measurement": dict(self.measurement),
         }
+        if self.bound:
+            document["bound"] = dict(self.bound)
+        return document
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +248,7 @@ def _bench_from(value: Any, index: int) -> BenchRecord:
         plan=d.opt_obj("plan") or {},
         at=d.text("at", required=True),
         measurement=d.opt_obj("measurement") or {},
+        bound=d.opt_obj("bound") or {},
     )
 
 
