@@ -434,6 +434,7 @@ class Reports:
     lost: int  # queued and never applied
     twice: int  # applied more than once
     source: str  # "manager" (the sim's counts) or "client" (2xx answers seen)
+    by_path: dict[str, tuple[int, int]] = field(default_factory=dict)  # path: (lost, twice)
 
 
 def reports(run: FleetRun) -> Reports:
@@ -452,6 +453,7 @@ def reports(run: FleetRun) -> Reports:
             if r.path in REPORT_PATHS and 200 <= r.status < 300 and uuid:
                 applied[(r.path, uuid)] = applied.get((r.path, uuid), 0) + 1
     expected = lost = twice = 0
+    by_path = {path: [0, 0] for path in REPORT_PATHS}
     for m in run.machines:
         uuid = m.reporter.uuid
         if uuid is None:
@@ -465,7 +467,10 @@ def reports(run: FleetRun) -> Reports:
             count = applied.get((path, uuid), 0)
             lost += count == 0
             twice += count > 1
-    return Reports(expected, lost, twice, source)
+            by_path[path][0] += count == 0
+            by_path[path][1] += count > 1
+    paths = {path: (v[0], v[1]) for path, v in by_path.items()}
+    return Reports(expected, lost, twice, source, paths)
 
 
 @dataclass
@@ -665,6 +670,8 @@ def describe(run: FleetRun, title: str) -> None:
         print("transport errors:", run.recorder.errors)
     for problem in run.problems:
         print("problem:", problem)
+    rep = reports(run)
+    print(f"reports (lost, applied twice) by path ({rep.source}): {rep.by_path}")
     for m in [m for m in run.machines if m.outcome.error][:3]:
         print(f"  machine {m.index}: {m.outcome.error}")
 
