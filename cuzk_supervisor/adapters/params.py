@@ -22,6 +22,7 @@ from cuzk_supervisor.adapters import files
 from cuzk_supervisor.daemon import leftovers
 from cuzk_supervisor.daemon.childenv import child_environ
 from cuzk_supervisor.daemon.output import OutputPump
+from cuzk_supervisor.deadline import within
 
 log = structlog.get_logger()
 
@@ -200,7 +201,7 @@ async def ensure_params(
         async with asyncio.timeout(timeout_s):
             while True:
                 try:
-                    await asyncio.wait_for(asyncio.shield(proc.wait()), progress_interval_s)
+                    await within(asyncio.shield(proc.wait()), progress_interval_s)
                     break
                 except TimeoutError:
                     samples = [*samples[-5:], (time.monotonic(), bytes_on_disk(folder, expected))]
@@ -237,7 +238,7 @@ async def _stop_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signum)
         try:
-            await asyncio.wait_for(asyncio.shield(proc.wait()), grace_s)
+            await within(asyncio.shield(proc.wait()), grace_s)
             return
         except TimeoutError:
             continue

@@ -30,6 +30,7 @@ from cuzk_supervisor.core.restart import (
 )
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.process import DaemonProcess, DaemonSettings, DaemonStartFailed
+from cuzk_supervisor.deadline import within
 
 log = structlog.get_logger()
 
@@ -144,7 +145,7 @@ class DaemonKeeper:
                     "worker.restart_scheduled", **delay, reason=decision.reason
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), decision.delay_s)
+                await within(self._stopping.wait(), decision.delay_s)
         return KeeperOutcome(exitcodes.OK, "stopped")
 
     async def _one_run(self) -> DaemonExit | None:

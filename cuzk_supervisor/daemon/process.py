@@ -39,6 +39,7 @@ from cuzk_supervisor.daemon.spec import (
     grpc_ready_probe,
     tree_rss_sampler,
 )
+from cuzk_supervisor.deadline import within
 
 log = structlog.get_logger()
 
@@ -255,7 +256,7 @@ class DaemonProcess:
         while True:
             await asyncio.sleep(settings.liveness_interval_s)
             try:
-                await asyncio.wait_for(
+                await within(
                     self._alive_probe(self.address, settings.liveness_timeout_s),
                     settings.liveness_timeout_s + 1.0,
                 )
@@ -355,9 +356,7 @@ class DaemonProcess:
             self.note_rss(self._rss_sampler(pgid))  # its size as we stop it counts too
             self._signal_group(signal.SIGTERM)
             try:
-                await asyncio.wait_for(
-                    asyncio.shield(self._proc.wait()), self.settings.stop_grace_s
-                )
+                await within(asyncio.shield(self._proc.wait()), self.settings.stop_grace_s)
             except TimeoutError:
                 log.warning(
                     "daemon.stop_grace_expired", pid=pgid, grace_s=self.settings.stop_grace_s

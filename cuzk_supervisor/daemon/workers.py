@@ -23,6 +23,7 @@ from cuzk_supervisor.daemon import leftovers
 from cuzk_supervisor.daemon.childenv import child_environ
 from cuzk_supervisor.daemon.output import OutputPump
 from cuzk_supervisor.daemon.process import DaemonStartFailed, Spawner
+from cuzk_supervisor.deadline import within
 
 log = structlog.get_logger()
 
@@ -114,7 +115,7 @@ class CommandProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._proc.pid, signal.SIGTERM)
             try:
-                await asyncio.wait_for(asyncio.shield(self._proc.wait()), self.stop_grace_s)
+                await within(asyncio.shield(self._proc.wait()), self.stop_grace_s)
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._proc.pid, signal.SIGKILL)

@@ -25,6 +25,7 @@ from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
 from cuzk_supervisor.daemon.process import DaemonProcess, Spawner
 from cuzk_supervisor.daemon.workers import CommandProcess
+from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
 from cuzk_supervisor.serve.metricsink import MetricsSink
@@ -152,7 +153,7 @@ class DaemonControl:
                 await keeper.stop()
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(task, self.s.daemon_stop_grace_s + 5)
+                    await within(task, self.s.daemon_stop_grace_s + 5)
 
     # --- inside -----------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from cuzk_supervisor.core.bound import Shape, Verdict, judge
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan, plan_workers
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
+from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle import ports
 from cuzk_supervisor.lifecycle.benchrun import bench_result
 from cuzk_supervisor.lifecycle.shared import (
@@ -108,7 +109,7 @@ class Lifecycle:
                     task.cancel()
                 self.shipper.stop()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(shipper_task), 10)
+                    await within(asyncio.shield(shipper_task), 10)
 
     async def _phases(self) -> int:
         await self.reporter.resend()

@@ -22,7 +22,6 @@ state ``killed``, a 404 on a call about this uuid), never from a record missing 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import random
@@ -50,6 +49,7 @@ from cuzk_supervisor.core.benchclock import bench_deadline
 from cuzk_supervisor.core.jitter import first_delay, next_delay
 from cuzk_supervisor.core.reconcile import gone_reason, manager_time
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
+from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.settings import Settings
@@ -276,7 +276,7 @@ class Reporter:
                 jitter = self.s.manager_jitter
                 wait_s = next_delay(pause if away else 1.0, jitter, self._rng.random())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(kick.wait(), wait_s)
+                    await within(kick.wait(), wait_s)
                 kick.clear()
                 if away:
                     pause = min(pause * 2, 30.0)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cuzk_supervisor.address import Address
+from cuzk_supervisor.deadline import within
 from cuzk_supervisor.sim.chaos import HangGate
 
 MAX_HEAD = 16 * 1024
@@ -19,7 +20,7 @@ async def start_status_server(
 ) -> asyncio.Server:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            head = await within(reader.readuntil(b"\r\n\r\n"), 10)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
             writer.close()
             return

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from cuzk_supervisor.address import Address
+from cuzk_supervisor.deadline import within
 
 MIB = 1024 * 1024
 # The daemon's own limit is 128 MiB each way; a PoRep input is ~51 MB and grpc-python's default
@@ -49,11 +50,11 @@ async def until_listening(address: Address, budget_s: float) -> bool:
     while True:
         try:
             if address.path is not None:
-                _, writer = await asyncio.wait_for(
+                _, writer = await within(
                     asyncio.open_unix_connection(str(address.path)), LISTEN_PROBE_INTERVAL_S * 4
                 )
             else:
-                _, writer = await asyncio.wait_for(
+                _, writer = await within(
                     asyncio.open_connection(address.host, address.port),
                     LISTEN_PROBE_INTERVAL_S * 4,
                 )

@@ -30,6 +30,7 @@ from cuzk_supervisor.core.bound import (
     PipelineSample,
     StatusSample,
 )
+from cuzk_supervisor.deadline import within
 from cuzk_supervisor.errors import UsageError
 
 log = structlog.get_logger("supervisor.bench")
@@ -111,14 +112,20 @@ async def fetch_status(address: Address, timeout_s: float = TIMEOUT_S) -> object
         try:
             writer.write(b"GET /status HTTP/1.0\r\nHost: cuzk\r\nConnection: close\r\n\r\n")
             await writer.drain()
-            return await reader.read(MAX_BODY_BYTES)
+            raw = b""
+            # HTTP/1.0 with Connection: close: the answer ends at EOF (one read() is one chunk)
+            while chunk := await reader.read(65536):
+                raw += chunk
+                if len(raw) > MAX_BODY_BYTES:
+                    return b""
+            return raw
         finally:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
     try:
-        raw = await asyncio.wait_for(get(), timeout_s)
+        raw = await within(get(), timeout_s)
     except (OSError, TimeoutError):
         return None
     head, _, body = raw.partition(b"\r\n\r\n")
