@@ -141,6 +141,37 @@ def test_a_fleet_started_in_the_same_second_does_not_tick_in_step():
     assert max(per_second) <= 3 * average
 
 
+def test_a_new_interval_starts_anywhere_in_it_the_same_one_changes_nothing():
+    draws = iter([0.5, 0.5, 0.25, 0.5])
+    schedule = JitteredSchedule(2.0, 0.2, lambda: next(draws))
+    assert [schedule.delay(), schedule.delay()] == pytest.approx([1.0, 2.0])
+    schedule.set_interval(2.0)
+    schedule.set_interval(120.0)
+    assert [schedule.delay(), schedule.delay()] == pytest.approx([30.0, 120.0])
+
+
+def test_a_fleet_that_changes_interval_together_does_not_tick_in_step():
+    """2,000 flush timers at 2 s switch to 120 s within the same few seconds (the run phase
+    reached together): from the switch on, no second holds more than 3x the average (without
+    a fresh start at the new interval, every first tick falls within 96..144 s of the switch)."""
+    rng = random.Random(22)
+    ticks: list[float] = []
+    for _ in range(2000):
+        schedule = JitteredSchedule(2.0, 0.2, rng.random)
+        at, switch = 0.0, 100.0 + 5.0 * rng.random()
+        while at < 700:
+            if at >= switch:
+                schedule.set_interval(120.0)
+            at += schedule.delay()
+            if 200 <= at < 700:
+                ticks.append(at)
+    per_second = [0] * 500
+    for at in ticks:
+        per_second[int(at - 200)] += 1
+    average = len(ticks) / 500
+    assert max(per_second) <= 3 * average
+
+
 # --- the drain's pace ----------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -196,13 +197,24 @@ async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> Non
         await asyncio.sleep(0.005)
 
 
+class FixedDraws(random.Random):
+    """A random source whose every draw is ``value`` (the jitter made predictable)."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
 @contextlib.asynccontextmanager
 async def running_shipper(
-    settings: ShipperSettings = QUIET, uuid: str | None = "u-1"
+    settings: ShipperSettings = QUIET, uuid: str | None = "u-1", rng: random.Random | None = None
 ) -> AsyncIterator[tuple[LogShipper, LogManager]]:
     fake = LogManager()
     client = ManagerClient(URL, retry=FAST, transport=httpx.MockTransport(fake.handler))
-    shipper = LogShipper(client, settings, uuid=uuid)
+    shipper = LogShipper(client, settings, uuid=uuid, rng=rng)
     task = asyncio.create_task(shipper.run())
     try:
         yield shipper, fake
@@ -466,7 +478,9 @@ async def test_a_daemon_line_is_shipped_once_under_its_own_tab():
 
 async def test_the_run_phase_batches_longer_a_line_waits_its_flush_interval():
     settings = ShipperSettings(flush_interval_s=0.02, retry_pause_s=0.01, jitter=0.0)
-    async with running_shipper(settings) as (shipper, fake):
+    # Every draw 0.5: the first wait at the new interval is half of it (30 s).
+    draws = FixedDraws(0.5)
+    async with running_shipper(settings, rng=draws) as (shipper, fake):
         shipper.add_line("cuzk", "before")
         await asyncio.wait_for(fake.received.wait(), 5.0)
         with pytest.raises(ValueError, match="flush interval"):
@@ -474,7 +488,7 @@ async def test_the_run_phase_batches_longer_a_line_waits_its_flush_interval():
         shipper.set_flush_interval(60.0, after_s=0.1)  # the run phase, after its first 0.1 s
         shipper.add_line("cuzk", "in the grace")
         await wait_for(lambda: "in the grace" in fake.lines("cuzk"))
-        await asyncio.sleep(0.15)  # the grace is over: the next wait is 60 s long
+        await asyncio.sleep(0.15)  # the grace is over: the next wait is 30 s long
         fake.received.clear()
         shipper.add_line("cuzk", "steady 1")
         shipper.add_line("cuzk", "steady 2")

@@ -6,6 +6,8 @@ line, the kill look-up, the ``/running`` ping, the log flush) therefore
 
 - fires its first tick at a uniformly random point of its interval (:func:`first_delay`), and
 - varies every later interval by up to ``± spread`` of it (:func:`next_delay`),
+- starts afresh when its interval changes (:meth:`JitteredSchedule.set_interval`): the first
+  tick at the new interval again anywhere in it,
 
 so the phases of a fleet spread out at once and keep drifting apart. The random draws are
 arguments (``u`` in ``[0, 1)``); :class:`JitteredSchedule` holds a draw function the caller
@@ -52,3 +54,12 @@ class JitteredSchedule:
             self.started = True
             return first_delay(self.interval_s, self.draw())
         return next_delay(self.interval_s, self.spread, self.draw())
+
+    def set_interval(self, interval_s: float) -> None:
+        """A new interval starts afresh: its first tick anywhere in it, as at the start. A fleet
+        that changes interval together (the log flush at the run phase) would otherwise keep
+        the phases of the old one, bunched within ``± spread`` of the new interval, for many
+        ticks. The same interval again changes nothing."""
+        if interval_s != self.interval_s:
+            self.interval_s = interval_s
+            self.started = False

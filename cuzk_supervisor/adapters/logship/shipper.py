@@ -5,9 +5,9 @@
 - Lines are batched per source (one body carries one ``X-Log-Source``), sent every
   ``flush_interval_s`` (2 s; in the run phase the lifecycle lengthens it with
   :meth:`LogShipper.set_flush_interval`, so a chatty daemon costs the manager about one request
-  per tab per interval; jittered: the first wait anywhere in it, each later one varied by
-  ``± jitter``, :mod:`cuzk_supervisor.core.jitter`) or as soon as a source has
-  ``batch_bytes``/``batch_lines`` waiting.
+  per tab per interval; jittered: the first wait anywhere in it, and again the first at a
+  new interval, each later one varied by ``± jitter``, :mod:`cuzk_supervisor.core.jitter`)
+  or as soon as a source has ``batch_bytes``/``batch_lines`` waiting.
 - The drain is paced (DESIGN.md principle 9): at most ``drain_lines_per_s`` lines a second on
   average and ``batch_lines`` in one body (:class:`cuzk_supervisor.core.pace.Pace`), so a
   backlog left by an outage goes out over minutes, in full bodies, never back to back. The
@@ -244,7 +244,7 @@ class LogShipper:
             upcoming = self._next_interval
             if upcoming is not None and self._clock() >= upcoming[0]:
                 self._flush_interval_s, self._next_interval = upcoming[1], None
-            flush.interval_s = self._flush_interval_s
+            flush.set_interval(self._flush_interval_s)  # a new one starts anywhere in it
             await _wait(self._wake, flush.delay())
             self._wake.clear()
             with self._lock:
