@@ -123,6 +123,19 @@ def resolve_min_rate(settings: Settings, environ: Mapping[str, str]) -> float:
     return value
 
 
+MANAGER_DEFAULT_MIN_RATE = 50.0
+"""What the manager holds a rate to when /register sent ``min_rate`` 0 (reference/manager-api)."""
+
+
+def bench_min_rate(s: Settings, min_rate: float) -> float:
+    """The minimum rate the adaptive stop judges against, on the bench's clock: the ``min_rate``
+    sent to /register (0: the manager's default), times ``rate_time_scale``; 0 in a local run
+    (no manager: nobody judges the rate)."""
+    if not s.manager_url:
+        return 0.0
+    return (min_rate or MANAGER_DEFAULT_MIN_RATE) * s.rate_time_scale
+
+
 @dataclass(frozen=True)
 class Edges:
     """What is made before logging is configured: nothing is connected or written yet."""
@@ -228,7 +241,8 @@ def build_lifecycle(
     )  # fmt: skip
     return Lifecycle(
         s=s, state=state, shipper=shipper, metrics=metrics, memory_policy=memory_policy,
-        bench_policy=policy(BenchPolicy, s), progress=progress, signals=signals,
+        bench_policy=policy(BenchPolicy, s, min_rate=bench_min_rate(s, edges.min_rate)),
+        progress=progress, signals=signals,
         resources=PlanResources(sampler, gpu),
         fetch_params=ParamsFetch(s, spawn, shipper), daemon=daemon, proofs=proofs,
         stepdown=stepdown, reporter=reporter, monitors=monitors,

@@ -8,6 +8,7 @@ the run ended on, at the bench's concurrency.
 
 from __future__ import annotations
 
+import json
 import signal
 from datetime import datetime
 from typing import Any
@@ -88,7 +89,7 @@ def test_a_settle_proof_ten_times_slower_does_not_shrink_the_batch(tmp_path, man
     mgr = manager()
     marker = tmp_path / "first-start"
     sim = ("--first-proof-factor", "10", "--first-proof-factor-after", str(marker))
-    run = start_run(env_for(tmp_path, mgr, sim_args=sim))
+    run = start_run(env_for(tmp_path, mgr, sim_args=sim, bench_precision=0))  # the whole batch
     assert finish(run) == exitcodes.OK
     (settle,) = run.named("settle.done")
     (done,) = run.named("bench.stretch_done")
@@ -116,7 +117,7 @@ def test_a_daemon_crash_mid_bench_settles_and_measures_anew(tmp_path, manager):
 def test_a_budget_for_a_few_proofs_cuts_the_batch_at_full_concurrency(tmp_path, manager):
     mgr = manager()
     # Warmup (~3.6 s at 2 workers), restart and settle (~1.5 s) leave room for a few proofs.
-    run = start_run(env_for(tmp_path, mgr, bench_budget_s=10.5))
+    run = start_run(env_for(tmp_path, mgr, bench_budget_s=10.5, bench_precision=0))
     assert finish(run) == exitcodes.OK
     rate, result = reported(run, mgr)
     (done,) = run.named("bench.stretch_done")
@@ -124,6 +125,29 @@ def test_a_budget_for_a_few_proofs_cuts_the_batch_at_full_concurrency(tmp_path, 
     assert "budget" in done["stopped"]
     assert result["measurement"]["concurrency"] == 2
     assert_within_2_percent(rate, result)
+
+
+def test_the_adaptive_stop_ends_a_steady_batch_early_and_says_why(tmp_path, manager):
+    """Issue 25, item 5: 5 workers prove one proof every 68.4 s, evenly; the rate is known
+    within 1 % long before the 12th proof. The record says why it stopped and how well it knows
+    the rate, in bench.result, the state file and the benchout line."""
+    mgr = manager()
+    run = start_run(env_for(tmp_path, mgr))
+    assert finish(run) == exitcodes.OK
+    rate, result = reported(run, mgr)
+    (done,) = run.named("bench.stretch_done")
+    assert done["submitted"] < 12, done
+    assert "precision" in done["stopped"], done
+    how = result["measurement"]
+    assert how["stopped"] == "precision", how
+    assert how["uncertainty_pct"] <= 1.0, how
+    state = json.loads((tmp_path / "state" / "state.json").read_text())
+    assert state["bench"][-1]["measurement"]["stopped"] == "precision"
+    uuid = run.named("manager.registered")[0]["uuid"]
+    lines = mgr.get(f"/api/instance-logs/{uuid}", params={"source": "benchout"}).json()
+    assert any("stopped: precision" in line["text"] for line in lines), lines
+    truth = steady_rate(result["workers"], how["concurrency"])
+    assert abs(rate / truth - 1) <= 0.01, (rate, truth, result)
 
 
 def test_a_slow_machine_fits_its_batch_into_the_managers_budget(tmp_path, manager):

@@ -1,7 +1,8 @@
 """The benchmark's arithmetic (incidents I5, I6): when to stop submitting, and what rate to report.
 
-Every bench decision lives here: the batch sized while it runs (:func:`next_submission`), the
-rate (:func:`steady_rate_per_s`, :func:`choose_measurement`, :func:`proofs_per_hour`).
+Every bench decision lives here: the batch sized while it runs (:func:`next_submission`, with
+the adaptive stop of :mod:`cuzk_supervisor.core.benchstop`), the rate (:func:`steady_rate_per_s`,
+:func:`choose_measurement`, :func:`proofs_per_hour`).
 
 Pure: every time is a number on one clock the caller chooses (monotonic seconds in the lifecycle,
 simulated seconds in the tests); nothing here reads a clock or does I/O.
@@ -25,7 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cuzk_supervisor.core.benchstop import PRECISION_CONFIDENCE, StopRule, rate_spread, stop_call
 from cuzk_supervisor.core.checks import (
+    in_range,
     int_at_least,
     number_at_least,
     require,
@@ -38,21 +41,44 @@ HOUR_S = 3600.0
 @dataclass(frozen=True, slots=True)
 class BenchPolicy:
     """The benchmark's limits (settings ``bench_count``, ``bench_concurrency``,
-    ``bench_safety``, ``bench_min_proofs``)."""
+    ``bench_safety``, ``bench_min_proofs``, ``bench_precision``, ``bench_max_proofs``; the
+    minimum rate is the one sent to /register)."""
 
     max_proofs: int = 12
-    """Most proofs one stretch submits."""
+    """Proofs one stretch submits (the batch), unless the adaptive stop ends it sooner or, near
+    ``min_rate``, lets it go on to ``most_proofs``."""
     concurrency: int = 2
     """Proofs kept in flight."""
     safety: float = 1.25
     """Estimated times are stretched by this before they are compared with the budget."""
     min_proofs: int = 3
-    """Completions a stretch needs for its rate to count as a measurement."""
+    """Completions a stretch needs for its rate to count as a measurement; the adaptive stop's
+    floor too."""
+    precision: float = 0.0
+    """Adaptive stop: end the stretch once its rate is known within this fraction (95 %), its
+    verdict against ``min_rate`` certain; go on past the batch while the verdict is not
+    (:mod:`~cuzk_supervisor.core.benchstop`); 0: the whole batch."""
+    most_proofs: int = 0
+    """Adaptive stop: most proofs a stretch submits while its rate is too close to ``min_rate``
+    to tell (never fewer than ``max_proofs``; the budget still bounds it)."""
+    min_rate: float = 0.0
+    """Proofs per hour on the stretch's clock (the reported minimum times ``rate_time_scale``);
+    0: no verdict to wait for (a local run)."""
 
     def __post_init__(self) -> None:
         require_fields(self, ("max_proofs", "concurrency"), int_at_least(1))
         require_fields(self, ("safety",), number_at_least(1))
         require_fields(self, ("min_proofs",), int_at_least(2))
+        require_fields(self, ("most_proofs",), int_at_least(0))
+        require_fields(self, ("min_rate",), number_at_least(0))
+        require_fields(self, ("precision",), in_range(0, 1, high_open=True))
+
+    @property
+    def stop_rule(self) -> StopRule:
+        return StopRule(
+            precision=self.precision, floor=self.min_proofs, batch=self.max_proofs,
+            most=max(self.max_proofs, self.most_proofs), min_rate_per_s=self.min_rate / HOUR_S,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +103,10 @@ class Stretch:
     """Why submitting ended for good ('' while it may go on): once one more proof did not fit
     the budget, none goes in later, even where a later (lower) interval estimate would let it,
     because a pipeline refilled after it drained repeats the fill and ends late."""
+    stop: str = ""
+    """Why submitting ended, in one word: ``precision``, ``verdict-certain``,
+    ``batch-complete``, ``max-proofs`` (too close to the minimum to tell to the end) or
+    ``budget``; '' while it may go on."""
 
     def __post_init__(self) -> None:
         ascending = all(b >= a for a, b in itertools.pairwise(self.completions))
@@ -96,8 +126,16 @@ class Stretch:
     def failed_one(self) -> Stretch:
         return _replace(self, failed=self.failed + 1)
 
-    def close(self, why: str) -> Stretch:
-        return _replace(self, closed=why)
+    def close(self, why: str, stop: str = "") -> Stretch:
+        return _replace(self, closed=why, stop=stop)
+
+    @property
+    def measuring(self) -> tuple[float, ...]:
+        """The completions since the last one heard late (the piece being measured now)."""
+        if not self.stalls:
+            return self.completions
+        last = max(self.stalls)
+        return tuple(t for t in self.completions if t > last)
 
     def interrupt(self, why: str) -> Stretch:
         return _replace(self, interrupted=why)
@@ -158,6 +196,8 @@ class SubmitDecision:
     reason: str
     closes: bool = False
     """The stretch submits nothing more (:meth:`Stretch.close` it with the reason)."""
+    stop: str = ""
+    """With ``closes``: why, in one word (:attr:`Stretch.stop`)."""
 
 
 def next_submission(
@@ -166,18 +206,32 @@ def next_submission(
     """Whether to submit one more proof now, with ``deadline`` the end of the budget.
 
     The first ``concurrency`` proofs always go (at least one proof runs, and a cut batch keeps
-    its concurrency). After that a proof submitted now finishes about ``concurrency`` intervals
-    later, when the ones ahead of it are done; it is submitted only if that, times ``safety``,
-    ends before the deadline. Proofs in flight always finish. The first proof that does not fit
-    closes the stretch (:attr:`Stretch.closed`).
+    its concurrency). After that the adaptive stop (``policy.precision``; :func:`~cuzk_supervisor.
+    core.benchstop.stop_call`) may end the stretch, or extend it past the batch while the rate is
+    too close to ``min_rate``; then a proof submitted now finishes about ``concurrency``
+    intervals later, when the ones ahead of it are done; it is submitted only if that, times
+    ``safety``, ends before the deadline. Proofs in flight always finish. Whatever ends the
+    submitting closes the stretch (:attr:`Stretch.closed`, :attr:`Stretch.stop`): a pipeline
+    left to drain is never refilled.
     """
     concurrency = min(policy.concurrency, policy.max_proofs)
     if stretch.closed:
         return SubmitDecision(False, stretch.closed)
-    if stretch.submitted >= policy.max_proofs:
-        return SubmitDecision(False, f"all {policy.max_proofs} proofs submitted")
     if stretch.in_flight >= concurrency:
         return SubmitDecision(False, f"{concurrency} in flight")
+    measuring = stretch.measuring
+    call = stop_call(measuring, steady_rate_per_s(measuring), policy.stop_rule)
+    if call.stop:
+        return SubmitDecision(False, call.reason, closes=True, stop=call.kind)
+    if stretch.submitted >= call.limit:
+        if call.limit > policy.max_proofs:
+            kind = "max-proofs"  # still too close to the minimum to tell
+        elif stretch.submitted > policy.max_proofs:
+            kind = "verdict-certain"  # it went on past the batch until it could tell
+        else:
+            kind = "batch-complete"
+        why = f"all {call.limit} proofs submitted" + (f" ({call.reason})" if call.reason else "")
+        return SubmitDecision(False, why, closes=True, stop=kind)
     if stretch.submitted < concurrency:
         return SubmitDecision(True, f"filling the pipeline ({stretch.submitted + 1}/{concurrency})")
     interval = interval_estimate_s(stretch)
@@ -191,6 +245,7 @@ def next_submission(
         f"budget: one more needs about {concurrency} x {interval:.1f} s x {policy.safety:g} = "
         f"{finish - now:.1f} s, {max(0.0, deadline - now):.1f} s left",
         closes=True,
+        stop="budget",
     )
 
 
@@ -223,6 +278,14 @@ class RateMeasurement:
     stretches: int = 1
     excluded: tuple[str, ...] = field(default_factory=tuple)
     """Why earlier stretches ended (restarts, step-downs)."""
+    stopped: str = ""
+    """Why its stretch stopped submitting (:attr:`Stretch.stop`; ``interrupted`` for a stretch a
+    restart ended, '' when nothing was measured)."""
+    uncertainty: float | None = None
+    """Half-width of the rate's 95 % interval, relative to it (None under three completions;
+    :func:`~cuzk_supervisor.core.benchstop.rate_spread`)."""
+    drift: float | None = None
+    """The latest half's rate over the whole's, minus 1."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -235,6 +298,11 @@ class RateMeasurement:
             "reason": self.reason,
             "stretches": self.stretches,
             "excluded": list(self.excluded),
+            "stopped": self.stopped,
+            "uncertainty_pct": (
+                round(self.uncertainty * 100, 3) if self.uncertainty is not None else None
+            ),
+            "drift_pct": round(self.drift * 100, 3) if self.drift is not None else None,
         }
 
 
@@ -297,9 +365,13 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
         n = len(stretch.completions)
         noun = "proofs" if steady else "proof(s)"
         reason = f"{label}: {n} {noun} over {span:.1f} s{tail}" if n else label
+        spread = rate_spread(stretch.completions)
         return RateMeasurement(
             rate, n, span, stretch.concurrency, stretch.workers, steady, reason,
             stretches=len(stretches), excluded=excluded,
+            stopped=stretch.stop or ("interrupted" if stretch.interrupted else ""),
+            uncertainty=spread.half_width(PRECISION_CONFIDENCE) if spread else None,
+            drift=spread.drift if spread else None,
         )  # fmt: skip
 
     current = stretches[-1].workers

@@ -105,7 +105,7 @@ class StretchRun:
                         self.stretch, self.clock(), self.deadline(), self.policy
                     )
                     if decision.closes:
-                        self.stretch = self.stretch.close(decision.reason)
+                        self.stretch = self.stretch.close(decision.reason, decision.stop)
                     if not decision.submit:
                         if not self.stop_reason and "in flight" not in decision.reason:
                             self.stop_reason = decision.reason
@@ -183,10 +183,12 @@ def bench_result(
     }
     if bound is not None:
         figures["bound"] = bound.to_dict()
+    known = f" ±{measurement.uncertainty:.1%}" if measurement.uncertainty is not None else ""
+    stopped = f"; stopped: {measurement.stopped}" if measurement.stopped else ""
     line = (
-        f"bench result: {rate:.2f} proofs/hour from {completed} proofs over "
+        f"bench result: {rate:.2f}{known} proofs/hour from {completed} proofs over "
         f"{wall_s:.1f}s at concurrency {measurement.concurrency}, {measurement.workers} "
-        f"workers; {measurement.reason}; budget left {how['budget_left_s']}s"
+        f"workers; {measurement.reason}{stopped}; budget left {how['budget_left_s']}s"
     )
     record = BenchRecord(
         rate=rate, completed=completed, wall_s=wall_s, plan=plan.to_dict(), measurement=how,

@@ -349,6 +349,21 @@ class Settings:
         "estimated times are stretched by this before they are held against the budget",
         minimum=1, maximum=10, group="bench", metavar="FACTOR",
     )  # fmt: skip
+    bench_precision: float = setting(
+        0.01,
+        "adaptive stop: the batch ends once the rate is known within this fraction (95 % "
+        "interval, from its completions' spread) and its verdict against min_rate is certain "
+        "(99 %), never before bench_min_proofs (and 5) completions; too close to min_rate to "
+        "tell, it goes on past bench_count until the verdict is certain; 0 = off: the whole "
+        "bench_count batch",
+        minimum=0, maximum=0.5, group="bench", metavar="FRACTION",
+    )  # fmt: skip
+    bench_max_proofs: int = setting(
+        36,
+        "adaptive stop: most proofs the batch goes on to, past bench_count, while the rate is too "
+        "close to min_rate to tell (the budget still bounds it; never fewer than bench_count)",
+        minimum=1, maximum=10_000, group="bench",
+    )  # fmt: skip
     bench_status_sample_s: float = setting(
         0.5,
         "seconds between samples of the daemon's HTTP status while the bench measures (what "

@@ -51,6 +51,8 @@ FROM_SETTINGS: Final[Mapping[str, Mapping[str, str]]] = {
         "concurrency": "bench_concurrency",
         "safety": "bench_safety",
         "min_proofs": "bench_min_proofs",
+        "precision": "bench_precision",
+        "most_proofs": "bench_max_proofs",
     },
     "ProvingTimeouts": {
         "submit_deadline_s": "submit_deadline_s",
