@@ -148,6 +148,12 @@ def test_past_the_batch_it_ends_as_soon_as_the_verdict_is_certain():
     decision = next_submission(stretch, done[-1], 1e9, policy)
     assert (decision.submit, decision.closes, decision.stop) == (False, True, "verdict-certain")
     assert "above the minimum" in decision.reason
+    # Precise by then too: still the verdict that ended it.
+    steady = Stretch(workers=2, concurrency=2, started_at=0.0, submitted=21)
+    for t in times([INTERVAL] * 19):
+        steady = steady.completed(t)
+    decision = next_submission(steady, steady.completions[-1], 1e9, policy)
+    assert (decision.closes, decision.stop) == (True, "verdict-certain")
 
 
 @pytest.mark.parametrize("seed", range(20))

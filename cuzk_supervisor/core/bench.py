@@ -222,7 +222,9 @@ def next_submission(
     measuring = stretch.measuring
     call = stop_call(measuring, steady_rate_per_s(measuring), policy.stop_rule)
     if call.stop:
-        return SubmitDecision(False, call.reason, closes=True, stop=call.kind)
+        # Past the batch it went on only because the verdict was in doubt: that ended it.
+        kind = "verdict-certain" if stretch.submitted > policy.max_proofs else call.kind
+        return SubmitDecision(False, call.reason, closes=True, stop=kind)
     if stretch.submitted >= call.limit:
         if call.limit > policy.max_proofs:
             kind = "max-proofs"  # still too close to the minimum to tell
