@@ -163,8 +163,10 @@ class ProofRunner:
                 progress.proofs_done += 1
             else:
                 progress.proofs_failed += 1
+            # Past the batch (too close to min_rate to tell) the batch is what has been submitted.
+            progress.bench_planned = max(policy.max_proofs, stretch.submitted)
             benchout(
-                f"proof {index + 1} of up to {policy.max_proofs} {result.status} "
+                f"proof {index + 1} of up to {progress.bench_planned} {result.status} "
                 f"{result.wall_s:.2f}s {result.error}".rstrip()
             )
 
