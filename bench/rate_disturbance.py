@@ -6,7 +6,7 @@
 Each row runs the whole lifecycle (``supervisor run`` against the simulated manager and daemon,
 real processes, scaled time) with one disturbance, and compares the rate the manager received
 with the model's steady rate of the plan the run ended on (``sim.pipeline``: completions 100 to
-500 of a long closed loop at the bench's concurrency). Target: |error| <= 2 % in every row. The
+500 of a long closed loop at the bench's concurrency). Target: |error| <= 1 % in every row (issue 25: with the adaptive stop on). The
 table, then notes, go to stdout; ``--json FILE`` writes the rows as
 [{"name", "value", "unit", "target", "ok"}]; progress goes to stderr. ``--quick``: one run per
 disturbance at time scale 300 (a second where the first could not be measured: at this scale a
@@ -51,7 +51,7 @@ from _harness import (
 
 from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
-TARGET = 0.02
+TARGET = 0.01
 SIM_GPU_WORKERS = 2
 BASE_TIME_SCALE = 100.0  # the scale the disturbances are written for
 QUICK_TIME_SCALE = 300.0
@@ -187,10 +187,10 @@ def measure(
         n += 1
     name = f"rate error: {d.name}"
     if not errors:
-        return failed(name, "%", "|x| <= 2", "; ".join(notes) or "no run"), notes
+        return failed(name, "%", "|x| <= 1", "; ".join(notes) or "no run"), notes
     value = median(errors)
     notes.append(f"{d.name}: errors {[round(e * 100, 2) for e in errors]} %")
-    return Row(name, round(value * 100, 2), "%", "|x| <= 2", abs(value) <= TARGET), notes
+    return Row(name, round(value * 100, 2), "%", "|x| <= 1", abs(value) <= TARGET), notes
 
 
 def main(argv: list[str] | None = None) -> int:
