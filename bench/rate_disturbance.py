@@ -8,8 +8,8 @@ real processes, scaled time) with one disturbance, and compares the rate the man
 with the model's steady rate of the plan the run ended on (``sim.pipeline``: completions 100 to
 500 of a long closed loop at the bench's concurrency). Target: |error| <= 1 % in every row (issue
 25: with the adaptive stop on). The table, then notes, go to stdout; ``--json FILE`` writes the
-rows as [{"name", "value", "unit", "target", "ok"}]; progress goes to stderr. ``--quick``: one run per
-disturbance at time scale 300 (a second where the first could not be measured: at this scale a
+rows as [{"name", "value", "unit", "target", "ok"}]; progress goes to stderr. ``--quick``: one run
+per disturbance at time scale 300 (a second where the first could not be measured: at this scale a
 loaded machine's slowness eats much of a budget), the disturbances side by side. Exit 0 when
 every row holds a figure (whatever the errors), 1 when one is NOT MEASURED.
 
