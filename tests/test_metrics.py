@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cuzk_supervisor.adapters.machine.gpu import GpuDevice
+from cuzk_supervisor.core.bound import Bound, Evidence, Projection, Verdict
 from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.risk import RiskLevel
 from cuzk_supervisor.serve.metrics import CONTENT_TYPE, PHASES, PROOF_BUCKETS, SupervisorMetrics
@@ -22,6 +25,11 @@ FAMILIES = {
     "cuzk_supervisor_proofs_failed": "counter",
     "cuzk_supervisor_proof_duration_seconds": "histogram",
     "cuzk_supervisor_bench_rate_proofs_per_hour": "gauge",
+    "cuzk_supervisor_bench_rate_uncertainty_ratio": "gauge",
+    "cuzk_supervisor_bench_bound": "gauge",
+    "cuzk_supervisor_bench_gpu_busy_share": "gauge",
+    "cuzk_supervisor_bench_synthesis_limiter_use": "gauge",
+    "cuzk_supervisor_bench_projected_rate_proofs_per_hour": "gauge",
     "cuzk_supervisor_memory_headroom_bytes": "gauge",
     "cuzk_supervisor_oom_risk_level": "gauge",
     "cuzk_supervisor_gpu_memory_used_bytes": "gauge",
@@ -226,3 +234,36 @@ def test_render_is_the_classic_text_format():
     body = SupervisorMetrics().render()
     assert isinstance(body, bytes)
     assert body.startswith(b"# HELP ")
+
+
+def _verdict(bound: Bound, busy: float, limiter: float) -> Verdict:
+    evidence = Evidence(samples=40, span_s=60.0, gpu_workers=2, gpus=1, synth_slots=5,
+                        gpu_busy_share=busy, limiter_use=limiter)  # fmt: skip
+    projections = (
+        Projection("as-run", "as run", 5, 2, 2, 41.0, "gpu"),
+        Projection("one-more-gpu", "one more GPU", 5, 2, 4, 70.5, "synthesis"),
+    )
+    return Verdict(bound, "2 GPU workers busy 97 %", evidence, projections=projections)
+
+
+def test_the_bench_bound_its_evidence_and_projections_then_a_new_judgement_replaces_them():
+    metrics = SupervisorMetrics()
+    samples = parse(metrics)
+    assert all(value(samples, "cuzk_supervisor_bench_bound", bound=b.value) == 0 for b in Bound)
+    assert math.isnan(value(samples, "cuzk_supervisor_bench_gpu_busy_share"))
+    assert math.isnan(value(samples, "cuzk_supervisor_bench_rate_uncertainty_ratio"))
+    metrics.bench_rate(41.2, 0.004)
+    metrics.bench_bound(_verdict(Bound.GPU, 0.97, 0.4))
+    samples = parse(metrics)
+    assert value(samples, "cuzk_supervisor_bench_bound", bound="gpu-bound") == 1
+    assert value(samples, "cuzk_supervisor_bench_bound", bound="synthesis-bound") == 0
+    assert value(samples, "cuzk_supervisor_bench_gpu_busy_share") == 0.97
+    assert value(samples, "cuzk_supervisor_bench_synthesis_limiter_use") == 0.4
+    assert value(samples, "cuzk_supervisor_bench_rate_uncertainty_ratio") == 0.004
+    projected = "cuzk_supervisor_bench_projected_rate_proofs_per_hour"
+    assert value(samples, projected, projection="one-more-gpu") == 70.5
+    metrics.bench_bound(None)  # a later bench with sampling off: nothing judged, nothing left
+    samples = parse(metrics)
+    assert value(samples, "cuzk_supervisor_bench_bound", bound="gpu-bound") == 0
+    assert math.isnan(value(samples, "cuzk_supervisor_bench_gpu_busy_share"))
+    assert not [key for key in samples if key[0] == projected]

@@ -142,6 +142,19 @@ def test_one_line_per_phase_in_order_each_with_what_it_came_to():
     assert by_phase["warmup"].took_s == pytest.approx(3.6)
 
 
+def test_the_closing_lines_say_how_the_rate_was_measured_and_what_bounded_it():
+    events = happy_path()
+    at = events.index(next(e for e in events if e["event"] == "bench.result"))
+    measurement = {"reason": "steady", "proofs": 6, "uncertainty_pct": 0.35, "stopped": "precision"}
+    bound = {"bound": "gpu-bound", "reason": "2 GPU workers busy 97 % of the time"}
+    events[at] = ev("bench.result", 10.7, rate=84.164, measurement=measurement, bound=bound)
+    model = ViewModel(ViewOptions(min_rate=30))
+    feed_all(model, events)
+    summary = dict((line.label, line.text) for line in lines(model.close(0, T0 + 12.0)))
+    assert summary["measured"] == "±0.3 %, 6 bench proofs, stopped: precision"
+    assert summary["bound"] == "gpu-bound: 2 GPU workers busy 97 % of the time"
+
+
 def test_daemon_lines_are_not_shown_unless_verbose():
     quiet = lines(feed_all(ViewModel(ViewOptions()), happy_path()))
     assert not [line for line in quiet if "cuzk_" in line.text]

@@ -56,6 +56,10 @@ class ViewModel:
     """(warmup, full) of the latest plan."""
     plan: str = ""
     rate: float | None = None
+    measured: str = ""
+    """How the rate was measured: its uncertainty, proofs and why the batch stopped."""
+    bound: str = ""
+    """What bounded the rate, in words (``bench.result``'s ``bound``)."""
     verdict: str = ""
     failure: str = ""
     fetch: dict[str, float] = field(default_factory=dict)
@@ -110,6 +114,10 @@ class ViewModel:
             out.append(self.phase_line(now, mark="stopped"))
         if self.rate is not None and (self.rate > 0 or not self.failure):
             out.append(Line("summary", f"{self.rate:.1f} proofs/hour{self.verdict}", label="rate"))
+            if self.measured:
+                out.append(Line("summary", self.measured, label="measured"))
+            if self.bound:
+                out.append(Line("summary", self.bound, label="bound"))
         if self.failure:
             out.append(Line("summary", self.failure, label="failed"))
         if self.plan:

@@ -189,6 +189,14 @@ def _bench_result(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     m.rate = float(e.get("rate") or 0)
     how = e.get("measurement")
     reason = how.get("reason") if isinstance(how, Mapping) else ""
+    if isinstance(how, Mapping) and "proofs" in how:
+        uncertainty = how.get("uncertainty_pct")
+        spread = f"±{uncertainty:.1f} %, " if isinstance(uncertainty, int | float) else ""
+        stopped = f", stopped: {how['stopped']}" if how.get("stopped") else ""
+        m.measured = f"{spread}{how.get('proofs', 0)} bench proofs{stopped}"
+    bound = e.get("bound")
+    if isinstance(bound, Mapping) and bound.get("bound"):
+        m.bound = f"{bound['bound']}: {bound.get('reason', '')}"
     return m.note(f"{m.rate:.1f} proofs/hour" + (f" ({reason})" if reason else ""))
 
 

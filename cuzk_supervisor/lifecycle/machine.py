@@ -243,7 +243,8 @@ class Lifecycle:
         self.shipper.add_line("benchout", result.line)
         if verdict is not None:
             self.shipper.add_line("benchout", verdict.line())
-        self.metrics.bench_rate(rate)
+        self.metrics.bench_rate(rate, measurement.uncertainty)
+        self.metrics.bench_bound(verdict)
         await self.state.update(lambda st: st.with_bench(result.record))
         if measurement.proofs == 0:
             reason = f"no benchmark proof completed ({self.last_failure})"

@@ -15,6 +15,7 @@ histogram; the exposition leaves them out, see :class:`_WithoutCreated`).
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -22,8 +23,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics_core import Metric
 
 from cuzk_supervisor.adapters.machine.gpu import GpuDevice
+from cuzk_supervisor.core.bound import Bound, Verdict
 from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.risk import RiskLevel
+
+NAN = math.nan
 
 # The classic text format; fixed here rather than taken from prometheus_client, whose
 # CONTENT_TYPE_LATEST moved to version=1.0.0 in recent releases. Our names are all legacy-valid,
@@ -141,6 +145,44 @@ class SupervisorMetrics:
             "The benchmark's rate, as reported to the manager (0 until measured)",
             registry=r,
         )
+        self._rate_uncertainty = Gauge(
+            "cuzk_supervisor_bench_rate_uncertainty_ratio",
+            "Half-width of the 95 % interval of the benchmark's rate, as a share of it (NaN "
+            "until measured or where the batch could not tell)",
+            registry=r,
+        )
+        self._rate_uncertainty.set(NAN)
+        self._bound = Gauge(
+            "cuzk_supervisor_bench_bound",
+            "1 for what bounded the benchmark's rate (gpu-bound, synthesis-bound, feed-bound, "
+            "mixed, unknown; README 'What bounds the rate'), 0 for the others; all 0 until judged "
+            "or with bench_status_sample_s 0",
+            ["bound"],
+            registry=r,
+        )
+        self._bounds = {b.value: self._bound.labels(bound=b.value) for b in Bound}
+        self._gpu_busy = Gauge(
+            "cuzk_supervisor_bench_gpu_busy_share",
+            "Share of the measured stretch the GPU workers were proving, from the daemon's status "
+            "(NaN until judged)",
+            registry=r,
+        )
+        self._limiter_use = Gauge(
+            "cuzk_supervisor_bench_synthesis_limiter_use",
+            "Mean share of the synthesis limiter's slots in use over the measured stretch (NaN "
+            "until judged)",
+            registry=r,
+        )
+        for unjudged in (self._gpu_busy, self._limiter_use):
+            unjudged.set(NAN)
+        self._projected = Gauge(
+            "cuzk_supervisor_bench_projected_rate_proofs_per_hour",
+            "The model's rate for one change of the measured plan (as-run, more-workers, "
+            "one-more-in-flight, one-more-gpu): a figure with its assumptions, not a promise; "
+            "no series until judged",
+            ["projection"],
+            registry=r,
+        )
         self._headroom = Gauge(
             "cuzk_supervisor_memory_headroom_bytes",
             "Memory left under the effective limit (lower of host RAM and cgroup limit)",
@@ -224,8 +266,24 @@ class SupervisorMetrics:
         else:
             self._failed.inc()
 
-    def bench_rate(self, rate: float) -> None:
+    def bench_rate(self, rate: float, uncertainty: float | None = None) -> None:
+        """The rate reported, with its 95 % half-width as a share (None: not known)."""
         self._rate.set(rate)
+        self._rate_uncertainty.set(NAN if uncertainty is None else uncertainty)
+
+    def bench_bound(self, verdict: Verdict | None) -> None:
+        """What bounded the rate (:func:`cuzk_supervisor.core.bound.judge`); None: not judged."""
+        for name, child in self._bounds.items():
+            child.set(1 if verdict is not None and name == verdict.bound.value else 0)
+        evidence = verdict.evidence if verdict is not None else None
+        for gauge, figure in (
+            (self._gpu_busy, evidence.gpu_busy_share if evidence else None),
+            (self._limiter_use, evidence.limiter_use if evidence else None),
+        ):
+            gauge.set(NAN if figure is None else figure)
+        self._projected.clear()
+        for projection in verdict.projections if verdict is not None else ():
+            self._projected.labels(projection=projection.name).set(projection.rate_per_hour)
 
     def memory(self, headroom_bytes: int, level: RiskLevel) -> None:
         self._headroom.set(headroom_bytes)

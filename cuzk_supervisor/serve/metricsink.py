@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.gpu import GpuDevice
+    from cuzk_supervisor.core.bound import Verdict
     from cuzk_supervisor.core.exits import ExitKind
     from cuzk_supervisor.core.risk import RiskLevel
 
@@ -27,7 +28,9 @@ class MetricsSink(Protocol):
 
     def proof_finished(self, ok: bool, seconds: float) -> None: ...
 
-    def bench_rate(self, rate: float) -> None: ...
+    def bench_rate(self, rate: float, uncertainty: float | None = None) -> None: ...
+
+    def bench_bound(self, verdict: Verdict | None) -> None: ...
 
     def memory(self, headroom_bytes: int, level: RiskLevel) -> None: ...
 
@@ -60,7 +63,10 @@ class NoMetrics:
     def proof_finished(self, ok: bool, seconds: float) -> None:
         pass
 
-    def bench_rate(self, rate: float) -> None:
+    def bench_rate(self, rate: float, uncertainty: float | None = None) -> None:
+        pass
+
+    def bench_bound(self, verdict: Verdict | None) -> None:
         pass
 
     def memory(self, headroom_bytes: int, level: RiskLevel) -> None:
