@@ -12,6 +12,7 @@ from cuzk_supervisor.core.benchclock import (
     MIN_INTERVAL_S,
     bench_deadline,
     next_interval_s,
+    prompt_ack,
     room_to_measure,
 )
 
@@ -96,3 +97,11 @@ def test_room_to_measure_agrees_with_measurement_fits(settle, remaining, gaps):
     assert room_to_measure(stretches, settle, remaining, POLICY) == measurement_fits(
         remaining, settle, interval, POLICY
     )
+
+
+def test_a_prompt_ack_is_one_within_one_request_of_its_queueing():
+    assert prompt_ack(100.0, 100.0, 13.0)
+    assert prompt_ack(100.0, 113.0, 13.0)
+    assert not prompt_ack(100.0, 113.5, 13.0)  # retried, or the manager slow: read the stamp
+    assert not prompt_ack(100.0, 99.0, 13.0)  # acknowledged before it was queued: clocks off
+    assert not prompt_ack(None, 100.0, 13.0)  # not known

@@ -5,6 +5,7 @@ as a kill."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from types import SimpleNamespace
 from typing import Any
@@ -12,8 +13,10 @@ from typing import Any
 from phasefakes import UUID, FakeManager, FakeShipper, MemoryStore, World
 
 from cuzk_supervisor.adapters.manager.outbox import Outbox
-from cuzk_supervisor.adapters.state.doc import SupervisorState
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper
+from cuzk_supervisor.core.reconcile import manager_time
+from cuzk_supervisor.core.reports import OUTCOME_OK, PARAM_DONE
 from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.monitors import Monitors
@@ -150,3 +153,48 @@ async def test_the_run_phase_lengthens_the_log_flush():
     await rep.running()
     # 90 s between pushes, after the run phase's first 90 s at the short interval.
     assert rep._shipper.flush_interval_s == (90.0, 90.0)  # type: ignore[attr-defined]
+
+
+def param_done_acked(created_at: str) -> Report:
+    queued = Report(kind=PARAM_DONE, uuid=UUID, created_at=created_at)
+    return dataclasses.replace(queued, outcome=OUTCOME_OK)
+
+
+async def test_a_prompt_param_done_ack_starts_the_bench_clock_without_reading_the_table():
+    """A fleet reaching params together would read the whole table N times at once: acknowledged
+    within one request's time, the queued time starts the clock (early by at most that)."""
+    rep, rig = reporter(random.Random(1))
+    reads = 0
+
+    async def record(uuid: str, *, stop_s: float | None = None) -> Any:
+        nonlocal reads
+        reads += 1
+        return {"uuid": uuid, "state": "params_done", "param_done_at": "2026-01-01 00:00:01"}
+
+    rig.manager.instance_record = record
+    epoch = manager_time("2026-01-01T00:00:00Z")
+    assert epoch is not None
+    rep._wall = lambda: epoch + 2.0  # acknowledged 2 s after it was queued
+    await rep._after_drain((param_done_acked("2026-01-01T00:00:00.000Z"),))
+    assert reads == 0
+    assert rep.state.state.bench_clock_start == epoch
+
+
+async def test_a_slow_param_done_ack_reads_the_manager_stamp():
+    """Acknowledged long after it was queued (retried: an earlier try may have been applied),
+    the manager's own param_done_at is read."""
+    rep, rig = reporter(random.Random(1))
+    reads = 0
+
+    async def record(uuid: str, *, stop_s: float | None = None) -> Any:
+        nonlocal reads
+        reads += 1
+        return {"uuid": uuid, "state": "params_done", "param_done_at": "2026-01-01 00:00:30"}
+
+    rig.manager.instance_record = record
+    epoch = manager_time("2026-01-01T00:00:00Z")
+    assert epoch is not None
+    rep._wall = lambda: epoch + 300.0
+    await rep._after_drain((param_done_acked("2026-01-01T00:00:00.000Z"),))
+    assert reads == 1
+    assert rep.state.state.bench_clock_start == epoch + 30.0

@@ -31,6 +31,17 @@ def bench_deadline(
     return now_monotonic + (clock_start + budget_s - now_wall)
 
 
+def prompt_ack(queued_at: float | None, acked_at: float, within_s: float) -> bool:
+    """Whether a /param-done queued at ``queued_at`` and acknowledged at ``acked_at`` (wall
+    clock) was acknowledged promptly: within ``within_s`` (one request's time). The manager
+    stamped it in between, so the queued time is then a start of its clock that is early
+    (safe) by at most ``within_s``, with no need to read its record. Unknown (None), in the
+    future or later than that: not prompt (look the stamp up)."""
+    if queued_at is None:
+        return False
+    return 0.0 <= acked_at - queued_at <= within_s
+
+
 def next_interval_s(stretches: Sequence[Stretch], settle_s: float) -> float:
     """The time one more proof is expected to add: from the latest stretch that measured one,
     else as slow as the settle proof (a first use of the configuration)."""

@@ -10,8 +10,9 @@ How a kill is found, phase by phase, at a cost per machine that does not grow wi
 
 - the run phase: the repeated ``/running`` (every ``running_ping_interval_s``, jittered) is the
   look-up: it answers 404 once the record is killed;
-- before ``/bench-done``, at a resume (the outbox) and once after ``/param-done`` (the bench
-  clock): one read of the manager's whole table (``GET /status``);
+- before ``/bench-done`` and at a resume (the outbox): one read of the manager's whole table
+  (``GET /status``); after ``/param-done`` too, for the bench clock, but only when its
+  acknowledgement was slow (retried: the manager may have stamped an earlier try);
 - before the run phase otherwise, nothing unless ``manager_status_lookup_s`` asks for a
   periodic (jittered) read of the whole table; the bound is then the end of the bench;
 - a report answered 404 "instance not found" ends the instance in any phase.
@@ -45,7 +46,7 @@ from cuzk_supervisor.adapters.manager.values import (
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
-from cuzk_supervisor.core.benchclock import bench_deadline
+from cuzk_supervisor.core.benchclock import bench_deadline, prompt_ack
 from cuzk_supervisor.core.jitter import first_delay, next_delay
 from cuzk_supervisor.core.reconcile import gone_reason, manager_time
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
@@ -286,7 +287,7 @@ class Reporter:
             if report.outcome == OUTCOME_GONE:
                 self._signals.mark_gone(report.detail or f"{report.kind} answered 404")
             elif report.kind == PARAM_DONE and report.outcome == OUTCOME_OK:
-                await self._start_bench_clock()
+                await self._start_bench_clock(queued_at=manager_time(report.created_at))
 
     # --- the manager's bench clock ------------------------------------------------------------
 
@@ -310,17 +311,34 @@ class Reporter:
             budget_s=self.s.bench_budget_s,
         )
 
-    async def _start_bench_clock(self, *, resumed: bool = False) -> None:
+    async def _start_bench_clock(
+        self, *, resumed: bool = False, queued_at: float | None = None
+    ) -> None:
         """The manager acknowledged /param-done: its 45-minute clock runs from then, or from its
         own ``param_done_at`` when the record shows an earlier one (kept in the state file).
         ``resumed``: acknowledged before this process, by a build that kept no clock; the local
-        params-done time is the safe (earlier) guess."""
+        params-done time is the safe (earlier) guess.
+
+        ``queued_at``: when the report was queued (wall clock). The manager stamps the first
+        /param-done that reaches it, never before the report was queued; acknowledged within
+        one request's time of that (:func:`cuzk_supervisor.core.benchclock.prompt_ack`), the
+        queued time is the clock's start, safe (earlier) by at most that, and the manager's
+        whole table is not read for it: a fleet started together would otherwise read it all
+        at once (N rows each, N times)."""
         if self.state.state.bench_clock_start is not None:
             return
-        start, source = self._wall(), "acknowledged"
+        now = self._wall()
+        start, source = now, "acknowledged"
         done_at = self.state.state.params_done_at
         if resumed and done_at is not None:
             start, source = done_at, "params done (resumed)"
+        prompt_s = self.s.manager_connect_timeout_s + self.s.manager_read_timeout_s
+        if not resumed and prompt_ack(queued_at, now, prompt_s):
+            assert queued_at is not None
+            await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=queued_at))
+            log.info("bench.clock_started", source="queued, acknowledged promptly",
+                     ago_s=round(now - queued_at, 1), budget_s=self.s.bench_budget_s)  # fmt: skip
+            return
         looked_up, record = await self._record(stop_s=min(10.0, self._status_read_s))
         stamped = manager_time(record.get("param_done_at")) if looked_up and record else None
         if stamped is not None and stamped < start:
