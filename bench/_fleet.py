@@ -146,6 +146,8 @@ class CountingTransport(httpx.AsyncBaseTransport):
             self._machine, self._cohort, start, start, request.method, request.url.path, 0, 0, 0
         )
         entry.early = early
+        token = id(entry)
+        _clockpatch.INFLIGHT[token] = _clockpatch.real_monotonic()  # the governor watches it
         try:
             response = await self._inner.handle_async_request(request)
             try:
@@ -153,6 +155,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
             finally:
                 await response.aclose()
         except BaseException as exc:
+            _clockpatch.INFLIGHT.pop(token, None)
             entry.end = CLOCK.monotonic()
             name = type(exc).__name__
             self._recorder.errors[name] = self._recorder.errors.get(name, 0) + 1
@@ -160,6 +163,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
                 entry.bytes_out = _request_bytes(request)  # sent, no answer
             self._recorder.add(entry)
             raise
+        _clockpatch.INFLIGHT.pop(token, None)
         entry.end = CLOCK.monotonic()
         entry.status = response.status_code
         entry.bytes_out = _request_bytes(request)

@@ -16,6 +16,12 @@ its own process (``python -m cuzk_supervisor.sim.manager``, a fresh one per flee
 and the manager-side counts, which need the simulated manager's ``/sim/`` endpoints, are not
 measured).
 
+While the event loop lags (a burst costs more CPU than the process has), the virtual clock
+slows down (``_clockpatch.govern``) and speeds up again when it keeps up: otherwise every
+timeout of every machine would fire on answers that came in time, and the retries add to the
+burst (a fleet of 2,000 on two cores then measures its own host, not the product). The rows
+say how long it was slowed; ``--no-governor`` turns it off.
+
 Scenario ``outage`` (the default): every machine starts in the same second and goes through
 register, params, the bench phases (sleeps) and report into the run phase; after a warm-up,
 the steady run phase is measured for ``--steady-s``; then the manager refuses connections for
@@ -256,20 +262,24 @@ async def run_fleet(
 
     # A fleet started in the same second is a burst the manager answers in real time: a slower
     # scale until the fleet is running keeps its answers from looking scale-times slower.
-    scale = CLOCK.scale
+    scale = CLOCK.asked
     if plan.start_scale > 0:
         CLOCK.set_scale(plan.start_scale)
     t0 = CLOCK.monotonic()
     run.marks["start"] = t0
     sampler = asyncio.ensure_future(_sample(run, sampling))
+    throttle_off: asyncio.Future[None] | None = None
     if plan.throttle > 0 and control.is_sim:
         await control.faults(
-            throttle_rate=plan.throttle,
-            retry_after=plan.retry_after,
-            retry_after_form="seconds",
-            throttle_for=CLOCK.real_seconds(plan.throttle_s),  # the scale is not changed
+            throttle_rate=plan.throttle, retry_after=plan.retry_after, retry_after_form="seconds"
         )
         run.marks["throttle_end"] = t0 + plan.throttle_s
+
+        async def end_throttle() -> None:  # on the virtual clock (the governor may slow it)
+            await asyncio.sleep(max(0.0, t0 + plan.throttle_s - CLOCK.monotonic()))
+            await control.faults(throttle_rate=0.0)
+
+        throttle_off = asyncio.ensure_future(end_throttle())
     main = [m for m in machines if m.cohort == "main"]
     late = [m for m in machines if m.cohort == "late"]
     tasks = [asyncio.ensure_future(start(m, t0 + rng.random())) for m in main]  # one second
@@ -283,6 +293,8 @@ async def run_fleet(
         CLOCK.set_scale(scale)
     if plan.throttle_s:
         await _until(lambda: False, t0 + plan.throttle_s + 60)
+        if throttle_off is not None:
+            await throttle_off
         run.marks["throttle_over"] = CLOCK.monotonic()
     if plan.measure_steady:
         await asyncio.sleep(plan.warm_s)
@@ -297,7 +309,11 @@ async def run_fleet(
     if plan.outage_s > 0 and control.is_sim:
         # Nothing but failed connects while the manager is away: that stretch may run faster
         # (virtual time stays continuous; every timer keeps its virtual due time).
-        scale = CLOCK.scale
+        # The manager's outage is given in real seconds: the governor holds the scale as it is
+        # until it ends.
+        scale = CLOCK.asked
+        CLOCK.held += 1
+        CLOCK.set_factor(1.0)  # the outage is light: failed connects only
         if plan.outage_scale > 0:
             CLOCK.set_scale(plan.outage_scale)
         t_out = CLOCK.monotonic()
@@ -306,6 +322,7 @@ async def run_fleet(
         t_rec = t_out + plan.outage_s
         await asyncio.sleep(max(0.0, t_rec - CLOCK.monotonic()))
         CLOCK.set_scale(scale)
+        CLOCK.held -= 1
         run.marks["recovery"] = t_rec
         run.counters["recovery"] = await control.counters()
         steady = [b for b in run.backlog if run.marks["steady_start"] <= b[0] < t_out]
@@ -729,7 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--start-time-scale",
         type=float,
-        default=2.0,
+        default=5.0,
         help="time scale from the start until the fleet runs (the throttle scenario: all of it)",
     )
     p.add_argument(
@@ -753,6 +770,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench-s", type=float, default=120.0, help="plan to bench, together")
     p.add_argument("--daemon-lines-per-min", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--no-governor",
+        action="store_true",
+        help="keep the time scale asked for even while the process cannot keep up (by default "
+        "the clock slows down while the event loop lags: see _clockpatch.govern)",
+    )
     standard_options(p, "20 machines, phases of seconds, both scenarios, time scale 30")
     return p
 
@@ -760,7 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def main_async(args: argparse.Namespace) -> tuple[list[Row], list[FleetRun]]:
     if args.quick:
         args.machines = args.machines or 20
-        args.outage_s, args.steady_s, args.warm_s = 120.0, 120.0, 30.0
+        args.outage_s, args.steady_s, args.warm_s = 120.0, 120.0, 150.0
         args.throttle_s, args.retry_after = 60.0, 10.0
         args.params_s, args.bench_s = 10.0, 20.0
         args.time_scale = args.start_time_scale = 30.0
@@ -778,6 +801,8 @@ async def main_async(args: argparse.Namespace) -> tuple[list[Row], list[FleetRun
     runs: list[FleetRun] = []
     folder = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     procs = Processes(str(folder))  # this run's own: a concurrent run's processes are not ours
+    governed: dict[str, float] = {}
+    governor = None if args.no_governor else asyncio.ensure_future(_clockpatch.govern(governed))
     try:
         if scenario in ("outage", "all"):
             small = None
@@ -827,7 +852,16 @@ async def main_async(args: argparse.Namespace) -> tuple[list[Row], list[FleetRun
             else:
                 rows += throttle_rows(thr)
         rows += health_rows(runs)
+        rows += [
+            info("real time the clock ran slowed down (the process behind), s",
+                 governed.get("slowed_real_s", 0.0), "s"),
+            info("slowest clock, share of the scale asked for", governed.get("min_factor", 1.0),
+                 "x"),
+        ]  # fmt: skip
     finally:
+        if governor is not None:
+            governor.cancel()
+        CLOCK.set_factor(1.0)
         CLOCK.set_scale(1.0)
         procs.close()
         shutil.rmtree(folder, ignore_errors=True)
