@@ -253,6 +253,13 @@ def test_prove_against_a_slow_proof_reports_progress_at_least_every_ten_seconds(
     assert summary["daemon_proofs_per_hour"] == pytest.approx(
         3600 / (summary["proofs"][0]["total_ms"] / 1000), rel=0.05
     )
+    # What bounded it, from the status sampled every 0.5 s (issue 25): one proof in flight on
+    # 2 partition workers leaves the GPU workers waiting: not GPU-bound, and said with figures.
+    bound = summary["bound"]
+    assert bound["evidence"]["samples"] >= 8, bound
+    assert bound["evidence"]["synth_slots"] == 2
+    assert bound["bound"] in {"synthesis-bound", "feed-bound"}, bound
+    assert next(e for e in events if e["event"] == "prove.summary")["bound"] == bound
 
 
 def test_bad_input_is_a_one_line_error_with_exit_2(tmp_path):

@@ -514,6 +514,14 @@ def test_the_prove_summary_gives_the_proofs_and_the_rate_in_wall_and_daemon_time
     assert model.close(0, T0 + 762) == []
 
 
+def test_the_prove_summary_names_what_bounded_the_rate():
+    model = ViewModel(ViewOptions(command="prove"))
+    bound = {"bound": "feed-bound", "reason": "concurrency 1 did not keep the pipeline full"}
+    model.feed(summary_event(bound=bound))
+    closing = [(x.label, x.text) for x in lines(model.close(0, T0 + 761))]
+    assert ("bound", "feed-bound: concurrency 1 did not keep the pipeline full") in closing
+
+
 def test_the_prove_summary_against_the_simulator_and_without_daemon_time():
     scaled = ViewModel(ViewOptions(command="prove"))
     scaled.feed(summary_event(wall_s=7.4, proofs_per_hour=1459.5, daemon_wall_s=740.0,

@@ -152,4 +152,7 @@ def prove_closing(m: ViewModel) -> list[Line]:
     else:
         daemon = "daemon time unknown (no completed proof gave its total_ms)"
     lines.append(Line("summary", daemon, label=""))
+    bound = s.get("bound")
+    if isinstance(bound, Mapping) and bound.get("bound"):
+        lines.append(Line("summary", f"{bound['bound']}: {bound.get('reason', '')}", label="bound"))
     return lines

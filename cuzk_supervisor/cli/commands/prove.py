@@ -188,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
                 as_json=args.json,
                 plain=plain,
                 status_listen=s.daemon_status_listen,
+                sample_s=s.bench_status_sample_s,
             )
         )
     except KeyboardInterrupt:  # the view's last line says so; main gives the exit code
@@ -218,10 +219,12 @@ async def _prove(
     as_json: bool,
     plain: bool,
     status_listen: str,
+    sample_s: float = 0.0,
 ) -> int:
     from cuzk_supervisor.adapters.proving.batch import run_batch
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.errors import DaemonNotReady
+    from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
     from cuzk_supervisor.cli.commands import proveprogress as progress
     from cuzk_supervisor.cli.commands import provereport as report
 
@@ -276,15 +279,24 @@ async def _prove(
                 return
             print(report.proof_line(index, count, result), flush=True)
 
-        batch = await _ticking(
-            run_batch(tracker, template, count, concurrency, on_result=on_result), ticker
-        )
+        # The daemon's status sampled over the batch, as the bench samples it: what bounds
+        # the rate of any running daemon (issue 25), judged over the whole batch.
+        sampler = StatusSampler(status_listen, sample_s)
+        async with sampler.sampling() as samples:
+            batch = await _ticking(
+                run_batch(tracker, template, count, concurrency, on_result=on_result), ticker
+            )
+        window = (started, time.monotonic())
+        verdict = report.bound(samples, concurrency, window) if sampler.enabled else None
 
     measured = report.daemon_time(batch.results, batch.summary.wall_s)
-    log.info(progress.EVENT_SUMMARY, address=str(address), **report.summary_fields(batch, measured))
+    fields = report.summary_fields(batch, measured, verdict)
+    log.info(progress.EVENT_SUMMARY, address=str(address), **fields)
     if as_json:
-        document: dict[str, Any] = report.summary_document(str(address), batch, measured)
+        document: dict[str, Any] = report.summary_document(str(address), batch, measured, verdict)
         print(json.dumps(document), flush=True)
     elif plain:
         print(report.summary_line(batch, measured), flush=True)
+        if verdict is not None and verdict.evidence.samples:  # a status listener answered
+            print(f"bound: {verdict.line()}", flush=True)
     return exitcodes.OK if batch.summary.failed == 0 else exitcodes.FAILURE

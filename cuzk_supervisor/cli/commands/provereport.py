@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuzk_supervisor.adapters.proving.results import BatchResult, ProofResult
+from cuzk_supervisor.core.bound import Shape, StatusSample, Verdict, judge
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +99,24 @@ def summary_line(batch: BatchResult, measured: DaemonTime | None) -> str:
     )
 
 
-def summary_fields(batch: BatchResult, measured: DaemonTime | None) -> dict[str, Any]:
+def bound(
+    samples: Sequence[StatusSample], concurrency: int, window: tuple[float, float]
+) -> Verdict:
+    """What bounded the batch's rate (:func:`cuzk_supervisor.core.bound.judge`): the plan's
+    partition workers and GPUs read from the samples (prove is not told them); the
+    projections in daemon time, as ``daemon_proofs_per_hour``."""
+    workers = max((sample.synth_max for sample in samples), default=0)
+    gpus = len({w.gpu_ordinal for sample in samples for w in sample.gpu_workers}) or 1
+    return judge(samples, Shape(max(1, workers), concurrency, gpus), window=window)
+
+
+def summary_fields(
+    batch: BatchResult, measured: DaemonTime | None, verdict: Verdict | None = None
+) -> dict[str, Any]:
     """The summary as flat fields (the ``prove.summary`` event and the JSON document)."""
     fields: dict[str, Any] = {**batch.summary.to_dict(), **totals(batch)}
+    if verdict is not None:
+        fields["bound"] = verdict.to_dict()
     if measured is not None:
         fields.update(measured.to_dict())
     else:
@@ -111,10 +127,10 @@ def summary_fields(batch: BatchResult, measured: DaemonTime | None) -> dict[str,
 
 
 def summary_document(
-    address: str, batch: BatchResult, measured: DaemonTime | None
+    address: str, batch: BatchResult, measured: DaemonTime | None, verdict: Verdict | None = None
 ) -> dict[str, Any]:
     return {
         "address": address,
-        **summary_fields(batch, measured),
+        **summary_fields(batch, measured, verdict),
         "proofs": [r.to_dict() for r in batch.results],
     }
