@@ -102,11 +102,12 @@ time.time = CLOCK.time
 MIN_FACTOR = 0.02
 _TRACE = bool(os.environ.get("FLEET_GOVERN_TRACE"))  # a line per look, for tuning
 GOVERN_EVERY_S = 0.05  # real seconds between two looks at the loop's lag
-LAG_HIGH_S = 0.05  # real lag above which the clock slows down ...
-LAG_LOW_S = 0.015  # ... and below which it speeds up again, towards the scale asked for
+LAG_HIGH_S = 0.5  # virtual lag above which the clock slows down ...
+LAG_LOW_S = 0.15  # ... and below which it speeds up again, towards the scale asked for
 
 
-WAIT_OK_S = 0.25  # real seconds a request may wait for its answer before the clock slows
+WAIT_OK_S = 1.0  # virtual seconds a request may wait for its answer before the clock slows
+WAIT_MIN_FACTOR = 0.1  # ... but a slow answer alone slows it to this share of the scale at most
 INFLIGHT: dict[int, float] = {}
 """Requests waiting for their answer: a key of the caller's, the real time each was sent."""
 
@@ -123,11 +124,12 @@ async def govern(stats: dict[str, float] | None = None) -> None:
     time, than the process's own delay makes it: with N machines in one process, a burst (a
     fleet started in the same second, a recovery) costs more CPU per real second than there
     is; at the scale asked for every timeout would then fire on answers that came in time, and
-    every retry add to the burst. The lag is measured in real seconds; the clock runs at the
-    asked scale again as soon as the loop keeps up. Run as a task; cancel it to stop.
+    every retry add to the burst. A lag over ``LAG_HIGH_S`` virtual seconds (the real lag
+    times the scale) slows the clock; under ``LAG_LOW_S`` it speeds up again, up to the scale
+    asked for. Run as a task; cancel it to stop.
     ``stats`` (optional) gathers the real seconds spent slowed down and the lowest factor.
 
-    A manager answering slower than ``WAIT_OK_S`` real seconds (``INFLIGHT``, kept by the
+    A manager answering slower than ``WAIT_OK_S`` virtual seconds (``INFLIGHT``, kept by the
     caller) is treated as lag too: the simulated manager shares this host's two cores with
     the fleet, and its real delay, times the scale, would otherwise read as a manager many
     times slower than it is."""
@@ -135,12 +137,16 @@ async def govern(stats: dict[str, float] | None = None) -> None:
         asked = _real_monotonic()
         await asyncio.sleep(GOVERN_EVERY_S * CLOCK.scale)  # GOVERN_EVERY_S real seconds
         lag = _real_monotonic() - asked - GOVERN_EVERY_S
-        lag = max(lag, oldest_wait_s() - WAIT_OK_S)
+        if CLOCK.factor > WAIT_MIN_FACTOR:
+            # Not below: a slower clock makes a request that hangs wait longer still, in real
+            # time, for its (virtual) timeout; the loop's own lag alone may go further.
+            lag = max(lag, oldest_wait_s() - WAIT_OK_S / CLOCK.scale)
         if CLOCK.held:
             continue
-        if lag > LAG_HIGH_S:
-            CLOCK.set_factor(CLOCK.factor * max(0.3, min(0.8, LAG_HIGH_S / lag)))
-        elif lag < LAG_LOW_S and CLOCK.factor < 1.0:
+        high, low = LAG_HIGH_S / CLOCK.scale, LAG_LOW_S / CLOCK.scale  # in real seconds
+        if lag > high:
+            CLOCK.set_factor(CLOCK.factor * max(0.3, min(0.8, high / lag)))
+        elif lag < low and CLOCK.factor < 1.0:
             CLOCK.set_factor(CLOCK.factor * 1.05)
         if _TRACE:
             print(f"govern real={_real_monotonic():.1f} lag={lag:.3f} factor={CLOCK.factor:.3f}")
