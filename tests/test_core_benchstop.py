@@ -19,6 +19,7 @@ from cuzk_supervisor.core.bench import (
     Stretch,
     choose_measurement,
     next_submission,
+    planned_proofs,
     steady_rate_per_s,
 )
 from cuzk_supervisor.core.benchstop import (
@@ -292,3 +293,22 @@ def test_the_stop_looks_at_the_piece_after_the_last_stall():
     decision = next_submission(stretch, 420.0, 1e9, policy)
     assert decision.submit
     assert not decision.closes
+
+
+def test_a_stall_late_in_the_batch_gives_the_new_piece_a_batch_of_its_own():
+    """CI's failure: a completion heard late at proof 12 of 16 left a piece of 4 proofs (±10 %)
+    to report from; the piece after the stall is measured on a whole batch."""
+    policy = BenchPolicy(max_proofs=16, concurrency=2)
+    stretch = Stretch(workers=11, concurrency=2, started_at=0.0, submitted=13)
+    for k in range(1, 13):
+        stretch = stretch.completed(40.0 * k, heard_late=(k == 12))
+    assert stretch.measuring_submitted == 1  # the one in flight at the stall
+    decision = next_submission(stretch, 480.0, 1e9, policy)
+    assert decision.submit
+    assert planned_proofs(stretch, policy) == 12 + 16
+    # Without a stall the same count ends the batch.
+    plain = Stretch(workers=11, concurrency=2, started_at=0.0, submitted=16)
+    for k in range(1, 16):
+        plain = plain.completed(40.0 * k)
+    assert next_submission(plain, 600.0, 1e9, policy).stop == "batch-complete"
+    assert planned_proofs(plain, policy) == 16

@@ -137,6 +137,15 @@ class Stretch:
         last = max(self.stalls)
         return tuple(t for t in self.completions if t > last)
 
+    @property
+    def measuring_submitted(self) -> int:
+        """Proofs submitted for the piece being measured now: all of them, less those that
+        completed up to the last one heard late (the ones in flight then complete in it)."""
+        if not self.stalls:
+            return self.submitted
+        last = max(self.stalls)
+        return self.submitted - sum(1 for t in self.completions if t <= last)
+
     def interrupt(self, why: str) -> Stretch:
         return _replace(self, interrupted=why)
 
@@ -205,6 +214,9 @@ def next_submission(
 ) -> SubmitDecision:
     """Whether to submit one more proof now, with ``deadline`` the end of the budget.
 
+    The batch counts the proofs of the piece being measured (:attr:`Stretch.measuring`): after
+    a completion heard late the rate is measured afresh, on a batch of its own.
+
     The first ``concurrency`` proofs always go (at least one proof runs, and a cut batch keeps
     its concurrency). After that the adaptive stop (``policy.precision``; :func:`~cuzk_supervisor.
     core.benchstop.stop_call`) may end the stretch, or extend it past the batch while the rate is
@@ -220,15 +232,18 @@ def next_submission(
     if stretch.in_flight >= concurrency:
         return SubmitDecision(False, f"{concurrency} in flight")
     measuring = stretch.measuring
+    # A completion heard late starts a new piece (the rate comes from one piece): its batch is
+    # counted afresh, or a stall late in the batch leaves a few proofs to measure the rate on.
+    submitted = stretch.measuring_submitted
     call = stop_call(measuring, steady_rate_per_s(measuring), policy.stop_rule)
     if call.stop:
         # Past the batch it went on only because the verdict was in doubt: that ended it.
-        kind = "verdict-certain" if stretch.submitted > policy.max_proofs else call.kind
+        kind = "verdict-certain" if submitted > policy.max_proofs else call.kind
         return SubmitDecision(False, call.reason, closes=True, stop=kind)
-    if stretch.submitted >= call.limit:
+    if submitted >= call.limit:
         if call.limit > policy.max_proofs:
             kind = "max-proofs"  # still too close to the minimum to tell
-        elif stretch.submitted > policy.max_proofs:
+        elif submitted > policy.max_proofs:
             kind = "verdict-certain"  # it went on past the batch until it could tell
         else:
             kind = "batch-complete"
@@ -249,6 +264,13 @@ def next_submission(
         closes=True,
         stop="budget",
     )
+
+
+def planned_proofs(stretch: Stretch, policy: BenchPolicy) -> int:
+    """Proofs the stretch submits in all as things stand (for progress): the batch, counted
+    from the piece being measured, or what was submitted where it went on past that."""
+    earlier = stretch.submitted - stretch.measuring_submitted
+    return max(earlier + policy.max_proofs, stretch.submitted)
 
 
 def measurement_fits(

@@ -26,7 +26,7 @@ from cuzk_supervisor.adapters.proving.batch import Prover
 from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
-from cuzk_supervisor.core.bench import BenchPolicy, Stretch
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch, planned_proofs
 from cuzk_supervisor.core.bound import StatusSample
 from cuzk_supervisor.daemon.keeper import KeeperOutcome
 from cuzk_supervisor.errors import UsageError
@@ -163,8 +163,7 @@ class ProofRunner:
                 progress.proofs_done += 1
             else:
                 progress.proofs_failed += 1
-            # Past the batch (too close to min_rate to tell) the batch is what has been submitted.
-            progress.bench_planned = max(policy.max_proofs, stretch.submitted)
+            progress.bench_planned = planned_proofs(stretch, policy)
             benchout(
                 f"proof {index + 1} of up to {progress.bench_planned} {result.status} "
                 f"{result.wall_s:.2f}s {result.error}".rstrip()
