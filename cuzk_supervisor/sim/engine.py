@@ -54,9 +54,6 @@ class Job:
     kind: pb.ProofKind
     submitted_at: float
     payload: bytes = b""
-    done: asyncio.Future[pb.AwaitProofResponse] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
     state: Literal["queued", "running", "done"] = "queued"
     parsed: bool = False
     error: str | None = None
@@ -132,7 +129,10 @@ class Engine:
         )
         self.gpu_busy_s = [0.0] * self.gpu_workers  # finished partitions' GPU seconds, by worker
         self.jobs: dict[str, Job] = {}  # job_id -> the latest job with that id
-        self.results: dict[str, pb.AwaitProofResponse] = {}  # job_id -> its first result
+        # job_id -> the result of the latest of its jobs to finish (a later one overwrites it)
+        self.results: dict[str, pb.AwaitProofResponse] = {}
+        # job_id -> what every caller waiting under it gets: the first of its jobs to finish
+        self._answers: dict[str, asyncio.Future[pb.AwaitProofResponse]] = {}
         self._by_seq: dict[int, Job] = {}
         self._live: dict[int, Job] = {}  # not finished yet, by submission order
         self._seq = 0
@@ -224,7 +224,10 @@ class Engine:
         self._seq += 1
         self._by_seq[job.seq] = job
         self._live[job.seq] = job
-        self.jobs[job_id] = job  # a later job with the same id replaces the earlier result
+        self.jobs[job_id] = job
+        answer = self._answers.get(job_id)
+        if answer is None or answer.done():
+            self._answers[job_id] = asyncio.get_running_loop().create_future()
         self.log.info(
             "cuzk_core::engine",
             "proof submitted",
@@ -244,9 +247,11 @@ class Engine:
             self._spawn(self._run_single_step(job))
         return job
 
-    async def wait(self, job: Job) -> pb.AwaitProofResponse:
-        """The job's result; a cut call (shield) never cancels the job, which keeps running."""
-        return await asyncio.shield(job.done)
+    async def wait(self, job_id: str) -> pb.AwaitProofResponse:
+        """The result of the first of ``job_id``'s running jobs to finish (the real engine's
+        waiters are keyed by id: two jobs under one id answer every waiter with the first); a
+        cut call (shield) never cancels the job, which keeps running."""
+        return await asyncio.shield(self._answers[job_id])
 
     def job_by_seq(self, seq: int) -> Job:
         return self._by_seq[seq]
@@ -479,7 +484,10 @@ class Engine:
                 total_ms=round((end - job.submitted_at) * 1000),
             )
         self.duration_s[job.queue] += end - job.submitted_at
-        self.results.setdefault(job.job_id, response)
+        self.results[job.job_id] = response
+        answer = self._answers.get(job.job_id)
+        if answer is not None and not answer.done():
+            answer.set_result(response)
         answered = self.now()
         self._last_answered = max(self._last_answered, answered)
         self._unreplied.append((job.seq, answered))
@@ -504,4 +512,3 @@ class Engine:
             )
             if self.faults is not None:
                 self.faults.check("completed")
-        job.done.set_result(response)

@@ -163,7 +163,7 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
         async def work(cancel: str | None) -> pb.AwaitProofResponse:
             if cancel is not None:
                 await self._cancelled(context)
-            # Finished results first: a finished id gets its first result at once.
+            # Finished results first: a finished id gets its stored result at once.
             finished = self._engine.results.get(request.job_id)
             if finished is not None:
                 return finished
@@ -172,7 +172,7 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
                 await context.abort(grpc.StatusCode.NOT_FOUND, f"job not found: {request.job_id}")
             # timeout_ms is ignored, as by the real server: this blocks until the job ends
             # (or the server-side deadline cuts the call).
-            return await self._engine.wait(job)
+            return await self._engine.wait(job.job_id)
 
         return await self._answer(context, "await", work)
 
@@ -188,9 +188,10 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
             finished = self._engine.results.get(job_id) if job_id else None
             if finished is not None:
                 return pb.ProveResponse(result=finished)  # no new proof
-            running = self._engine.jobs.get(job_id) if job_id else None
-            job = running if running is not None else await self._submit(request.submit, context)
-            return pb.ProveResponse(result=await self._engine.wait(job))
+            # An id still running is proved again (reference/cuzk.md, "Finished and running
+            # ids"), and this call is answered by whichever of its jobs finishes first.
+            job = await self._submit(request.submit, context)
+            return pb.ProveResponse(result=await self._engine.wait(job.job_id))
 
         return await self._answer(context, "prove", work)
 

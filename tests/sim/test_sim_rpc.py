@@ -75,31 +75,47 @@ def test_same_request_id_is_proved_twice(sim: SimProcess) -> None:
     poll_until(lambda: proved() == 2, 10, what="both proved")
 
 
-def test_a_finished_id_gets_its_first_result_at_once(sim: SimProcess) -> None:
+def test_a_finished_id_gets_its_stored_result_at_once_and_a_later_job_overwrites_it(
+    sim: SimProcess,
+) -> None:
     stub = sim.stub()
     stub.SubmitProof(submit_request("x", payload=b"not json"), timeout=5)
     first = stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5)
     assert first.status == Status.FAILED
-    # SubmitProof with the same id enqueues a new job (no de-duplication) and it proves...
-    stub.SubmitProof(submit_request("x"), timeout=5)
-    sim.wait_for_line(r"proof completed job_id=x ")
-    # ...but AwaitProof and Prove look in the finished results first: the first result.
+    # AwaitProof and Prove look in the finished results first: no new proof.
     assert stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5) == first
     proved = stub.Prove(pb.ProveRequest(submit=submit_request("x")), timeout=5)
     assert proved.result == first
-    assert 'cuzk_sim_submissions_total{request_id="x"} 2' in sim.metrics()  # Prove added none
+    assert 'cuzk_sim_submissions_total{request_id="x"} 1' in sim.metrics()  # Prove added none
+    # SubmitProof with the same id enqueues a new job (no de-duplication); its result, when it
+    # ends, overwrites the stored one (reference/cuzk.md, "Finished and running ids").
+    stub.SubmitProof(submit_request("x"), timeout=5)
+    sim.wait_for_line(r"proof completed job_id=x ")
+    later = stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5)
+    assert later.status == Status.COMPLETED
+    assert 'cuzk_sim_submissions_total{request_id="x"} 2' in sim.metrics()
 
 
-def test_prove_with_a_running_id_is_answered_by_that_job(
+def test_prove_with_a_running_id_proves_again_and_the_first_to_finish_answers(
     tmp_path: Path, sim_factory: Callable[..., SimProcess]
 ) -> None:
+    """The real engine (reference/cuzk.md): a Prove under an id still running enqueues a second
+    job; every caller waiting under the id gets the first to finish; the second overwrites the
+    stored result. (The simulator used to answer it from the running job: kinder than the field.)"""
     sim = sim_factory(config=porep_config(tmp_path), time_scale=600)  # first proof ~0.5 s
     stub = sim.stub()
     stub.SubmitProof(submit_request("running"), timeout=5)
     proved = stub.Prove(pb.ProveRequest(submit=submit_request("running")), timeout=30)
     assert proved.result.status == Status.COMPLETED
-    assert 'cuzk_sim_submissions_total{request_id="running"} 1' in sim.metrics()
-    assert sum("proof completed job_id=running " in line for line in sim.lines) == 1
+    assert 'cuzk_sim_submissions_total{request_id="running"} 2' in sim.metrics()
+
+    def completions() -> int:
+        return sum("proof completed job_id=running " in line for line in sim.lines)
+
+    poll_until(lambda: completions() == 2, 30, what="the second job proved")
+    stored = stub.AwaitProof(pb.AwaitProofRequest(job_id="running"), timeout=5)
+    assert stored.status == Status.COMPLETED
+    assert stored.proof != proved.result.proof  # the second proof, not the first
 
 
 def test_a_failed_result_has_all_timings_zero(sim: SimProcess) -> None:
