@@ -31,7 +31,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cuzk_supervisor.adapters.machine.gpu import GpuProbe, NvmlProbe, SimStatusProbe, StaticProbe
+from cuzk_supervisor.adapters.machine.gpu import (
+    GpuProbe,
+    NvmlProbe,
+    SimStatusProbe,
+    StaticProbe,
+    no_gpu_activity,
+)
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
@@ -228,7 +234,10 @@ def build_lifecycle(
         daemon=daemon, client_factory=client_factory, c1_file=s.c1_file, signals=signals,
         progress=progress, metrics=metrics, shipper=shipper, retry=retries.proof,
         proof_budget_s=s.proof_budget_s, rate_time_scale=s.rate_time_scale,
-        status_sampler=StatusSampler(s.daemon_status_listen, s.bench_status_sample_s),
+        status_sampler=StatusSampler(
+            s.daemon_status_listen, s.bench_status_sample_s,
+            gpus=gpu.activity if isinstance(gpu, NvmlProbe) else no_gpu_activity,
+        ),
     )  # fmt: skip
     stepdown = StepDown(
         daemon=daemon, watch=watch, signals=signals, progress=progress,

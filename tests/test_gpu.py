@@ -372,3 +372,61 @@ def test_static_probe_what_if() -> None:
     assert faulty.sample().faults == (GpuFault(0, "lost"),)
     assert faulty.sample().timestamp == 1.0
     faulty.shutdown()
+
+
+# --------------------------------------------------------------------------------------------
+# NvmlProbe.activity: the bench's evidence (issue 25)
+
+
+class ActiveNvml(FakeNvml):
+    """FakeNvml with utilisation, SM clocks and clocks event reasons; GPU 1 reports none of
+    them (NOT_SUPPORTED), as an old card or driver does."""
+
+    def __init__(self, mask: int, *, renamed: bool = True) -> None:
+        super().__init__(TWO_24G)
+        self.mask = mask
+        if renamed:  # newer bindings name it "event reasons"
+            self.nvmlDeviceGetCurrentClocksEventReasons = self._reasons
+
+    def _unsupported(self, handle: tuple[str, int]) -> None:
+        if handle[1] == 1:
+            raise pynvml.NVMLError_NotSupported()
+
+    def nvmlDeviceGetUtilizationRates(self, handle: tuple[str, int]) -> Any:
+        self._unsupported(handle)
+        return SimpleNamespace(gpu=97, memory=40)
+
+    def nvmlDeviceGetClockInfo(self, handle: tuple[str, int], kind: int) -> int:
+        self._unsupported(handle)
+        assert kind == pynvml.NVML_CLOCK_SM
+        return 1500
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: tuple[str, int], kind: int) -> int:
+        self._unsupported(handle)
+        return 2000
+
+    def _reasons(self, handle: tuple[str, int]) -> int:
+        self._unsupported(handle)
+        return self.mask
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: tuple[str, int]) -> int:
+        return self._reasons(handle)
+
+
+@pytest.mark.parametrize("renamed", [True, False])
+def test_activity_reads_utilisation_clocks_and_the_reasons_that_hold_clocks_down(renamed: bool):
+    mask = (
+        pynvml.nvmlClocksThrottleReasonSwPowerCap
+        | pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
+        | pynvml.nvmlClocksThrottleReasonGpuIdle  # not a slowdown: left out
+    )
+    first, second = NvmlProbe(ActiveNvml(mask, renamed=renamed)).activity()
+    assert (first.index, first.utilisation, first.sm_clock_ratio) == (0, 0.97, 0.75)
+    assert first.slowdowns == ("power-cap", "hw-thermal")
+    # A GPU that reports none of it: figures None, never an error.
+    assert (second.index, second.utilisation, second.sm_clock_ratio) == (1, None, None)
+    assert second.slowdowns == ()
+
+
+def test_no_activity_without_nvml():
+    assert NvmlProbe(FakeNvml(init_error=pynvml.NVMLError_LibraryNotFound())).activity() == ()

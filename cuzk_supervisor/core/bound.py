@@ -16,6 +16,11 @@ bench's shape into a :class:`Verdict`:
 - **mixed**: both saturated at once (a balanced pipeline).
 - **unknown**: too few samples (:data:`MIN_SAMPLES`) or no GPU worker seen, said plainly.
 
+Where NVML answers, each sample also carries each GPU's utilisation, SM clock against its
+maximum and the reasons its clocks are held down (:class:`GpuActivity`): the evidence gives their
+means, and a GPU-bound or mixed reason says when the clocks were held down in
+:data:`SLOWED` of the samples or more (a hot or power-capped GPU, not the plan).
+
 Projections (:func:`project`) come from the measured per-partition ``synth_ms`` and ``gpu_ms``
 with a small model of the pipeline, stated with its assumptions (:data:`ASSUMPTIONS`): ``C``
 proofs in flight (the next submitted as one completes), each of ``P`` partitions synthesized FIFO
@@ -35,7 +40,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import statistics
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -52,6 +57,9 @@ WAITING = 0.5
 """Synthesized partitions waiting for a GPU worker, on average, that show a GPU queue."""
 CPU_FULL = 0.9
 """A CPU busy at least this share while synthesis-bound: the CPU is the limit."""
+SLOWED = 0.2
+"""A GPU's clocks held down (power cap, heat) in at least this share of the samples: said in the
+reason, since then the GPU's cooling or power limit, not the plan, holds a GPU-bound rate."""
 
 PARTITION_STATES = frozenset({"pending", "synthesizing", "synth_done", "gpu", "done", "failed"})
 
@@ -93,6 +101,20 @@ class GpuWorkerSample:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuActivity:
+    """One GPU as NVML saw it at a sample (None: not reported by this GPU or driver)."""
+
+    index: int
+    utilisation: float | None = None
+    """Share of the last sample period a kernel ran (0 to 1)."""
+    sm_clock_ratio: float | None = None
+    """The SM clock over its maximum."""
+    slowdowns: tuple[str, ...] = ()
+    """Active reasons that hold the clocks below what the load asks for: ``power-cap``,
+    ``thermal``, ``hw-slowdown``, ``hw-thermal``, ``power-brake``."""
+
+
+@dataclass(frozen=True, slots=True)
 class StatusSample:
     """One ``GET /status`` answer, at ``at`` seconds on the caller's clock."""
 
@@ -103,6 +125,8 @@ class StatusSample:
     gpu_workers: tuple[GpuWorkerSample, ...] = ()
     cpu_busy_share: float | None = None
     """The machine's CPU busy share at that moment, where known."""
+    gpus: tuple[GpuActivity, ...] = ()
+    """NVML's view of each GPU at that moment (none without NVML)."""
 
     def count(self, state: str) -> int:
         return sum(1 for p in self.pipelines for part in p.partitions if part.state == state)
@@ -144,6 +168,14 @@ class Evidence:
     gpu_s: float | None = None
     partitions_per_proof: float | None = None
     partitions_timed: int = 0
+    gpu_utilisation: float | None = None
+    """NVML's utilisation, mean over the samples and GPUs (None without NVML)."""
+    sm_clock_ratio: float | None = None
+    """The SM clock over its maximum, mean over the samples and GPUs."""
+    slowdown_share: float | None = None
+    """Share of the samples with NVML figures in which a GPU's clocks were held down."""
+    slowdowns: tuple[str, ...] = ()
+    """The reasons seen, the most frequent first."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +193,10 @@ class Evidence:
             "gpu_s": _round(self.gpu_s),
             "partitions_per_proof": _round(self.partitions_per_proof, 2),
             "partitions_timed": self.partitions_timed,
+            "gpu_utilisation": _round(self.gpu_utilisation),
+            "sm_clock_ratio": _round(self.sm_clock_ratio),
+            "slowdown_share": _round(self.slowdown_share),
+            "slowdowns": list(self.slowdowns),
         }
 
 
@@ -314,7 +350,41 @@ def gather(samples: Sequence[StatusSample], shape: Shape) -> Evidence:
         gpu_s=statistics.fmean(gpu) if gpu else None,
         partitions_per_proof=statistics.fmean(totals) if totals else None,
         partitions_timed=min(len(synth), len(gpu)),
+        **_gpu_activity(samples),
     )
+
+
+def _gpu_activity(samples: Sequence[StatusSample]) -> dict[str, Any]:
+    """NVML's figures over the samples that carry them (:class:`Evidence`'s last four)."""
+    with_gpus = [s for s in samples if s.gpus]
+    if not with_gpus:
+        return {}
+    util = [g.utilisation for s in with_gpus for g in s.gpus if g.utilisation is not None]
+    clock = [g.sm_clock_ratio for s in with_gpus for g in s.gpus if g.sm_clock_ratio is not None]
+    reasons = Counter(r for s in with_gpus for g in s.gpus for r in set(g.slowdowns))
+    slowed = sum(1 for s in with_gpus if any(g.slowdowns for g in s.gpus))
+    return {
+        "gpu_utilisation": statistics.fmean(util) if util else None,
+        "sm_clock_ratio": statistics.fmean(clock) if clock else None,
+        "slowdown_share": slowed / len(with_gpus),
+        "slowdowns": tuple(r for r, _ in reasons.most_common()),
+    }
+
+
+def _nvml_note(evidence: Evidence) -> str:
+    """What NVML adds to a reason about the GPUs ('' without NVML figures)."""
+    parts = []
+    if evidence.gpu_utilisation is not None:
+        parts.append(f"NVML utilisation {_pct(evidence.gpu_utilisation)}")
+    share = evidence.slowdown_share
+    if share is not None and share >= SLOWED:
+        clock = evidence.sm_clock_ratio
+        at = f", SM clock at {_pct(clock)} of its maximum" if clock is not None else ""
+        parts.append(
+            f"clocks held down ({', '.join(evidence.slowdowns)}) in {_pct(share)} of the "
+            f"samples{at}: cooling or the power limit holds the rate, not the plan"
+        )
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def closed_loop_completions(
@@ -414,13 +484,17 @@ def project(
         ("one-more-gpu", f"one more GPU ({gpu_workers + per_gpu} GPU workers)", workers,
          concurrency, gpu_workers + per_gpu),
     )  # fmt: skip
-    projections = []
+    projections: list[Projection] = []
     for name, change, w, c, g in cases:
         rate, limit = modelled_rate(
             synth_s=evidence.synth_s, gpu_s=evidence.gpu_s,
             partitions=evidence.partitions_per_proof, workers=w, gpu_workers=g, concurrency=c,
             daemon_seconds_per_second=daemon_seconds_per_second,
         )  # fmt: skip
+        if projections:
+            # Each case only adds a resource, which never slows a FIFO pipeline: a figure below
+            # as-run is the model's finite window (seen at -1.0 % with 7.6 partitions a proof).
+            rate = max(rate, projections[0].rate_per_hour)
         projections.append(Projection(name, change, w, c, g, rate, limit))
     return tuple(projections)
 
@@ -453,11 +527,14 @@ def judge(
     if busy >= BUSY and (waiting >= WAITING or use < FULL):
         reason = (
             f"{gpus} busy {_pct(busy)} of the time; {waiting:.1f} synthesized partitions "
-            "waiting on average; more RAM would not raise the rate"
+            f"waiting on average; more RAM would not raise the rate{_nvml_note(evidence)}"
         )
         return Verdict(Bound.GPU, reason, evidence, projections=projections)
     if busy >= BUSY:
-        reason = f"{gpus} busy {_pct(busy)} of the time and {limiter}: both near their limit"
+        reason = (
+            f"{gpus} busy {_pct(busy)} of the time and {limiter}: both near their limit"
+            f"{_nvml_note(evidence)}"
+        )
         return Verdict(Bound.MIXED, reason, evidence, projections=projections)
     if use >= FULL:
         cpu = evidence.cpu_busy_share

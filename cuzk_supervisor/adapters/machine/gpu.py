@@ -26,6 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
+from cuzk_supervisor.core.bound import GpuActivity
+
 log = structlog.get_logger("supervisor.gpu")
 
 GIB = 1 << 30
@@ -109,6 +111,23 @@ def _nvml_error_text(exc: BaseException) -> str:
     except Exception:  # NVMLError.__str__ can itself call into the library
         text = ""
     return f"{name}: {text}" if text and text != name else name
+
+
+NVML_CLOCK_SM = 1
+SLOWDOWN_BITS = (
+    (0x4, "power-cap"),
+    (0x8, "hw-slowdown"),
+    (0x20, "thermal"),
+    (0x40, "hw-thermal"),
+    (0x80, "power-brake"),
+)
+"""NVML's clocks event (throttle) reasons that hold the clocks below what the load asks for
+(idle, application clocks, sync boost and display settings are left out)."""
+
+
+def no_gpu_activity() -> tuple[GpuActivity, ...]:
+    """The activity source where NVML is not the probe."""
+    return ()
 
 
 class NvmlProbe:
@@ -200,6 +219,47 @@ class NvmlProbe:
             total_bytes=int(mem.total),
             used_bytes=int(mem.used),
             free_bytes=int(mem.free),
+        )
+
+    def activity(self) -> tuple[GpuActivity, ...]:
+        """Each answering GPU's utilisation, SM clock against its maximum and the reasons its
+        clocks are held down (the bench's evidence, issue 25). A figure this GPU or driver does
+        not report is None; a GPU that does not answer is left out (``sample`` reports it)."""
+        if self._nvml is None:
+            return ()
+        found = []
+        for index in range(len(self._handles)):
+            try:
+                handle = self._handles[index]
+                if handle is None:
+                    handle = self._handles[index] = self._nvml.nvmlDeviceGetHandleByIndex(index)
+            except self._nvml.NVMLError:
+                continue
+            found.append(self._activity(index, handle))
+        return tuple(found)
+
+    def _activity(self, index: int, handle: Any) -> GpuActivity:
+        nvml = self._nvml
+
+        def read(call: Callable[[], Any]) -> Any:
+            try:
+                return call()
+            except nvml.NVMLError:
+                return None
+
+        rates = read(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+        clock = read(lambda: nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))
+        top = read(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
+        # Renamed "clocks event reasons" in newer bindings; the bits are the same.
+        reasons_of = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        mask = read(lambda: reasons_of(handle)) if reasons_of is not None else None
+        return GpuActivity(
+            index=index,
+            utilisation=min(1.0, int(rates.gpu) / 100) if rates is not None else None,
+            sm_clock_ratio=min(1.0, int(clock) / int(top)) if clock and top else None,
+            slowdowns=tuple(n for bit, n in SLOWDOWN_BITS if mask and int(mask) & bit),
         )
 
     def _memory(self, handle: Any) -> Any:

@@ -8,7 +8,9 @@ stamps its completions with. Cheap by construction: one short HTTP/1.0 request o
 (no thread, no retries: the next tick is the retry), answers that do not parse are skipped, and
 a sample that takes longer than the interval only delays the next one. The CPU's busy share
 comes from the simulated daemon's ``sim.cpu_busy_share`` when it is the simulator (its machine
-is simulated), else from psutil (the whole machine, since the previous sample).
+is simulated), else from psutil (the whole machine, since the previous sample). Each GPU's
+utilisation, clocks and slowdown reasons come from ``gpus`` (NVML's
+:meth:`~cuzk_supervisor.adapters.machine.gpu.NvmlProbe.activity` where ``gpu_probe`` is nvml).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import structlog
 
 from cuzk_supervisor.address import Address, parse_address
 from cuzk_supervisor.core.bound import (
+    GpuActivity,
     GpuWorkerSample,
     PartitionSample,
     PipelineSample,
@@ -58,7 +61,10 @@ def _share(value: Any) -> float | None:
 
 
 def parse_status(
-    document: object, at: float, cpu_busy_share: float | None = None
+    document: object,
+    at: float,
+    cpu_busy_share: float | None = None,
+    gpus: tuple[GpuActivity, ...] = (),
 ) -> StatusSample | None:
     """A sample from one ``/status`` document; None when it has no ``synthesis`` object. Items
     that are not what the daemon writes are left out, never fatal."""
@@ -98,6 +104,7 @@ def parse_status(
         pipelines=tuple(pipelines),
         gpu_workers=workers,
         cpu_busy_share=cpu_busy_share,
+        gpus=gpus,
     )
 
 
@@ -147,6 +154,11 @@ def cpu_busy_share() -> float | None:
         return None
 
 
+def sampler_on(status_listen: str, interval_s: float) -> bool:
+    """Whether a sampler with these settings samples at all (a listener and an interval)."""
+    return StatusSampler(status_listen, interval_s).enabled
+
+
 class StatusSampler:
     """Samples ``/status`` every ``interval_s`` while :meth:`sampling` is entered."""
 
@@ -157,10 +169,12 @@ class StatusSampler:
         *,
         clock: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float | None] = cpu_busy_share,
+        gpus: Callable[[], tuple[GpuActivity, ...]] = lambda: (),
     ) -> None:
         self.interval_s = interval_s
         self._clock = clock
         self._cpu = cpu
+        self._gpus = gpus
         self.address: Address | None = None
         if interval_s > 0 and status_listen:
             try:
@@ -176,7 +190,7 @@ class StatusSampler:
         if self.address is None:
             return None
         document = await fetch_status(self.address, min(TIMEOUT_S, max(0.05, self.interval_s)))
-        return parse_status(document, self._clock(), self._cpu())
+        return parse_status(document, self._clock(), self._cpu(), self._gpus())
 
     async def _run(self, into: list[StatusSample]) -> None:
         self._cpu()  # psutil's first figure only starts its interval

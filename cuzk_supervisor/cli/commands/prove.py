@@ -189,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
                 plain=plain,
                 status_listen=s.daemon_status_listen,
                 sample_s=s.bench_status_sample_s,
+                nvml=s.gpu_probe == "nvml",
             )
         )
     except KeyboardInterrupt:  # the view's last line says so; main gives the exit code
@@ -220,11 +221,13 @@ async def _prove(
     plain: bool,
     status_listen: str,
     sample_s: float = 0.0,
+    nvml: bool = False,
 ) -> int:
+    from cuzk_supervisor.adapters.machine.gpu import NvmlProbe, no_gpu_activity
     from cuzk_supervisor.adapters.proving.batch import run_batch
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.errors import DaemonNotReady
-    from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
+    from cuzk_supervisor.adapters.proving.statussampler import StatusSampler, sampler_on
     from cuzk_supervisor.cli.commands import proveprogress as progress
     from cuzk_supervisor.cli.commands import provereport as report
 
@@ -281,11 +284,19 @@ async def _prove(
 
         # The daemon's status sampled over the batch, as the bench samples it: what bounds
         # the rate of any running daemon (issue 25), judged over the whole batch.
-        sampler = StatusSampler(status_listen, sample_s)
-        async with sampler.sampling() as samples:
-            batch = await _ticking(
-                run_batch(tracker, template, count, concurrency, on_result=on_result), ticker
-            )
+        # With gpu_probe nvml each sample also carries NVML's utilisation, clocks and slowdowns.
+        gpu = NvmlProbe() if nvml and sampler_on(status_listen, sample_s) else None
+        sampler = StatusSampler(
+            status_listen, sample_s, gpus=gpu.activity if gpu is not None else no_gpu_activity
+        )
+        try:
+            async with sampler.sampling() as samples:
+                batch = await _ticking(
+                    run_batch(tracker, template, count, concurrency, on_result=on_result), ticker
+                )
+        finally:
+            if gpu is not None:
+                gpu.shutdown()
         window = (started, time.monotonic())
         verdict = report.bound(samples, concurrency, window) if sampler.enabled else None
 
