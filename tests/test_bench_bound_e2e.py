@@ -103,3 +103,18 @@ def test_sampling_off_reports_no_bound(tmp_path, manager):
         run.kill()
     (result,) = run.named("bench.result")
     assert "bound" not in result
+
+
+def test_a_plan_held_down_by_memory_is_synthesis_bound_on_its_partition_workers(
+    tmp_path, manager
+):
+    """Memory-limited (issue 25, item 6): a machine with 128 GiB (``--host-gib``) is planned
+    few partition workers; the limiter they make is the bound, and more workers (more RAM)
+    would lift it."""
+    found, run = bench(tmp_path, manager(), sim_args=("--host-gib", "128", "--cpu-share", "1"))
+    (plan,) = run.named("plan.made")[-1:]
+    assert plan["full_workers"] <= 3, plan
+    assert found["bound"] == "synthesis-bound", found
+    assert found["limit"] == "partition-workers"
+    as_run = projection(found, "as-run")["rate"]
+    assert projection(found, "more-workers")["rate"] > 1.3 * as_run
