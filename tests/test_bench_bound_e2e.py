@@ -105,9 +105,7 @@ def test_sampling_off_reports_no_bound(tmp_path, manager):
     assert "bound" not in result
 
 
-def test_a_plan_held_down_by_memory_is_synthesis_bound_on_its_partition_workers(
-    tmp_path, manager
-):
+def test_a_plan_held_down_by_memory_is_synthesis_bound_on_its_partition_workers(tmp_path, manager):
     """Memory-limited (issue 25, item 6): a machine with 128 GiB (``--host-gib``) is planned
     few partition workers; the limiter they make is the bound, and more workers (more RAM)
     would lift it."""
