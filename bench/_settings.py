@@ -19,10 +19,16 @@ BENCH_COUNT = 12
 BENCH_CONCURRENCY = 2
 GPU_WORKERS = 2  # sim default: 1 GPU x gpu_workers_per_device 2
 C1_BYTES = 200_000
+QUICK_MEMORY_SCALE = 0.125
+"""The sim's real MiB per simulated GiB in a ``--quick`` run (1 otherwise): the supervisor plans
+with the matching ``plan_memory_scale`` (its host RAM reads at that scale too), and the sim's
+page faults, most of its CPU at 1, cost an eighth."""
 
 
-def sim_args(time_scale: float, faults: tuple[str, ...] = ()) -> str:
+def sim_args(time_scale: float, faults: tuple[str, ...] = (), memory_scale: float = 1.0) -> str:
     argv = ["-m", "cuzk_supervisor.sim.daemon", "--time-scale", f"{time_scale:g}"]
+    if memory_scale != 1.0:
+        argv += ["--memory-scale", f"{memory_scale:g}"]
     for fault in faults:
         argv += ["--fault", fault]
     return shlex.join(argv)
@@ -32,30 +38,35 @@ def to_env(values: dict[str, Any]) -> dict[str, str]:
     return {f"CUZK_SUPERVISOR_{k.upper()}": str(v) for k, v in values.items()}
 
 
-def common(root: Path, time_scale: float, faults: tuple[str, ...] = ()) -> dict[str, Any]:
-    """What every run shares: folders under ``root``, the sim as the daemon, free ports."""
+def common(
+    root: Path, time_scale: float, faults: tuple[str, ...] = (), memory_scale: float = 1.0
+) -> dict[str, Any]:
+    """What every run shares: folders under ``root``, the sim as the daemon, free ports;
+    ``memory_scale``: the sim's real MiB per simulated GiB (``QUICK_MEMORY_SCALE``)."""
     return {
         "state_dir": root / "state",
         "run_dir": root / "run",  # daemon_listen empty: a unix socket here (the default)
         "log_dir": root / "log",
         "daemon_binary": PY,
-        "daemon_args": sim_args(time_scale, faults),
+        "daemon_args": sim_args(time_scale, faults, memory_scale),
         "daemon_status_listen": f"127.0.0.1:{free_tcp_port()}",
         "daemon_param_cache": root / "params",
         "daemon_startup_deadline_s": 60,
-        "plan_memory_scale": 1024,  # the sim allocates 1 MiB per simulated GiB
+        "plan_memory_scale": f"{1024 / memory_scale:g}",  # the sim's 1 MiB per simulated GiB
         "log_format": "json",
         "log_level": "info",
     }
 
 
-def lifecycle(root: Path, manager_url: str, time_scale: float) -> dict[str, str]:
+def lifecycle(
+    root: Path, manager_url: str, time_scale: float, memory_scale: float = 1.0
+) -> dict[str, str]:
     """``supervisor run`` as deployed, but at the sim's time scale. Cadences (status lines,
     liveness probes, await deadlines) keep their product defaults; so do health and log push."""
     c1 = root / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=C1_BYTES)
-    values = common(root, time_scale)
+    values = common(root, time_scale, memory_scale=memory_scale)
     values.update(
         {
             "label": f"C.bench-{root.name}",
@@ -79,9 +90,11 @@ def lifecycle(root: Path, manager_url: str, time_scale: float) -> dict[str, str]
     return to_env(values)
 
 
-def daemon_only(root: Path, time_scale: float, faults: tuple[str, ...] = ()) -> dict[str, str]:
+def daemon_only(
+    root: Path, time_scale: float, faults: tuple[str, ...] = (), memory_scale: float = 1.0
+) -> dict[str, str]:
     """``supervisor daemon --workers 2`` with a fast restart policy and no crash-loop verdict."""
-    values = common(root, time_scale, faults)
+    values = common(root, time_scale, faults, memory_scale)
     values.update(
         {
             "restart_backoff_initial_s": 0.01,

@@ -17,9 +17,10 @@ against the model's steady rate (``sim.pipeline``, completions 100..500 of a lon
 and why the batch stopped. Targets: on the quiet machine the adaptive verdict comes at least
 25 % sooner with the rate still within 1 % (as is the fixed batch's). ``--json FILE`` writes
 the rows as [{"name", "value", "unit", "target", "ok"}]; progress goes to stderr. ``--quick``:
-time scale 300, the four runs side by side (its figures show that everything is measured; the
-sim's timer lateness is larger there). Exit 0 when every row holds a figure, 1 when one is NOT
-MEASURED.
+time scale 1000, a batch of 6 proofs (adaptive: 12 at most), no restart (the warmup at the
+full workers), the sim's memory at an eighth, one manager, the four runs side by side (its
+figures show that everything is measured; the sim's timer lateness is larger there). Exit 0
+when every row holds a figure, 1 when one is NOT MEASURED.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from _harness import (
 from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
 BASE_TIME_SCALE = 100.0
-QUICK_TIME_SCALE = 300.0
+QUICK_TIME_SCALE = 1000.0
+QUICK_BENCH_COUNT = 6  # --quick: the batch (and, adaptive, twice it at most)
 SOONER_TARGET_PCT = 25.0
 RATE_TARGET_PCT = 1.0
 NEAR_MARGIN = 0.002  # the minimum this far under the steady rate
@@ -82,12 +84,28 @@ class Outcome:
     passed: bool | None
 
 
-def one_run(procs: Processes, root: Path, min_rate: float, adaptive: bool, scale: float) -> Outcome:
+def one_run(
+    procs: Processes,
+    root: Path,
+    min_rate: float,
+    adaptive: bool,
+    scale: float,
+    shared: Manager | None = None,
+) -> Outcome:
+    """One lifecycle against its own manager; a quick run's (``shared`` given: one manager for
+    them all) has a smaller batch, no restart (warmup at the full workers) and the sim's memory
+    at ``QUICK_MEMORY_SCALE``."""
     root.mkdir(parents=True, exist_ok=True)
-    manager = Manager(procs, root / "manager.db")
+    quick = shared is not None
+    manager = shared or Manager(procs, root / "manager.db")
     try:
-        env = cfg.lifecycle(root, manager.url, scale)
+        memory_scale = cfg.QUICK_MEMORY_SCALE if quick else 1.0
+        env = cfg.lifecycle(root, manager.url, scale, memory_scale)
         env["CUZK_SUPERVISOR_EXIT_AFTER_RUN"] = "true"
+        if quick:
+            env["CUZK_SUPERVISOR_BENCH_COUNT"] = str(QUICK_BENCH_COUNT)
+            env["CUZK_SUPERVISOR_BENCH_MAX_PROOFS"] = str(2 * QUICK_BENCH_COUNT)
+            env["CUZK_SUPERVISOR_WARMUP_WORKERS"] = str(cfg.WORKERS)
         env["CUZK_SUPERVISOR_MIN_RATE"] = f"{min_rate:.6g}"
         if not adaptive:
             env["CUZK_SUPERVISOR_BENCH_PRECISION"] = "0"
@@ -121,11 +139,19 @@ def one_run(procs: Processes, root: Path, min_rate: float, adaptive: bool, scale
         )
         return Outcome(seconds, proofs, error, str(how.get("stopped", "")), passed)
     finally:
-        manager.stop()
+        if manager is not shared:
+            manager.stop()
 
 
 def runs_of(
-    procs: Processes, work: Path, tag: str, min_rate: float, adaptive: bool, runs: int, scale: float
+    procs: Processes,
+    work: Path,
+    tag: str,
+    min_rate: float,
+    adaptive: bool,
+    runs: int,
+    scale: float,
+    shared: Manager | None,
 ) -> tuple[list[Outcome], list[str]]:
     """``runs`` runs (one more, in a quick run, while none could be measured)."""
     outcomes: list[Outcome] = []
@@ -134,7 +160,7 @@ def runs_of(
     while n < runs or (not outcomes and n < runs + 1):
         progress(f"{tag}: run {n + 1}/{runs}")
         try:
-            outcomes.append(one_run(procs, work / f"{tag}-{n}", min_rate, adaptive, scale))
+            outcomes.append(one_run(procs, work / f"{tag}-{n}", min_rate, adaptive, scale, shared))
         except BenchError as exc:
             notes.append(f"{tag}, run {n + 1}: {exc}")
         n += 1
@@ -186,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"default {BASE_TIME_SCALE:g}; {QUICK_TIME_SCALE:g} quick",
     )
-    standard_options(parser, f"1 run each at time scale {QUICK_TIME_SCALE:g}, side by side")
+    standard_options(
+        parser,
+        f"1 run each at time scale {QUICK_TIME_SCALE:g}, batches of {QUICK_BENCH_COUNT} (at most "
+        f"{2 * QUICK_BENCH_COUNT}), no restart, one manager, side by side",
+    )
     args = parser.parse_args(argv)
     runs = 1 if args.quick else args.runs
     scale = args.time_scale or (QUICK_TIME_SCALE if args.quick else BASE_TIME_SCALE)
@@ -196,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="stop-bench-"))
     procs = Processes(str(work))
     try:
+        shared = Manager(procs, work / "manager.db") if args.quick else None
         # Side by side in a quick run: each lifecycle mostly waits on the sim's scaled time.
         with ThreadPoolExecutor(max_workers=len(plan) if args.quick else 1) as pool:
             done = list(
@@ -208,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                         item[1],
                         runs,
                         scale,
+                        shared,
                     ),
                     plan,
                 )
