@@ -54,7 +54,11 @@ from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 TARGET = 0.01
 SIM_GPU_WORKERS = 2
 BASE_TIME_SCALE = 100.0  # the scale the disturbances are written for
-QUICK_TIME_SCALE = 300.0
+QUICK_TIME_SCALE = 1000.0
+# --quick, a row that sets a budget of its own: its budget is the point, and a slower clock
+# leaves it more than the supervisor's real-time work (a restart, slower under load).
+QUICK_BUDGET_TIME_SCALE = 300.0
+QUICK_BENCH_COUNT = 6  # --quick: the batch of a row that sets none of its own
 
 
 def steady_rate(workers: int, concurrency: int) -> float:
@@ -74,6 +78,16 @@ class Disturbance:
     sim_args: tuple[str, ...] = ()
     during: Callable[[SupervisorProc, Manager, float], None] | None = None
     cgroup: bool = False
+    restart: bool = False
+    """The disturbance needs the restart after the warmup (a quick run skips it otherwise)."""
+
+    @property
+    def own_budget(self) -> bool:
+        return "bench_budget_s_sim" in self.settings
+
+    @property
+    def leaves_manager_alone(self) -> bool:
+        return self.during is None
 
 
 def manager_away_in_params(sup: SupervisorProc, manager: Manager, time_scale: float) -> None:
@@ -95,14 +109,18 @@ def disturbances(root: Path) -> list[Disturbance]:
                 "--first-proof-factor-after",
                 str(root / "first"),
             ),
+            restart=True,
         ),
         Disturbance(
-            "one daemon crash mid-bench", faults=(f"exit:3,after_proofs=4,once={root}/crash",)
+            "one daemon crash mid-bench",
+            faults=(f"exit:3,after_proofs=4,once={root}/crash",),
+            restart=True,  # the proofs are counted from the restart's daemon
         ),
         Disturbance(
             "proactive step-down in the bench",
             settings={"workers": 20, "max_workers": 20, "bench_count": 16},
             cgroup=True,
+            restart=True,
         ),
         Disturbance(
             "budget for 4 of 12 proofs", settings={"workers": 5, "bench_budget_s_sim": 1300}
@@ -113,13 +131,30 @@ def disturbances(root: Path) -> list[Disturbance]:
     ]
 
 
-def one_run(procs: Processes, root: Path, d: Disturbance, time_scale: float) -> float:
-    """The run's rate error against the model, as a fraction."""
+def one_run(
+    procs: Processes,
+    root: Path,
+    d: Disturbance,
+    time_scale: float,
+    shared: Manager | None = None,
+    quick: bool = False,
+) -> float:
+    """The run's rate error against the model, as a fraction. Against ``shared`` where given
+    (a row whose disturbance leaves the manager alone), else a manager of its own. ``quick``: a
+    batch of ``QUICK_BENCH_COUNT`` where the row sets no budget, no restart where the row needs
+    none (the warmup at the full workers), the sim's memory (and a cgroup's limit) at
+    ``QUICK_MEMORY_SCALE``."""
     root.mkdir(parents=True, exist_ok=True)
-    manager = Manager(procs, root / "manager.db")
+    manager = shared or Manager(procs, root / "manager.db")
+    memory_scale = cfg.QUICK_MEMORY_SCALE if quick else 1.0
     try:
-        env = cfg.lifecycle(root, manager.url, time_scale)
+        env = cfg.lifecycle(root, manager.url, time_scale, memory_scale)
         env["CUZK_SUPERVISOR_EXIT_AFTER_RUN"] = "true"
+        if quick and not d.own_budget:
+            env["CUZK_SUPERVISOR_BENCH_COUNT"] = str(QUICK_BENCH_COUNT)
+        if quick and not d.restart:
+            workers = d.settings.get("workers", cfg.WORKERS)
+            env["CUZK_SUPERVISOR_WARMUP_WORKERS"] = str(workers)
         # The manager's 45 min; twice that above time scale 100 for the rows whose budget is not
         # the point (those that set their own keep it): the supervisor's real-time work (a
         # restart's interpreter start, slower under load) takes a larger share of a scaled one.
@@ -127,7 +162,7 @@ def one_run(procs: Processes, root: Path, d: Disturbance, time_scale: float) -> 
         env["CUZK_SUPERVISOR_BENCH_BUDGET_S"] = str(budget_sim_s / time_scale)
         if time_scale > BASE_TIME_SCALE:
             env["CUZK_SUPERVISOR_MEMORY_SAMPLE_INTERVAL_S"] = str(BASE_TIME_SCALE / time_scale)
-        args = " ".join([cfg.sim_args(time_scale, d.faults), *d.sim_args])
+        args = " ".join([cfg.sim_args(time_scale, d.faults, memory_scale), *d.sim_args])
         for key, value in d.settings.items():
             if key == "bench_budget_s_sim":
                 env["CUZK_SUPERVISOR_BENCH_BUDGET_S"] = str(value / time_scale)
@@ -137,7 +172,7 @@ def one_run(procs: Processes, root: Path, d: Disturbance, time_scale: float) -> 
             folder = root / "cgroup"
             folder.mkdir()
             (folder / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-            (folder / "memory.max").write_text(f"{295 * 2**20}\n")
+            (folder / "memory.max").write_text(f"{round(295 * 2**20 * memory_scale)}\n")
             args += f" --cgroup-dir {folder}"
             env["CUZK_SUPERVISOR_CGROUP_ROOT"] = str(folder)
         env["CUZK_SUPERVISOR_DAEMON_ARGS"] = args
@@ -161,7 +196,8 @@ def one_run(procs: Processes, root: Path, d: Disturbance, time_scale: float) -> 
         progress(f"  {result['rate']:.2f} vs {truth:.2f} proofs/h ({error:+.2%}); {how['reason']}")
         return error
     finally:
-        manager.stop()
+        if manager is not shared:
+            manager.stop()
 
 
 def measure(
@@ -172,6 +208,8 @@ def measure(
     runs: int,
     time_scale: float,
     spare: int = 0,
+    shared: Manager | None = None,
+    quick: bool = False,
 ) -> tuple[Row, list[str]]:
     """The row of one disturbance (the median of its runs' errors) and its notes; up to
     ``spare`` more runs while none could be measured (a quick run, on a loaded machine)."""
@@ -181,7 +219,7 @@ def measure(
     while n < runs or (not errors and n < runs + spare):
         progress(f"{d.name}: run {n + 1}/{runs}")
         try:
-            errors.append(one_run(procs, work / f"d{index}r{n}", d, time_scale))
+            errors.append(one_run(procs, work / f"d{index}r{n}", d, time_scale, shared, quick))
         except BenchError as exc:
             notes.append(f"{d.name}, run {n + 1}: {exc}")
         n += 1
@@ -205,13 +243,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="rows whose name contains this")
     standard_options(
         parser,
-        f"1 run each at time scale {QUICK_TIME_SCALE:g} (2 where the first is not measured), "
-        "the disturbances side by side",
+        f"1 run each at time scale {QUICK_TIME_SCALE:g} ({QUICK_BUDGET_TIME_SCALE:g} for a row "
+        f"with a budget of its own; 2 runs where the first is not measured), batches of "
+        f"{QUICK_BENCH_COUNT} where the row sets no budget, no restart where it needs none, the "
+        "sim's memory at an eighth, one manager, the disturbances side by side",
     )
     args = parser.parse_args(argv)
     runs = 1 if args.quick else args.runs
     spare = 1 if args.quick else 0
     scale = args.time_scale or (QUICK_TIME_SCALE if args.quick else BASE_TIME_SCALE)
+
+    def scale_of(d: Disturbance) -> float:
+        if args.quick and not args.time_scale and d.own_budget:
+            return QUICK_BUDGET_TIME_SCALE
+        return scale
+
     work = Path(tempfile.mkdtemp(prefix="rate-bench-"))
     procs = Processes(str(work))
     chosen = [
@@ -220,11 +266,23 @@ def main(argv: list[str] | None = None) -> int:
         if not args.only or any(o in d.name for o in args.only)
     ]
     try:
+        # A quick run: one manager for the rows that leave it alone.
+        shared = Manager(procs, work / "manager.db") if args.quick else None
         # Side by side in a quick run: each lifecycle mostly waits on the sim's scaled time.
         with ThreadPoolExecutor(max_workers=max(1, len(chosen)) if args.quick else 1) as pool:
             measured = list(
                 pool.map(
-                    lambda item: measure(procs, work, item[0], item[1], runs, scale, spare),
+                    lambda item: measure(
+                        procs,
+                        work,
+                        item[0],
+                        item[1],
+                        runs,
+                        scale_of(item[1]),
+                        spare,
+                        shared if item[1].leaves_manager_alone else None,
+                        args.quick,
+                    ),
                     chosen,
                 )
             )
@@ -234,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for row, _ in measured]
     notes = [note for _, own in measured for note in own]
     print_table(rows)
-    print(f"- time scale {scale:g}; {runs} run(s) per disturbance")
+    scales = sorted({scale_of(d) for _, d in chosen}, reverse=True) or [scale]
+    print(f"- time scale {' and '.join(f'{s:g}' for s in scales)}; {runs} run(s) per disturbance")
     for note in notes:
         print(f"- {note}")
     print(json.dumps([row.as_dict() for row in rows]))
