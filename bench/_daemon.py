@@ -57,9 +57,11 @@ def crash_and_readiness(
     kills: int,
     wanted: set[str],
     notes: list[str],
+    memory_scale: float = 1.0,
 ) -> list[Row]:
-    """SIGKILL the ready daemon ``kills`` times; every start is also a readiness sample."""
-    env = cfg.daemon_only(root, time_scale)
+    """SIGKILL the ready daemon ``kills`` times; every start is also a readiness sample.
+    ``memory_scale``: the sim's real MiB per simulated GiB (``_settings.common``)."""
+    env = cfg.daemon_only(root, time_scale, memory_scale=memory_scale)
     sup = SupervisorProc(procs, "daemon", env, ["--workers", str(cfg.WORKERS)])
     crash_ms: list[float] = []
     ready_events: list[dict[str, object]] = []
@@ -215,12 +217,17 @@ LONG_START_KILLS = 3
 
 
 def readiness_long_start(
-    procs: Processes, root: Path, time_scale: float, kills: int, notes: list[str]
+    procs: Processes,
+    root: Path,
+    time_scale: float,
+    kills: int,
+    notes: list[str],
+    memory_scale: float = 1.0,
 ) -> list[Row]:
     """Readiness again at a slower time scale (at 10 the SRS load takes ~4.5 s instead of
     ~0.45 s at 100), to show how the figure grows with the start's length; informational."""
     own: list[str] = []
-    rows = crash_and_readiness(procs, root, time_scale, kills, {"readiness"}, own)
+    rows = crash_and_readiness(procs, root, time_scale, kills, {"readiness"}, own, memory_scale)
     notes.extend(f"long start (time scale {time_scale:g}): {n}" for n in own)
     return [
         Row(f"  long start (time scale {time_scale:g}): {r.name}", r.value, r.unit) for r in rows

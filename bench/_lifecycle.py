@@ -195,11 +195,17 @@ def _analyse(sup: SupervisorProc, log_dir: Path, time_scale: float, run: LifeRun
 
 
 def one_lifecycle(
-    procs: Processes, root: Path, manager: Manager, time_scale: float, hold_s: float, index: int
+    procs: Processes,
+    root: Path,
+    manager: Manager,
+    time_scale: float,
+    hold_s: float,
+    index: int,
+    memory_scale: float = 1.0,
 ) -> LifeRun:
     run = LifeRun(index)
     root.mkdir(parents=True, exist_ok=True)
-    env = cfg.lifecycle(root, manager.url, time_scale)
+    env = cfg.lifecycle(root, manager.url, time_scale, memory_scale)
     sup = SupervisorProc(procs, "run", env)
     sup.wait_event("phase.entered", 300, phase="run")
     for spawned in sup.named("daemon.spawned"):
@@ -221,9 +227,11 @@ def measure(
     wanted: set[str],
     notes: list[str],
     spare: int = 0,
+    memory_scale: float = 1.0,
 ) -> list[Row]:
     """``runs`` lifecycles, and up to ``spare`` more while none could be measured (a quick run,
-    on a loaded machine); the first that gets through holds the run-phase window."""
+    on a loaded machine); the first that gets through holds the run-phase window.
+    ``memory_scale``: the sim's real MiB per simulated GiB (``_settings.common``)."""
     root.mkdir(parents=True, exist_ok=True)
     manager = Manager(procs, root / "manager.db")
     done: list[LifeRun] = []
@@ -233,7 +241,8 @@ def measure(
         while i < runs or (not done and i < runs + spare):
             hold = 0.0 if done else hold_s
             try:
-                done.append(one_lifecycle(procs, root / f"life{i}", manager, time_scale, hold, i))
+                life = root / f"life{i}"
+                done.append(one_lifecycle(procs, life, manager, time_scale, hold, i, memory_scale))
             except BenchError as exc:
                 problems.append(f"lifecycle {i}: {exc}")
             i += 1

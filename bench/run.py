@@ -10,10 +10,10 @@ bench/oom_reaction.py when it exists), frozen_recovery (result seen after a froz
 delegated to bench/frozen_recovery.py). Progress goes to stderr; the table, then notes (the
 definitions and raw samples behind the figures), to stdout. ``--json FILE`` writes the rows as
 a list of {"name", "value", "unit", "target", "ok"}. ``--quick`` measures every figure once, in
-seconds (one lifecycle, a second if the first fails, short windows, the sim at time scale 1000,
-the delegated scripts ``--quick`` too, the stages side by side): a check that nothing stopped
-measuring, not figures to hold against the targets. Exit 0 when every row holds a figure, 1 when
-one is NOT MEASURED (the bench/ convention).
+seconds (one lifecycle, a second if the first fails, short windows, the sim at time scale 1000
+and its memory at an eighth, the delegated scripts ``--quick`` too, the stages side by side): a
+check that nothing stopped measuring, not figures to hold against the targets. Exit 0 when every
+row holds a figure, 1 when one is NOT MEASURED (the bench/ convention).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 
 import _daemon
 import _lifecycle
+import _settings as cfg
 from _harness import (
     PY,
     QUICK_TIME_SCALE,
@@ -104,8 +105,8 @@ def main() -> int:
     )
     standard_options(
         parser,
-        f"1 lifecycle, 2 kills, short windows, time scale {QUICK_TIME_SCALE:g}, the delegated "
-        "scripts --quick, the stages side by side",
+        f"1 lifecycle, 1 kill (none in the long start), short windows, time scale "
+        f"{QUICK_TIME_SCALE:g}, the delegated scripts --quick, the stages side by side",
     )
     parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
     parser.add_argument(
@@ -120,6 +121,7 @@ def main() -> int:
     wanted = set(args.only or NAMES)
     quick = args.quick
     scale = args.time_scale or (QUICK_TIME_SCALE if quick else 100.0)
+    memory_scale = cfg.QUICK_MEMORY_SCALE if quick else 1.0
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="cuzk-bench-"))
     procs = Processes(str(root))
@@ -135,31 +137,39 @@ def main() -> int:
         stages.append((
             f"lifecycles ({runs} x `supervisor run`, run-phase window {hold:g} s)",
             lambda own: _lifecycle.measure(
-                procs, root / "life", scale, runs, hold, life, own, spare=1 if quick else 0
+                procs,
+                root / "life",
+                scale,
+                runs,
+                hold,
+                life,
+                own,
+                spare=1 if quick else 0,
+                memory_scale=memory_scale,
             ),
         ))  # fmt: skip
     if wanted & {"crash", "readiness"}:
-        kills = 2 if quick else 20
+        kills = 1 if quick else 20
         stages.append((
             f"crash detection and readiness ({kills} kills, `supervisor daemon`)",
             lambda own: _daemon.crash_and_readiness(
-                procs, root / "crash", scale, kills, wanted, own
+                procs, root / "crash", scale, kills, wanted, own, memory_scale
             ),
         ))  # fmt: skip
     if "readiness" in wanted:
         # A start ten times longer than the one above (time scale 10 in a full run).
         long_scale = scale / 10
-        long_kills = 1 if quick else _daemon.LONG_START_KILLS
+        long_kills = 0 if quick else _daemon.LONG_START_KILLS
         stages.append((
             f"readiness after a long start (time scale {long_scale:g})",
             lambda own: _daemon.readiness_long_start(
-                procs, root / "long", long_scale, long_kills, own
+                procs, root / "long", long_scale, long_kills, own, memory_scale
             ),
         ))  # fmt: skip
     if "log_throughput" in wanted:
         # Then a probe at a higher rate: the first figure is capped by what is offered. One
         # after the other: each flood wants a core.
-        window, probe_window = (1.0, 1.0) if quick else (5.0, 3.0)
+        window, probe_window = (0.5, 0.5) if quick else (5.0, 3.0)
         stages.append((
             f"log throughput (flood:{_daemon.FLOOD_OFFERED}, {window:g} s window; probe "
             f"flood:{_daemon.FLOOD_PROBE}, {probe_window:g} s)",
