@@ -19,9 +19,9 @@ Figures (issue 16.6):
 Progress goes to stderr; a JSON line of the rows, then the table and notes, to stdout;
 ``--json FILE`` also writes the rows as [{"name", "value", "unit", "target", "ok"}].
 ``--quick``: 1 run per import (no untimed run before), 1 lifecycle (a second if the first
-fails), a 1 s window, the sim at time scale 1000, the imports and the lifecycle side by side (a
-check that every figure is still measured, not figures for the targets). Exit 0 when every row
-holds a figure, 1 when one is NOT MEASURED.
+fails; a batch of 6 proofs, the sim's memory at an eighth), a 1 s window, the sim at time scale
+1000, the imports and the lifecycle side by side (a check that every figure is still measured,
+not figures for the targets). Exit 0 when every row holds a figure, 1 when one is NOT MEASURED.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ from _harness import (
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1_000_000
+QUICK_BENCH_COUNT = (
+    6  # --quick: the lifecycle's batch (its figures are the run phase's and the stop)
+)
 ENTRY = "cuzk_supervisor.cli.main"
 RUN_MODULE = "cuzk_supervisor.cli.commands.run"
 IMPORT_TARGET_S = 0.25
@@ -221,10 +224,17 @@ def _sample(pid: int, hold_s: float) -> tuple[float, float, float]:
 
 
 def lifecycle_rows(
-    root: Path, stops: int, hold_s: float, time_scale: float, notes: list[str], spare: int = 0
+    root: Path,
+    stops: int,
+    hold_s: float,
+    time_scale: float,
+    notes: list[str],
+    spare: int = 0,
+    quick: bool = False,
 ) -> list[Row]:
     """``stops`` lifecycles, and up to ``spare`` more while none could be stopped (a quick run,
-    on a loaded machine); the first to reach the run phase is sampled."""
+    on a loaded machine); the first to reach the run phase is sampled. ``quick``: a batch of
+    ``QUICK_BENCH_COUNT``, the sim's memory at ``QUICK_MEMORY_SCALE``."""
     procs = Processes(str(root))
     memory: tuple[float, float, float] | None = None
     samples: list[float] = []
@@ -238,7 +248,11 @@ def lifecycle_rows(
             while i < stops or (not samples and i < stops + spare):
                 life = root / f"life{i}"
                 life.mkdir(parents=True)
-                sup = SupervisorProc(procs, "run", cfg.lifecycle(life, manager.url, time_scale))
+                memory_scale = cfg.QUICK_MEMORY_SCALE if quick else 1.0
+                env = cfg.lifecycle(life, manager.url, time_scale, memory_scale)
+                if quick:
+                    env["CUZK_SUPERVISOR_BENCH_COUNT"] = str(QUICK_BENCH_COUNT)
+                sup = SupervisorProc(procs, "run", env)
                 try:
                     sup.wait_event("phase.entered", 300, phase="run")
                     for spawned in sup.named("daemon.spawned"):
@@ -302,7 +316,9 @@ def main() -> int:
         help=f"the sim's (default 100; {QUICK_TIME_SCALE:g} with --quick)",
     )
     standard_options(
-        parser, f"1 run per import, 1 stop, 1 s window, time scale {QUICK_TIME_SCALE:g}"
+        parser,
+        f"1 run per import, 1 stop (a batch of {QUICK_BENCH_COUNT}, the sim's memory at an "
+        f"eighth), 1 s window, time scale {QUICK_TIME_SCALE:g}",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
@@ -324,7 +340,7 @@ def main() -> int:
         def lifecycle_part(own: list[str]) -> list[Row]:
             progress(f"{stops} lifecycles (`cuzk-supervisor run`, run-phase window {hold:g} s) ...")
             spare = 1 if args.quick else 0
-            return lifecycle_rows(root, stops, hold, args.time_scale, own, spare)
+            return lifecycle_rows(root, stops, hold, args.time_scale, own, spare, args.quick)
 
         # A quick run runs the two side by side: its figures show that each is still measured,
         # they are not for the targets.
