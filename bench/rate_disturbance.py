@@ -9,9 +9,13 @@ with the model's steady rate of the plan the run ended on (``sim.pipeline``: com
 500 of a long closed loop at the bench's concurrency). Target: |error| <= 1 % in every row (issue
 25: with the adaptive stop on). The table, then notes, go to stdout; ``--json FILE`` writes the
 rows as [{"name", "value", "unit", "target", "ok"}]; progress goes to stderr. ``--quick``: one run
-per disturbance at time scale 300 (a second where the first could not be measured: at this scale a
-loaded machine's slowness eats much of a budget), the disturbances side by side. Exit 0 when
-every row holds a figure (whatever the errors), 1 when one is NOT MEASURED.
+per disturbance (a second where the first could not be measured: at these scales a loaded
+machine's slowness eats much of a budget) at time scale 1000, 300 for the rows with a budget of
+their own; a batch of 6 where the row sets no budget, no restart where the disturbance needs
+none (the warmup at the full workers), the sim's memory (and the cgroup's limit) at an eighth,
+one manager for the rows that leave it alone, the disturbances side by side: a check that every
+row is still measured, not figures for the target. Exit 0 when every row holds a figure
+(whatever the errors), 1 when one is NOT MEASURED.
 
 Above time scale 100 the memory sample interval is shortened in the same ratio (a partition is
 shorter: the step-down row must still see it), the manager's outage is scaled too, and the rows
