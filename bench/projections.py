@@ -104,12 +104,13 @@ def one_run(
     bench_count: int,
     settings: dict[str, Any],
     sim_args: tuple[str, ...] = (),
+    memory_scale: float = 1.0,
 ) -> dict[str, Any]:
     """One lifecycle to its report; its ``bench.result``."""
     root.mkdir(parents=True, exist_ok=True)
     manager = Manager(procs, root / "manager.db")
     try:
-        env = cfg.lifecycle(root, manager.url, time_scale)
+        env = cfg.lifecycle(root, manager.url, time_scale, memory_scale)
         env["CUZK_SUPERVISOR_EXIT_AFTER_RUN"] = "true"
         env["CUZK_SUPERVISOR_BENCH_COUNT"] = str(bench_count)
         # The memory sampler at the field's cadence in simulated time (a partition is short).
@@ -119,7 +120,9 @@ def one_run(
         )
         for key, value in settings.items():
             env[f"CUZK_SUPERVISOR_{key.upper()}"] = str(value)
-        env["CUZK_SUPERVISOR_DAEMON_ARGS"] = " ".join([cfg.sim_args(time_scale), *sim_args])
+        env["CUZK_SUPERVISOR_DAEMON_ARGS"] = " ".join(
+            [cfg.sim_args(time_scale, memory_scale=memory_scale), *sim_args]
+        )
         sup = SupervisorProc(procs, "run", env)
         sup.waiter.join(300)
         sup.dump(root / "events.jsonl")
@@ -145,18 +148,26 @@ def projected(result: dict[str, Any], name: str) -> tuple[float, str]:
 
 
 def measure_case(
-    procs: Processes, work: Path, case: Case, time_scale: float, bench_count: int
+    procs: Processes,
+    work: Path,
+    case: Case,
+    time_scale: float,
+    bench_count: int,
+    memory_scale: float = 1.0,
 ) -> tuple[list[Row], list[str]]:
     name = f"projection error: {case.name}"
     target = f"|x| <= {PROJECTION_TARGET_PCT:g}"
     try:
         progress(f"{case.name}: base run")
-        base = one_run(procs, work / "base", time_scale, bench_count, case.base, case.sim_args)
+        base = one_run(
+            procs, work / "base", time_scale, bench_count, case.base, case.sim_args, memory_scale
+        )
         rate, bound = projected(base, case.projection)
         progress(f"{case.name}: run with the change")
         after = one_run(
-            procs, work / "changed", time_scale, bench_count, case.changed, case.changed_sim_args
-        )
+            procs, work / "changed", time_scale, bench_count, case.changed,
+            case.changed_sim_args, memory_scale,
+        )  # fmt: skip
     except BenchError as exc:
         return [failed(name, "%", target, str(exc))], [f"{case.name}: {exc}"]
     measured = float(after["rate"])
@@ -212,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     standard_options(parser, "6 bench proofs a run, only the GPU case")
     args = parser.parse_args(argv)
     bench_count = 6 if args.quick else 12
+    # Quick: the sim's memory at an eighth (its page faults were most of a quick run's CPU).
+    memory = cfg.QUICK_MEMORY_SCALE if args.quick else 1.0
     work = Path(tempfile.mkdtemp(prefix="projections-bench-"))
     procs = Processes(str(work))
     jobs: list[tuple[str, Any]] = [
         (c.name, lambda i=i, c=c: measure_case(procs, work / f"c{i}", c, args.time_scale,
-                                                   bench_count))
+                                                   bench_count, memory))
         for i, c in enumerate(CASES)
     ]  # fmt: skip
     jobs.append(
