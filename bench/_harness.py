@@ -125,6 +125,16 @@ def finish(rows: Sequence[Row], json_path: Path | None) -> int:
     return 0
 
 
+def report(rows: Sequence[Row], notes: Sequence[str], json_path: Path | None) -> int:
+    """The scripts' ending: the table, the notes as ``- `` lines, the rows as one JSON line,
+    then :func:`finish` (``--json FILE`` and the exit status)."""
+    print_table(rows)
+    for note in notes:
+        print(f"- {note}")
+    print(json.dumps([row.as_dict() for row in rows]))
+    return finish(rows, json_path)
+
+
 def fmt_value(value: float | None) -> str:
     if value is None:
         return "-"

@@ -26,7 +26,6 @@ when every row holds a figure, 1 when one is NOT MEASURED.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -45,14 +44,11 @@ from _harness import (
     at_least,
     event_ts,
     failed,
-    finish,
     info,
     median,
-    print_table,
+    report,
     standard_options,
 )
-
-from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
 BASE_TIME_SCALE = 100.0
 QUICK_TIME_SCALE = 1000.0
@@ -60,12 +56,6 @@ QUICK_BENCH_COUNT = 6  # --quick: the batch (and, adaptive, twice it at most)
 SOONER_TARGET_PCT = 25.0
 RATE_TARGET_PCT = 1.0
 NEAR_MARGIN = 0.002  # the minimum this far under the steady rate
-SIM_GPU_WORKERS = 2
-
-
-def steady_rate(workers: int, concurrency: int) -> float:
-    done = simulate_closed_loop(workers, SIM_GPU_WORKERS, concurrency, 500)
-    return (len(done) - 100) / (done[-1] - done[99]) * 3600
 
 
 def progress(message: str) -> None:
@@ -128,7 +118,7 @@ def one_run(
         proofs = sum(int(e.get("submitted", 0)) for e in sup.named("bench.stretch_done"))
         result = results[-1]
         how = result["measurement"]
-        truth = steady_rate(result["workers"], how["concurrency"])
+        truth = cfg.steady_rate(result["workers"], how["concurrency"])
         error = float(result["rate"]) / truth - 1.0
         passed = bool(sup.named("bench.passed")) or (False if sup.named("bench.failed") else None)
         mode = "adaptive" if adaptive else "fixed"
@@ -220,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = 1 if args.quick else args.runs
     scale = args.time_scale or (QUICK_TIME_SCALE if args.quick else BASE_TIME_SCALE)
-    truth = steady_rate(cfg.WORKERS, cfg.BENCH_CONCURRENCY)
+    truth = cfg.steady_rate(cfg.WORKERS, cfg.BENCH_CONCURRENCY)
     cases = {"quiet": 1.0, "near MIN_RATE": truth * (1 - NEAR_MARGIN)}
     plan = [(case, adaptive) for case in cases for adaptive in (False, True)]
     work = Path(tempfile.mkdtemp(prefix="stop-bench-"))
@@ -265,15 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             notes.append(f"{case}, {mode}: stopped {stops}; verdict {verdicts}")
-    print_table(rows)
-    print(
-        f"- time scale {scale:g}; {runs} run(s) each; steady rate {truth:.3f} proofs/hour; "
+    heading = (
+        f"time scale {scale:g}; {runs} run(s) each; steady rate {truth:.3f} proofs/hour; "
         f"near MIN_RATE: min_rate {cases['near MIN_RATE']:.3f}"
     )
-    for note in notes:
-        print(f"- {note}")
-    print(json.dumps([row.as_dict() for row in rows]))
-    return finish(rows, args.json)
+    return report(rows, [heading, *notes], args.json)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ change a setting the same way). Exit 0 when every row holds a figure
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -43,13 +42,10 @@ from _harness import (
     Row,
     SupervisorProc,
     failed,
-    finish,
     info,
-    print_table,
+    report,
     standard_options,
 )
-
-from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
 TIME_SCALE = 400.0
 PROJECTION_TARGET_PCT = 10.0
@@ -58,7 +54,6 @@ FIELD_SAMPLE_S = 0.5
 """The status sampler's cadence in the field (``bench_status_sample_s``), scaled by the run's
 time scale down to ``FASTEST_SAMPLE_S`` (a short stretch still gets its 8 samples)."""
 FASTEST_SAMPLE_S = 0.04
-SIM_GPU_WORKERS = 2
 
 
 def progress(message: str) -> None:
@@ -184,11 +179,6 @@ def measure_case(
     ], [note]
 
 
-def steady_rate(workers: int, concurrency: int) -> float:
-    done = simulate_closed_loop(workers, SIM_GPU_WORKERS, concurrency, 500)
-    return (len(done) - 100) / (done[-1] - done[99]) * 3600
-
-
 def measure_sampling(
     procs: Processes, work: Path, time_scale: float, bench_count: int
 ) -> tuple[list[Row], list[str]]:
@@ -202,7 +192,7 @@ def measure_sampling(
             result = one_run(procs, work / label, time_scale, bench_count, settings)
             if label == "on" and not (result.get("bound") or {}).get("evidence", {}).get("samples"):
                 raise BenchError("sampling on, but no status sample was taken")
-            truth = steady_rate(result["workers"], result["measurement"]["concurrency"])
+            truth = cfg.steady_rate(result["workers"], result["measurement"]["concurrency"])
             errors[label] = (float(result["rate"]) / truth - 1) * 100
     except BenchError as exc:
         return [failed(name, "pp", target, str(exc))], [f"sampling: {exc}"]
@@ -243,13 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         procs.close()
         shutil.rmtree(work, ignore_errors=True)
     rows = [row for own, _ in measured for row in own]
-    print_table(rows)
-    print(f"- time scale {args.time_scale:g}; {bench_count} bench proofs a run")
-    for _, notes in measured:
-        for note in notes:
-            print(f"- {note}")
-    print(json.dumps([row.as_dict() for row in rows]))
-    return finish(rows, args.json)
+    notes = [f"time scale {args.time_scale:g}; {bench_count} bench proofs a run"]
+    notes += [note for _, own in measured for note in own]
+    return report(rows, notes, args.json)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ scaled budget, and a step-down run could be left with no time to measure again.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -47,27 +46,18 @@ from _harness import (
     Row,
     SupervisorProc,
     failed,
-    finish,
     median,
-    print_table,
+    report,
     standard_options,
 )
 
-from cuzk_supervisor.sim.pipeline import simulate_closed_loop
-
 TARGET = 0.01
-SIM_GPU_WORKERS = 2
 BASE_TIME_SCALE = 100.0  # the scale the disturbances are written for
 QUICK_TIME_SCALE = 1000.0
 # --quick, a row that sets a budget of its own: its budget is the point, and a slower clock
 # leaves it more than the supervisor's real-time work (a restart, slower under load).
 QUICK_BUDGET_TIME_SCALE = 300.0
 QUICK_BENCH_COUNT = 6  # --quick: the batch of a row that sets none of its own
-
-
-def steady_rate(workers: int, concurrency: int) -> float:
-    done = simulate_closed_loop(workers, SIM_GPU_WORKERS, concurrency, 500)
-    return (len(done) - 100) / (done[-1] - done[99]) * 3600
 
 
 def progress(message: str) -> None:
@@ -195,7 +185,7 @@ def one_run(
             raise BenchError("no bench.result")
         result = results[-1]
         how = result["measurement"]
-        truth = steady_rate(result["workers"], how["concurrency"])
+        truth = cfg.steady_rate(result["workers"], how["concurrency"])
         error = float(result["rate"]) / truth - 1.0
         progress(f"  {result['rate']:.2f} vs {truth:.2f} proofs/h ({error:+.2%}); {how['reason']}")
         return error
@@ -294,14 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         procs.close()
         shutil.rmtree(work, ignore_errors=True)
     rows = [row for row, _ in measured]
-    notes = [note for _, own in measured for note in own]
-    print_table(rows)
     scales = sorted({scale_of(d) for _, d in chosen}, reverse=True) or [scale]
-    print(f"- time scale {' and '.join(f'{s:g}' for s in scales)}; {runs} run(s) per disturbance")
-    for note in notes:
-        print(f"- {note}")
-    print(json.dumps([row.as_dict() for row in rows]))
-    return finish(rows, args.json)
+    notes = [f"time scale {' and '.join(f'{s:g}' for s in scales)}; {runs} run(s) per disturbance"]
+    notes += [note for _, own in measured for note in own]
+    return report(rows, notes, args.json)
 
 
 if __name__ == "__main__":
