@@ -125,6 +125,15 @@ def finish(rows: Sequence[Row], json_path: Path | None) -> int:
     return 0
 
 
+def progress_printer(tag: str) -> Callable[[str], None]:
+    """A script's progress lines: ``[TAG HH:MM:SS] message`` on stderr (stdout holds the table)."""
+
+    def progress(message: str) -> None:
+        print(f"[{tag} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    return progress
+
+
 def report(rows: Sequence[Row], notes: Sequence[str], json_path: Path | None) -> int:
     """The scripts' ending: the table, the notes as ``- `` lines, the rows as one JSON line,
     then :func:`finish` (``--json FILE`` and the exit status)."""

@@ -29,7 +29,6 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from _harness import (
     failed,
     info,
     median,
+    progress_printer,
     report,
     standard_options,
 )
@@ -58,8 +58,7 @@ RATE_TARGET_PCT = 1.0
 NEAR_MARGIN = 0.002  # the minimum this far under the steady rate
 
 
-def progress(message: str) -> None:
-    print(f"[stop {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = progress_printer("stop")
 
 
 @dataclass(frozen=True)

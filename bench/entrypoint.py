@@ -56,6 +56,7 @@ from _harness import (
     info,
     median,
     print_table,
+    progress_printer,
     standard_options,
 )
 
@@ -87,8 +88,7 @@ _LOADED = (
 )
 
 
-def progress(message: str) -> None:
-    print(f"[entrypoint {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = progress_printer("entrypoint")
 
 
 # --- import time -----------------------------------------------------------------------------

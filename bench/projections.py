@@ -29,7 +29,6 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from _harness import (
     SupervisorProc,
     failed,
     info,
+    progress_printer,
     report,
     standard_options,
 )
@@ -56,8 +56,7 @@ time scale down to ``FASTEST_SAMPLE_S`` (a short stretch still gets its 8 sample
 FASTEST_SAMPLE_S = 0.04
 
 
-def progress(message: str) -> None:
-    print(f"[projections {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = progress_printer("projections")
 
 
 @dataclass(frozen=True)

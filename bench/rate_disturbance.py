@@ -30,7 +30,6 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from _harness import (
     SupervisorProc,
     failed,
     median,
+    progress_printer,
     report,
     standard_options,
 )
@@ -60,8 +60,7 @@ QUICK_BUDGET_TIME_SCALE = 300.0
 QUICK_BENCH_COUNT = 6  # --quick: the batch of a row that sets none of its own
 
 
-def progress(message: str) -> None:
-    print(f"[rate {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = progress_printer("rate")
 
 
 @dataclass(frozen=True)

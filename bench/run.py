@@ -42,6 +42,7 @@ from _harness import (
     failed,
     finish,
     print_table,
+    progress_printer,
     standard_options,
 )
 
@@ -56,8 +57,7 @@ FROZEN_SCRIPT = BENCH_DIR / "frozen_recovery.py"
 DELEGATED_TIMEOUT_S = 300
 
 
-def progress(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = progress_printer("bench")
 
 
 def _json_rows(text: str) -> list[dict[str, Any]] | None:
