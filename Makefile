@@ -17,11 +17,12 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/cuzk-supervisor sim --fresh --exit-after-run
 
-# Three test processes per core: most end-to-end tests wait on the simulator's scaled time, so
+# Two test processes per core: most end-to-end tests wait on the simulator's scaled time, so
 # fewer leave the cores idle (2 cores, pytest alone: -n 4 328 s, -n 6 254 s, -n 8 229 s for
-# 365-414 s of CPU; 8 loads the scaled-time tests more for 10 % less); worksteal hands a finished
-# worker the queued long tests of a busy one.
-TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 3 )); echo $$(( n > 8 ? 8 : n )))
+# 365-414 s of CPU). Not three: at -n 6 one fault-matrix row's rate check failed once in four
+# full runs (the daemon's record could not be replayed), never at -n 4; worksteal hands a
+# finished worker the queued long tests of a busy one. make test TEST_WORKERS=6 for speed.
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); echo $$(( n > 8 ? 8 : n )))
 
 # Bytecode kept for the tests: where PYTHONDONTWRITEBYTECODE is set (this machine and CI), every
 # process the suite starts (hundreds of supervisors, daemons and managers) compiled the package
