@@ -5,7 +5,8 @@ the event loop runs late is processed at its ideal time), so ``completed_s`` is 
 delivered whatever the load, and ``starved_s`` is the idle capacity a prompter client would have
 filled. One JSON object per line, appended; every daemon process started with the same file adds
 to it, ``pid`` telling them apart. Times are simulated seconds since that process's engine started
-(divide by ``time_scale`` for real seconds).
+(divide by ``time_scale`` for real seconds), written exactly (not rounded) so a replay meets the
+same ties as the engine did.
 
 - ``{"event": "start", "pid", "time_scale", "synthesis_slots", "gpu_workers", "origin_unix"}``
   when the engine starts (``origin_unix``: simulated time 0 as a Unix time, to set the records
@@ -123,11 +124,10 @@ class Timeline:
         )
 
     def job(self, times: JobTimes) -> None:
-        fields = {
-            key: round(value, 6) if isinstance(value, float) else value
-            for key, value in dataclasses.asdict(times).items()
-        }
-        self._write({"event": "job", "pid": self._pid, **fields})
+        # Exact floats (JSON keeps every bit): a job the engine admitted at the very instant a
+        # partition finished must replay after that completion, and rounded times could put it
+        # before, which changes how many partitions start together and so every later time.
+        self._write({"event": "job", "pid": self._pid, **dataclasses.asdict(times)})
 
     def _write(self, record: dict[str, object]) -> None:
         if self._broken:

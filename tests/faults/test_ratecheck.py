@@ -4,7 +4,9 @@ supervisor on a slow machine and fails a skewed measurement or a supervisor that
 from __future__ import annotations
 
 import heapq
+import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from faults.ratecheck import (
@@ -18,8 +20,15 @@ from faults.ratecheck import (
 )
 
 from cuzk_supervisor.core.bench import steady_rate_per_s
-from cuzk_supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
-from cuzk_supervisor.sim.timeline import JobRecord, JobTimes
+from cuzk_supervisor.sim.logfmt import DaemonLog
+from cuzk_supervisor.sim.pipeline import (
+    Event,
+    JobProved,
+    Pipeline,
+    Synthesized,
+    simulate_closed_loop,
+)
+from cuzk_supervisor.sim.timeline import JobRecord, JobTimes, Timeline, read_timeline
 
 SCALE = 200.0
 ORIGIN = 1_000_000.0
@@ -113,6 +122,60 @@ def test_the_replay_reproduces_the_daemons_completions() -> None:
     run = bench_run(proofs=8, react_s=0.04, answer_late_s=0.02)
     replayed = replay(run.jobs)
     assert replayed == {j.times.seq: pytest.approx(j.times.completed_s) for j in run.jobs}
+
+
+def admitted_at_synthesis_ends(seed: int, path: Path) -> None:
+    """A daemon's timeline in which, by chance, jobs are admitted at the instant a batch of
+    partitions finished synthesis: the engine admits at ``max(arrival, pipeline clock)``, so a job
+    that arrived while the loop ran that completion's timer enters at its exact time."""
+    rng = random.Random(seed)
+    pipe = Pipeline(12, 2)
+    timeline = Timeline(path, DaemonLog("off"))
+    timeline.start(time_scale=SCALE, synthesis_slots=12, gpu_workers=2)
+    admitted: dict[int, float] = {}
+    done: dict[int, float] = {}
+    synthesis_ends: set[float] = set()
+
+    def submit(at: float) -> None:
+        admitted[len(admitted)] = at
+        note(pipe.submit(len(admitted) - 1, at))
+
+    def note(events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, JobProved):
+                done[event.seq] = event.at
+            elif isinstance(event, Synthesized):
+                synthesis_ends.add(event.at)
+
+    start = 100 + rng.random()
+    submit(start)
+    submit(start)
+    while len(admitted) < 10:
+        deadline = pipe.next_deadline()
+        if deadline is None:
+            submit(pipe.clock + rng.random())
+            continue
+        note(pipe.advance(deadline))
+        if deadline in synthesis_ends and rng.random() < 0.5:
+            submit(deadline)
+    while (deadline := pipe.next_deadline()) is not None:
+        note(pipe.advance(deadline))
+    for seq, at in admitted.items():
+        timeline.job(JobTimes(seq, f"job-{seq}", "porep-c2", "completed", at, at, None, at,
+                              done[seq], done[seq], 0.0))  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_job_admitted_as_partitions_finish_replays_from_the_timeline(
+    seed: int, tmp_path: Path
+) -> None:
+    """The fault matrix once failed (b)'s precondition on a loaded machine: the timeline rounded
+    its times to the microsecond, so a job admitted at the very instant partitions finished could
+    replay just before that completion, start with them, and change every later time. Written
+    and read back through the daemon's own timeline file, the replay must reproduce it."""
+    admitted_at_synthesis_ends(seed, tmp_path / "timeline.jsonl")
+    jobs = sorted(read_timeline(tmp_path / "timeline.jsonl"), key=lambda j: j.times.seq)
+    assert replay(jobs) == {j.times.seq: j.times.completed_s for j in jobs}
 
 
 @pytest.mark.parametrize("skew", [0.04, -0.04, 0.25, -0.25])
