@@ -10,7 +10,9 @@ import pytest
 from cuzk_supervisor.core.memfit import MemoryFit, fit_workers
 from cuzk_supervisor.core.memory import MemoryPolicy, sim_memory_scale
 from cuzk_supervisor.core.relaunch import (
+    PARTITIONS_PER_POREP,
     WARMUP_PHASES,
+    estimated_active_partitions,
     expected_plateau,
     measured_fit,
     model_partition_bytes,
@@ -51,6 +53,38 @@ def test_no_fit_when_the_daemon_says_nothing_is_active_or_cannot_say(active):
                        active_partitions=active, running_workers=12,
                        target_headroom=0.2)  # fmt: skip
     assert fit is None
+
+
+@pytest.mark.parametrize(
+    ("proofs", "workers", "active"), [(1, 12, 10), (2, 12, 12), (1, 4, 4), (3, 40, 30), (0, 12, 0)]
+)
+def test_the_active_partitions_estimated_are_the_proofs_partitions_at_most_one_per_worker(
+    proofs, workers, active
+):
+    assert PARTITIONS_PER_POREP == 10
+    assert estimated_active_partitions(proofs, workers) == active
+
+
+def test_where_the_daemon_cannot_say_the_fit_is_measured_over_the_proofs_running():
+    """A daemon under memory pressure may not answer its status in time (the e2e OOM test saw
+    it on a loaded machine): the warmup's one proof had 10 partitions active on 12 workers, so
+    the fit is the same as with the daemon's own figure, and it says it was estimated."""
+    args: dict[str, Any] = {
+        "limit_bytes": 960 * MIB, "used_bytes": 930 * MIB, "base_bytes": 330 * MIB,
+        "running_workers": 12, "target_headroom": 0.20,
+    }  # fmt: skip
+    told = measured_fit(active_partitions=10, **args)
+    estimated = measured_fit(active_partitions=None, proofs_running=1, **args)
+    assert told is not None
+    assert estimated is not None
+    assert (estimated.workers, estimated.per_partition) == (told.workers, told.per_partition)
+    assert (told.workers, told.per_partition) == (7, 60 * MIB)
+    assert estimated.active_estimated
+    assert not told.active_estimated
+    assert "estimated from 1 proof(s) running" in estimated.reason
+    assert measured_fit(active_partitions=None, proofs_running=0, **args) is None
+    # The daemon's own figure wins over the estimate.
+    assert measured_fit(active_partitions=5, proofs_running=1, **args) != told
 
 
 def test_the_plateau_is_the_base_plus_the_new_plans_partitions():

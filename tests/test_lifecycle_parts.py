@@ -20,7 +20,7 @@ from cuzk_supervisor.adapters.manager.outbox import Outbox
 from cuzk_supervisor.adapters.manager.values import ManagerRejected, ManagerUnavailable
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper
-from cuzk_supervisor.core.bench import BenchPolicy
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import plan_workers
 from cuzk_supervisor.core.reports import RUNNING
@@ -193,6 +193,39 @@ async def test_a_measured_fit_steps_down_to_what_fits_and_sets_the_plateau():
     assert not signals.trouble.is_set()
     assert signals.acted.is_set()
     assert progress.step_downs == 1
+
+
+@pytest.mark.parametrize(
+    ("phase", "stretch", "workers"),
+    [
+        ("warmup", None, 4),  # its one proof: 10 partitions, 6 on 6 workers
+        ("bench", Stretch(6, 2, 0.0, completions=(1.0,), submitted=3), 4),  # 2 in flight
+        ("bench", Stretch(6, 2, 0.0, completions=(1.0, 2.0), submitted=2), 5),  # none in flight
+        ("run", None, 5),  # the run phase's proofs come from outside: not known
+    ],
+)
+async def test_where_the_daemons_status_does_not_answer_the_fit_counts_the_proofs_running(
+    phase: str, stretch: Stretch | None, workers: int
+) -> None:
+    """The daemon's status timed out (under memory pressure): the active partitions are
+    estimated from the proofs the lifecycle had running there, so the step still goes to what
+    fits (4: 100 MiB a partition over 330 MiB, 80% of 960 MiB) and not one worker at a time."""
+    plan, policy = _plan()  # 6 workers
+    daemon = FakeDaemon(World())
+    daemon.workers = 6
+    watch = SimpleNamespace(
+        policy=RiskPolicy(), base_bytes=330 * MIB, plateau_bytes=None, acknowledge=lambda: None,
+        assessment=SimpleNamespace(limit_bytes=960 * MIB, used_bytes=930 * MIB,
+                                   slope_bytes_per_s=None),
+    )  # fmt: skip
+    progress = Progress(phase=phase, stretch=stretch)
+    step = StepDown(daemon=daemon, watch=watch, signals=Signals(), progress=progress,
+                    memory_policy=policy, active_partitions=lambda: None)  # fmt: skip
+    new, fit = await step.next_plan(plan, "memory critical")
+    assert new.full_workers == workers
+    assert (fit is not None) == (workers == 4)
+    if fit is not None:
+        assert fit.active_estimated
 
 
 async def test_a_step_down_before_any_daemon_only_changes_the_plan():

@@ -206,7 +206,7 @@ def test_where_8_of_12_fit_it_steps_down_to_what_fits_before_the_kernel_kills(
     assert 1 <= len(steps) <= 2, f"{steps}; {memory}"
     assert all(_is_memory_critical(step) for step in steps), steps
     final = steps[-1]["full_workers"]
-    assert steps[0]["full_workers"] <= 10
+    assert steps[0]["full_workers"] <= 10, f"{fits}; {steps}; {criticals}; {memory}"
     assert fits, "no measured step"
     # Every critical level was acted on: none came after the last step down (with proactive_oom
     # on, no proof runs on at a critical level), and the plan it finished with fits: at most 10

@@ -80,6 +80,8 @@ class MemoryFit:
     """Measured: (used - base) / active partitions."""
     source: str = "measured"
     """Where ``per_partition`` comes from (:attr:`PartitionFigure.source`)."""
+    active_estimated: bool = False
+    """The active partitions were estimated, not read from the daemon's status."""
 
 
 def fit_workers(

@@ -7,7 +7,10 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
   it) the warmup plan is retried; from the restart on, the full plan (the PCE is built, so a
   step-down in the bench settles and measures at once);
 - the fit measured from what the memory watch saw and the partitions the daemon had active
-  (``core.memfit.fit_workers``), or none (then the plan steps down by one step); while memory
+  (``core.memfit.fit_workers``): as its status said, or, where it could not answer in time (a
+  daemon under memory pressure is slow to), estimated from the proofs the lifecycle had running
+  there (:func:`estimated_active_partitions`); or no fit (then the plan steps down by one
+  step); while memory
   was still growing at the sample, aimed at the partitions' plateau, not at the mid-ramp
   sample (the model's partition figure, :func:`model_partition_bytes`, and the peak measured at
   earlier step-downs, :func:`peak_partition_bytes`);
@@ -17,12 +20,25 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
 
 from __future__ import annotations
 
+import dataclasses
+
 from cuzk_supervisor.core.memfit import MemoryFit, fit_workers
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.units import GIB
 
 # Phases in which a step-down retries the warmup plan (the PCE is not built yet).
 WARMUP_PHASES = frozenset({"plan", "warmup"})
+PARTITIONS_PER_POREP = 10
+"""A 32 GiB PoRep proof's partitions (cuzk.md), each synthesized on one partition worker."""
+
+
+def estimated_active_partitions(proofs_running: int, running_workers: int) -> int:
+    """The partitions the daemon can have been synthesizing with ``proofs_running`` PoRep proofs
+    in it: all of theirs, at most one per worker. An upper bound (some may have been through
+    synthesis already), so the memory per partition it gives is a lower bound; a fit still plans
+    with at least the model's figure while memory grows (``core.memfit.plateau_per_partition``),
+    and a plan that proves too large is stepped down again at its next critical level."""
+    return max(0, min(running_workers, proofs_running * PARTITIONS_PER_POREP))
 
 
 def relaunch_workers(phase: str, *, full_workers: int, warmup_workers: int) -> int:
@@ -61,16 +77,22 @@ def measured_fit(
     slope_bytes_per_s: float | None = None,
     peak_per_partition: float | None = None,
     model_per_partition: float | None = None,
+    proofs_running: int = 0,
 ) -> MemoryFit | None:
     """What fits, from the memory the running plan was measured to use; None: one step down
-    (nothing active, the daemon's status not known, or no growth over the base).
+    (nothing active, neither the daemon's status nor ``proofs_running`` known, or no growth over
+    the base). ``active_partitions`` None (the daemon did not say) with ``proofs_running``: the
+    partitions those proofs can have had active (:func:`estimated_active_partitions`).
 
     ``slope_bytes_per_s`` is the assessment's growth rate: above 0, memory was still growing at
     the sample, and the fit plans with the plateau figure (the largest of the measurement,
     ``peak_per_partition`` and ``model_per_partition``; ``core.memfit.plateau_per_partition``)."""
+    estimated = active_partitions is None
+    if active_partitions is None:
+        active_partitions = estimated_active_partitions(proofs_running, running_workers)
     if not active_partitions:
         return None
-    return fit_workers(
+    fit = fit_workers(
         limit=limit_bytes,
         base=base_bytes,
         used=used_bytes,
@@ -81,6 +103,13 @@ def measured_fit(
         peak_per_partition=peak_per_partition,
         model_per_partition=model_per_partition,
     )
+    if fit is None or not estimated:
+        return fit
+    note = (
+        f" (active partitions estimated from {proofs_running} proof(s) running: the daemon's "
+        "status did not answer)"
+    )
+    return dataclasses.replace(fit, reason=fit.reason + note, active_estimated=True)
 
 
 def expected_plateau(fit: MemoryFit | None, full_workers: int) -> int | None:

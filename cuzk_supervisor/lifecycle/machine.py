@@ -217,8 +217,9 @@ class Lifecycle:
                 stretch = self.progress.stretch
                 if stretch is not None and self.progress.phase == "bench":
                     stretches.append(stretch.interrupt(f"step-down: {trouble.cause}"))
-                self.progress.stretch = None
+                # The step-down reads the stretch's proofs in flight (stepdown.proofs_running).
                 await self._step_down(trouble.cause)
+                self.progress.stretch = None
             if stretches and not stretches[-1].interrupted:
                 break
             remaining_s = self.reporter.bench_deadline() - time.monotonic()

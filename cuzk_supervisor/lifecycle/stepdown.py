@@ -136,10 +136,21 @@ class StepDown:
             model_per_partition=model_partition_bytes(
                 self._memory_policy, plan.inputs.memory_scale
             ),
+            proofs_running=self._proofs_running(),
         )  # fmt: skip
         if fit is not None:
             log.info("memory.fit", workers=fit.workers, reason=fit.reason,
                      plateau_bytes=fit.plateau, per_partition_bytes=round(fit.per_partition),
                      measured_per_partition_bytes=round(fit.measured_per_partition),
-                     per_partition_source=fit.source)  # fmt: skip
+                     per_partition_source=fit.source,
+                     active_estimated=fit.active_estimated)  # fmt: skip
         return fit
+
+    def _proofs_running(self) -> int:
+        """The proofs the daemon was running when the trouble came, as far as the lifecycle
+        knows: the warmup's or the settle's one, the bench stretch's in flight; none known in
+        the run phase (the daemon's work there comes from outside)."""
+        progress = self._progress
+        if progress.phase == "bench":
+            return progress.stretch.in_flight if progress.stretch is not None else 0
+        return 1 if progress.phase in ("warmup", "settle") else 0
