@@ -15,7 +15,8 @@ Per run:
 
 * crossing → critical: from the first moment the cgroup's working set (usage − inactive file,
   what the supervisor assesses) is past the critical threshold, polled here every ~2 ms, to the
-  timestamp of the supervisor's ``memory.risk_critical`` event;
+  timestamp of the supervisor's ``memory.risk_critical`` event (negative: the trend saw it
+  coming); where the step down came before the working set ever crossed, to its peak instead;
 * burst → critical: from the simulator's own log line for the first partition of the burst
   that filled the cgroup (``partition synthesis started``, its timestamp) to that event;
 * critical → daemon stopped: from that event to the ``daemon.exited`` of the daemon it
@@ -27,8 +28,7 @@ The supervisor samples memory every ``memory_sample_interval_s`` (1 s, the produ
 time scale 25); at a faster time scale a partition is shorter, so the interval is scaled with it
 (25 / time scale seconds, at most 1 s), and the detection targets with the interval.
 ``--quick``: runs at time scale 50 (sampling every 0.5 s) until every figure has a sample, at
-most 3: one, as a rule. A run whose step down comes before the threshold is crossed at all (the
-trend saw it coming) gives no crossing delay; faster than 50 that becomes common.
+most 3: one, as a rule.
 
 Prints a JSON list of ``{"name", "value", "unit", "target", "ok"}``, then a table; ``--json
 FILE`` writes the same list. Without a writable memory cgroup every row is NOT MEASURED, with the
@@ -276,8 +276,14 @@ def _measure(
         # The trend saw the burst coming: critical before the threshold itself (negative).
         result.crossing_to_critical_ms = (critical - after[0][0]) * 1000
         result.notes.append("critical before the crossing (trend)")
+    elif poller.samples:
+        # Stepped down before the working set ever got there (the trend saw it coming): the
+        # delay is taken to its closest approach, its peak (negative: critical came first).
+        peak_t = max(poller.samples, key=lambda s: s[1])[0]
+        result.crossing_to_critical_ms = (critical - peak_t) * 1000
+        result.notes.append("threshold never crossed: delay to the working set's peak instead")
     else:
-        result.notes.append("critical, and the threshold was never crossed")
+        result.notes.append("critical, and no working-set sample")
     burst = _burst_start(log, critical)
     if burst is not None:
         result.burst_to_critical_ms = (critical - burst) * 1000

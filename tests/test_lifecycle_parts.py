@@ -125,7 +125,9 @@ async def test_a_daemon_restart_under_a_proof_is_not_an_attempt():
 
 
 async def test_memory_trouble_under_a_proof_interrupts_it():
-    proofs, _ = runner([lambda signals: signals.flag_trouble("memory critical: 2% left")])
+    proofs, _ = runner(
+        [lambda signals: signals.flag_trouble("memory critical: 2% left", daemon_running=True)]
+    )
     with pytest.raises(MemoryTrouble) as trouble:
         await proofs.prove(60.0)
     assert trouble.value.cause == "memory critical: 2% left"
@@ -181,7 +183,7 @@ async def test_a_measured_fit_steps_down_to_what_fits_and_sets_the_plateau():
     )  # fmt: skip
     step = StepDown(daemon=daemon, watch=watch, signals=signals, progress=progress,
                     memory_policy=policy, active_partitions=lambda: 10)  # fmt: skip
-    signals.flag_trouble("memory critical")
+    signals.flag_trouble("memory critical", daemon_running=True)
     with capture_logs() as logs:
         new, fit = await step.next_plan(plan, "memory critical")
         await step.relaunch(new, fit)
@@ -202,6 +204,7 @@ async def test_a_measured_fit_steps_down_to_what_fits_and_sets_the_plateau():
         ("bench", Stretch(6, 2, 0.0, completions=(1.0,), submitted=3), 4),  # 2 in flight
         ("bench", Stretch(6, 2, 0.0, completions=(1.0, 2.0), submitted=2), 5),  # none in flight
         ("run", None, 5),  # the run phase's proofs come from outside: not known
+        ("warmup-oom-killed", None, 5),  # a kill, not a critical level: one step, as before
     ],
 )
 async def test_where_the_daemons_status_does_not_answer_the_fit_counts_the_proofs_running(
@@ -209,7 +212,8 @@ async def test_where_the_daemons_status_does_not_answer_the_fit_counts_the_proof
 ) -> None:
     """The daemon's status timed out (under memory pressure): the active partitions are
     estimated from the proofs the lifecycle had running there, so the step still goes to what
-    fits (4: 100 MiB a partition over 330 MiB, 80% of 960 MiB) and not one worker at a time."""
+    fits (4: 100 MiB a partition over 330 MiB, 80% of 960 MiB) and not one worker at a time.
+    After an OOM kill the sample before it says little of what killed it: one step."""
     plan, policy = _plan()  # 6 workers
     daemon = FakeDaemon(World())
     daemon.workers = 6
@@ -218,10 +222,13 @@ async def test_where_the_daemons_status_does_not_answer_the_fit_counts_the_proof
         assessment=SimpleNamespace(limit_bytes=960 * MIB, used_bytes=930 * MIB,
                                    slope_bytes_per_s=None),
     )  # fmt: skip
-    progress = Progress(phase=phase, stretch=stretch)
-    step = StepDown(daemon=daemon, watch=watch, signals=Signals(), progress=progress,
+    killed = phase.endswith("-oom-killed")
+    progress = Progress(phase=phase.removesuffix("-oom-killed"), stretch=stretch)
+    signals = Signals()
+    signals.flag_trouble("the cause", daemon_running=not killed)
+    step = StepDown(daemon=daemon, watch=watch, signals=signals, progress=progress,
                     memory_policy=policy, active_partitions=lambda: None)  # fmt: skip
-    new, fit = await step.next_plan(plan, "memory critical")
+    new, fit = await step.next_plan(plan, "the cause")
     assert new.full_workers == workers
     assert (fit is not None) == (workers == 4)
     if fit is not None:

@@ -355,7 +355,7 @@ async def test_memory_trouble_in_the_run_phase_steps_down_and_keeps_running():
     tasks: list[asyncio.Future] = []
 
     def trouble_then_kill() -> None:
-        signals.flag_trouble("memory critical: rising")
+        signals.flag_trouble("memory critical: rising", daemon_running=True)
         # Once the step-down is carried out (it sets ``acted``), the manager kills us.
         kill = _after(signals.acted, lambda: signals.mark_gone("killed: test"))
         tasks.append(asyncio.ensure_future(kill))

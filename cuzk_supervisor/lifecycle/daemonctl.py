@@ -173,7 +173,7 @@ class DaemonControl:
         self._progress.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
         self._signals.daemon_exit(f"daemon {exit.kind.value} ({exit.reason})")
         if exit.kind is ExitKind.OOM_KILLED:
-            self._signals.flag_trouble(f"daemon OOM-killed ({exit.reason})")
+            self._signals.flag_trouble(f"daemon OOM-killed ({exit.reason})", daemon_running=False)
 
     def _line(self, line: str) -> None:
         self._shipper.add_line(self.source, line)

@@ -183,7 +183,7 @@ class Monitors:
             assessment = self.watch.assessment
             reason = assessment.reason if assessment else "memory critical"
             if self.s.proactive_oom:
-                self._signals.flag_trouble(f"memory critical: {reason}")
+                self._signals.flag_trouble(f"memory critical: {reason}", daemon_running=True)
                 await self._signals.acted.wait()
                 self._signals.acted.clear()
                 continue

@@ -76,6 +76,9 @@ class Signals:
         self.trouble = asyncio.Event()
         """Memory trouble (critical memory, an OOM kill): step down."""
         self.trouble_cause = ""
+        self.trouble_daemon_running = False
+        """The trouble is a critical level with the daemon still running (not an OOM kill):
+        the proofs it was running are still there to estimate its active partitions from."""
         self.acted = asyncio.Event()
         """A step-down was carried out: watch for the next one."""
         self.gone = asyncio.Event()
@@ -87,9 +90,10 @@ class Signals:
         self.outbox_kick = asyncio.Event()
         """Something was queued in the outbox: send it."""
 
-    def flag_trouble(self, cause: str) -> None:
+    def flag_trouble(self, cause: str, *, daemon_running: bool) -> None:
         if not self.trouble.is_set():
             self.trouble_cause = cause
+            self.trouble_daemon_running = daemon_running
             self.trouble.set()
 
     def mark_gone(self, reason: str) -> None:

@@ -149,8 +149,11 @@ class StepDown:
     def _proofs_running(self) -> int:
         """The proofs the daemon was running when the trouble came, as far as the lifecycle
         knows: the warmup's or the settle's one, the bench stretch's in flight; none known in
-        the run phase (the daemon's work there comes from outside)."""
+        the run phase (the daemon's work there comes from outside), nor after an OOM kill (the
+        sample before it may be far from what killed it: one step down, as before)."""
         progress = self._progress
+        if not self._signals.trouble_daemon_running:
+            return 0
         if progress.phase == "bench":
             return progress.stretch.in_flight if progress.stretch is not None else 0
         return 1 if progress.phase in ("warmup", "settle") else 0
