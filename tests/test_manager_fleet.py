@@ -110,22 +110,24 @@ def ScriptedManagerClient(manager: ScriptedManager, handler: Any, **kwargs: Any)
 async def test_one_backoff_is_shared_by_all_calls_and_not_restarted_per_call(manager):
     """A call that starts while the manager is failing continues the backoff other calls grew
     (before issue 22 every call started again at the first, shortest pause)."""
-    retry = dataclasses.replace(FAST, backoff_base_s=0.02, backoff_max_s=0.32, report_stop_s=1.0)
+    # Real time: pauses of 0.1 s and up, so that a loaded machine's late wake-ups (tens of ms
+    # per attempt with eight test processes on two cores) do not change how many fit the stop.
+    retry = dataclasses.replace(FAST, backoff_base_s=0.1, backoff_max_s=1.6, report_stop_s=3.0)
     manager.fail("/param-done", *([503] * 3))
     manager.fail("/running", 503)
     seen = stamped(manager)
     async with manager.client(retry=retry, rng=Top()) as client:
         with pytest.raises(ManagerUnavailable):
-            # 0.02, 0.04 waited; the next pause (0.08) would end past its stop
-            await client.param_done("u-1", stop_s=0.1)
+            # 0.1, 0.2 waited; the next pause (0.4) would end past its stop
+            await client.param_done("u-1", stop_s=0.5)
         grown = client.backoff.failures
-        await client.running("u-1")  # starts with the pause the outage reached, not 0.02
+        await client.running("u-1")  # starts with the pause the outage reached, not 0.1
         assert client.backoff.failures == 0  # answered: reset
     assert grown == 3
     running = [at for path, at in seen if path == "/running"]
     last_param_done = [at for path, at in seen if path == "/param-done"][-1]
-    assert running[0] - last_param_done >= 0.08 * 0.99  # the shared pause after 3 failures
-    assert running[1] - running[0] >= 0.16 * 0.99  # and doubled again after the 4th
+    assert running[0] - last_param_done >= 0.4 * 0.99  # the shared pause after 3 failures
+    assert running[1] - running[0] >= 0.8 * 0.99  # and doubled again after the 4th
 
 
 async def test_while_the_manager_fails_one_request_at_a_time_probes_it():

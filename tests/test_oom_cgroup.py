@@ -195,18 +195,31 @@ def test_where_8_of_12_fit_it_steps_down_to_what_fits_before_the_kernel_kills(
     assert criticals, memory
     assert {e["cgroup_limit"] for e in criticals} == {LIMIT_MIB * MIB}
     # 12 workers is too many: it stepped down because memory was critical, never because the
-    # kernel had killed, and the first step went to what the measurement said fits, not one
-    # worker at a time. 8 of the 12 (810 MiB, 84%) keep the watch at ok, 9 (870 MiB, 91%) hold
-    # at warn, 10 (930 MiB) are critical. The fit aims at ok (20% headroom): 7 or 8, also from a
-    # sample taken on the ramp (the trend fired first: the active partitions not all allocated,
-    # ~15% low per partition, which alone said 9), since the fit then plans with the partitions'
-    # plateau figure (core.memfit.plateau_per_partition), not the low reading.
+    # kernel had killed, and a step with a measurement went to what it said fits, not one worker
+    # at a time. 8 of the 12 (810 MiB, 84%) keep the watch at ok, 9 (870 MiB, 91%) hold at warn,
+    # 10 (930 MiB) are critical. The fit aims at ok (20% headroom): 7 or 8, also from a sample
+    # taken on the ramp (the trend fired first: the active partitions not all allocated, ~15% low
+    # per partition, which alone said 9), since the fit then plans with the partitions' plateau
+    # figure (core.memfit.plateau_per_partition), not the low reading. On a loaded machine the
+    # trend can fire first while the daemon says no partition is active (the warmup's PCE
+    # extraction): nothing to measure, so that step is one worker (memory.no_fit), and the
+    # next one, measured, goes to the fit.
     steps = run.named("plan.step_down")
-    fits = [(e["workers"], e["reason"]) for e in run.named("memory.fit")]
-    assert 1 <= len(steps) <= 2, f"{steps}; {memory}"
+    decided = [e for e in run.events if e.get("event") in ("memory.fit", "memory.no_fit")]
+    fits = [(e["workers"], e["reason"]) for e in decided if e["event"] == "memory.fit"]
+    why = f"{decided}; {steps}; {criticals}; {memory}"
+    assert 1 <= len(steps) <= 3, why
+    assert len(decided) == len(steps), why
     assert all(_is_memory_critical(step) for step in steps), steps
+    running = WORKERS
+    for step, decision in zip(steps, decided, strict=True):
+        if decision["event"] == "memory.fit":
+            assert step["full_workers"] == min(decision["workers"], running - 1), why
+        else:
+            assert decision.get("active_partitions") == 0, why  # the daemon said so
+            assert step["full_workers"] == running - 1, why
+        running = step["full_workers"]
     final = steps[-1]["full_workers"]
-    assert steps[0]["full_workers"] <= 10, f"{fits}; {steps}; {criticals}; {memory}"
     assert fits, "no measured step"
     # Every critical level was acted on: none came after the last step down (with proactive_oom
     # on, no proof runs on at a critical level), and the plan it finished with fits: at most 10
@@ -310,7 +323,11 @@ def test_simulated_oom_at_three_workers_steps_down_and_completes_at_two(tmp_path
     assert run.events.index(exited) < run.events.index(step)
     (result,) = run.named("bench.result")
     assert result["workers"] == 2
-    # Warmup at 2, full at 3 (killed), then 2 for warmup, settle and bench.
-    assert _slots_per_start(tmp_path) == [2, 3, 2]
+    # Warmup at 2, full at 3 (killed), then 2 for warmup, settle and bench. The keeper restarts
+    # a killed daemon after its backoff (0.1-0.2 s here) with the plan it had; where the step
+    # down comes later (a loaded machine), that one start at 3 is replaced (stepdown.relaunch).
+    starts = _slots_per_start(tmp_path)
+    assert starts[:2] == [2, 3]
+    assert starts[2:] in ([2], [3, 2]), starts
     (bench,) = reports(manager, "/bench-done")
     assert bench["json"]["rate"] > 0

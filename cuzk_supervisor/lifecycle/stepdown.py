@@ -124,7 +124,9 @@ class StepDown:
         While memory was still growing, aimed at the partitions' plateau (core.memfit)."""
         assessment, base = self._watch.assessment, self._watch.base_bytes
         if assessment is None or base is None or running is None:
-            return None  # nothing measured yet, or no daemon: one step down
+            # Nothing measured yet, or no daemon: one step down.
+            log.info("memory.no_fit", reason="no daemon or no idle base measured yet")
+            return None
         active = await asyncio.to_thread(self._active_partitions)
         fit = measured_fit(
             limit_bytes=assessment.limit_bytes, used_bytes=assessment.used_bytes, base_bytes=base,
@@ -144,6 +146,11 @@ class StepDown:
                      measured_per_partition_bytes=round(fit.measured_per_partition),
                      per_partition_source=fit.source,
                      active_estimated=fit.active_estimated)  # fmt: skip
+        else:
+            # Why the step is one worker: the operator reads it beside plan.step_down.
+            log.info("memory.no_fit", active_partitions=active, used_bytes=assessment.used_bytes,
+                     base_bytes=base, proofs_running=self._proofs_running(),
+                     reason="no partition known active, or no growth over the base")  # fmt: skip
         return fit
 
     def _proofs_running(self) -> int:

@@ -20,12 +20,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from cuzk_supervisor.adapters.machine.gpu import GpuDevice
-from cuzk_supervisor.adapters.machine.resources import HostMemory
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.sim.faults import FaultSpecError, parse_faults
+
+if TYPE_CHECKING:
+    # Imported where used: only the supervisor's sim probes read them, and the simulated daemon
+    # (which imports this module) would load structlog, psutil and urllib for nothing.
+    from cuzk_supervisor.adapters.machine.gpu import GpuDevice
+    from cuzk_supervisor.adapters.machine.resources import HostMemory
 
 GPU_NAME = "NVIDIA GeForce RTX 3090 (cuzk-sim)"
 DEFAULT_VRAM_GIB = 24.0
@@ -136,6 +140,8 @@ class SimMachine:
 
     def gpu_devices(self) -> tuple[GpuDevice, ...]:
         """The GPUs as NVML would list them with nothing running on them."""
+        from cuzk_supervisor.adapters.machine.gpu import GpuDevice
+
         total = self.vram_bytes
         return tuple(GpuDevice(i, GPU_NAME, None, total, 0, total) for i in range(self.gpus))
 
@@ -162,6 +168,8 @@ class SimMachine:
 
     def host_memory(self) -> HostMemory:
         """The simulated RAM as the supervisor's memory sampler reads a host (real bytes)."""
+        from cuzk_supervisor.adapters.machine.resources import HostMemory
+
         total = self.host_total_bytes
         if total is None:
             raise ValueError("no simulated RAM (--host-gib) on this machine")
