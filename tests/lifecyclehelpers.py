@@ -90,6 +90,9 @@ def lifecycle_env(
         "params_fetch_command": fetch_command(tmp_path, fetch_rate_mb),
         "params_expected": " ".join(SIM_PARAMS),
         "params_progress_interval_s": 0.2,
+        # The warmup at the plan's full count (12 at most): no restart phase, one daemon start
+        # instead of two per lifecycle. A test of the restart passes warmup_workers=2.
+        "warmup_workers": 12,
         "restart_backoff_initial_s": 0.2,
         "restart_backoff_max_s": 1,
         "health_listen": f"127.0.0.1:{free_tcp_port()}",

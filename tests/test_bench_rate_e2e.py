@@ -55,7 +55,10 @@ def assert_within_2_percent(rate: float, result: dict[str, Any]) -> None:
 
 
 def env_for(tmp_path: Any, mgr: Any, **settings: Any) -> dict[str, str]:
-    defaults: dict[str, Any] = {"workers": 5, "bench_count": 12, "exit_after_run": "true"}
+    # The warmup at 2 workers, then the restart at 5, as the scenarios below are told.
+    defaults: dict[str, Any] = {
+        "workers": 5, "warmup_workers": 2, "bench_count": 12, "exit_after_run": "true"
+    }  # fmt: skip
     return lifecycle_env(tmp_path, mgr.url, time_scale=TIME_SCALE, **{**defaults, **settings})
 
 

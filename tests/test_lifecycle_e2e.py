@@ -34,8 +34,9 @@ def _report_order(mgr):
 def test_lifecycle_reports_each_phase_once_in_order_with_the_true_rate(tmp_path, manager):
     mgr = manager()
     env = lifecycle_env(
-        tmp_path, mgr.url, time_scale=100, workers=5, bench_count=12, exit_after_run="true"
-    )
+        tmp_path, mgr.url, time_scale=100, workers=5, warmup_workers=2, bench_count=12,
+        exit_after_run="true",
+    )  # fmt: skip
     run = start_run(env)
     assert _finish(run) == exitcodes.OK
     ok = {path: reports(mgr, path) for path in REPORT_PATHS}

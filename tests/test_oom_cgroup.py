@@ -303,7 +303,7 @@ def test_simulated_oom_at_three_workers_steps_down_and_completes_at_two(tmp_path
     # SRS 44 + PCE 26 + 3 partitions × 15 = 115 simulated GiB > 105 >= 100 at 2 workers; the
     # warmup at 2 workers peaks at 84 (PCE extraction).
     env = lifecycle_env(
-        tmp_path, manager.url, workers=3, exit_after_run="true", bench_count=2,
+        tmp_path, manager.url, workers=3, warmup_workers=2, exit_after_run="true", bench_count=2,
         sim_faults=("oom:105,times=0",), sim_args=("--cgroup-dir", str(cgroup)),
         cgroup_root=cgroup,
     )  # fmt: skip

@@ -280,6 +280,13 @@ class Row:
 
 FAST = {"daemon_liveness_interval_s": 0.5, "daemon_liveness_timeout_s": 0.5}
 
+
+def warmup_then_restart(phase: str) -> dict[str, Any]:
+    """A row acting in the restart phase needs one: the warmup at 2 workers, not the plan's
+    full count (lifecycle_env's default, which skips the restart)."""
+    return {"warmup_workers": 2} if phase == "restart" else {}
+
+
 ROWS = [
     Row("drop-once-mid-await", 0, sim_faults=("drop,times=1",)),
     Row("drop-every-partition", 0, sim_faults=("drop,times=0",), feeding_check=False),
@@ -347,7 +354,8 @@ ROWS = [
                   "running_ping_interval_s": 1}),
     *(
         Row(f"sigterm-in-{phase}", SIGTERM_EXIT, action=signal_at(phase),
-            settings={"exit_after_run": False}, manager_args=manager_args)
+            settings={"exit_after_run": False, **warmup_then_restart(phase)},
+            manager_args=manager_args)
         for phase, manager_args in (
             ("register", ("--latency", "2")),
             ("params", ()), ("warmup", ()), ("restart", ()), ("settle", ()), ("bench", ()),
@@ -355,7 +363,8 @@ ROWS = [
         )
     ),
     *(
-        Row(f"sigkill-supervisor-in-{phase}-then-resume", 0, action=sigkill_then_resume(phase))
+        Row(f"sigkill-supervisor-in-{phase}-then-resume", 0, action=sigkill_then_resume(phase),
+            settings=warmup_then_restart(phase))
         for phase in ("params", "warmup", "restart", "settle", "bench", "report")
     ),
     *(
@@ -380,8 +389,9 @@ ROWS = [
         reason="still running after 1 s", rate_zero=True),
     # Issue 11: tonic's server-side deadline answering CANCELLED before ours on every cut
     # await, and a frozen connection (open, silent) in the warmup proof and in the bench.
+    # The warmup at 2 workers: a proof long enough that its awaits are cut.
     Row("early-cancelled-awaits-whole-lifecycle", 0, action=run_seeing(await_code="CANCELLED"),
-        sim_faults=("cancel-early:0.2",)),
+        sim_faults=("cancel-early:0.2",), settings={"warmup_workers": 2}),
     *(
         Row(f"frozen-connection-in-{phase}", 0, sim_faults=(f"freeze:60,{when},once={{tmp}}/m",),
             action=run_seeing(daemon_line="froze client connections"),
