@@ -393,9 +393,13 @@ ROWS = [
     Row("early-cancelled-awaits-whole-lifecycle", 0, action=run_seeing(await_code="CANCELLED"),
         sim_faults=("cancel-early:0.2",), settings={"warmup_workers": 2}),
     *(
+        # The warmup at 2 workers: its 5th partition starts after the SubmitProof has answered,
+        # so the freeze cuts an await, as the row means (at 12 all ten start at once and the
+        # freeze holds the SubmitProof's answer for the whole submit deadline, 60 s).
         Row(f"frozen-connection-in-{phase}", 0, sim_faults=(f"freeze:60,{when},once={{tmp}}/m",),
             action=run_seeing(daemon_line="froze client connections"),
-            events=("proving.reconnect",), feeding_check=phase != "bench")
+            events=("proving.reconnect",), feeding_check=phase != "bench",
+            settings={"warmup_workers": 2} if phase == "warmup" else {})
         for phase, when in (("warmup", "at_partition=5"), ("bench", "after_proofs=2"))
     ),
     # Issue 12: the manager down through params (the warmup does not wait), a dashboard kill in
