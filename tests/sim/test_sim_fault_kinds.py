@@ -207,6 +207,8 @@ def test_fail_at_partition_stops_the_proof_there(
     failed = stub.Prove(pb.ProveRequest(submit=submit_request("f")), timeout=10).result
     assert (failed.status, failed.error_message) == (Status.FAILED, "boom")
     assert failed.synthesis_ms == 0  # a FAILED result carries no timings, as the real one
+    # The answer can arrive before the daemon's last lines about the job have been read here.
+    sim.wait_for_line(r"proof failed job_id=f ")
     synthesized = {
         int(m.group(1))
         for line in sim.lines
