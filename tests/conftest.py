@@ -16,6 +16,13 @@ import daemonhelpers
 from managerhelpers import ManagerProcess
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow end-to-end tests first (a stable sort: each group keeps its order): handed out
+    in order, the workers start on the long tests together and fill the end with short ones,
+    instead of one worker starting a 20 s test when the others are nearly done."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

@@ -296,7 +296,7 @@ ROWS = [
     Row("first-proof-slower-than-any-deadline", 0,
         settings={"await_deadline_s": 0.1, "submit_deadline_s": 2},
         events=("proof.await_retry",), feeding_check=False),
-    Row("settle-slow-after-restart", 0, settings={"await_deadline_s": 0.1},
+    Row("settle-slow-after-restart", 0, settings={"await_deadline_s": 0.1, "warmup_workers": 2},
         events=("settle.done", "proof.await_retry"), feeding_check=False),
     Row("daemon-crash-during-warmup", 0, sim_faults=("exit:3,at_partition=3,once={tmp}/m",),
         events=("daemon.restart_scheduled",)),
