@@ -171,16 +171,22 @@ def _plan(host_gib: int = 256) -> Any:
     return plan_workers(inputs, policy), policy
 
 
-async def test_a_measured_fit_steps_down_to_what_fits_and_sets_the_plateau():
-    plan, policy = _plan()  # 6 workers
-    world, signals, progress = World(), Signals(), Progress(phase="bench")
-    daemon = FakeDaemon(world)
-    daemon.workers = 6
+def _measured_watch() -> Any:
+    """A memory watch that measured 930 of 960 MiB used over an idle base of 330 MiB."""
     watch = SimpleNamespace(
         policy=RiskPolicy(), base_bytes=330 * MIB, plateau_bytes=None, acknowledge=lambda: None,
         assessment=SimpleNamespace(limit_bytes=960 * MIB, used_bytes=930 * MIB,
                                    slope_bytes_per_s=None),
     )  # fmt: skip
+    return watch
+
+
+async def test_a_measured_fit_steps_down_to_what_fits_and_sets_the_plateau():
+    plan, policy = _plan()  # 6 workers
+    world, signals, progress = World(), Signals(), Progress(phase="bench")
+    daemon = FakeDaemon(world)
+    daemon.workers = 6
+    watch = _measured_watch()
     step = StepDown(daemon=daemon, watch=watch, signals=signals, progress=progress,
                     memory_policy=policy, active_partitions=lambda: 10)  # fmt: skip
     signals.flag_trouble("memory critical", daemon_running=True)
@@ -217,11 +223,7 @@ async def test_where_the_daemons_status_does_not_answer_the_fit_counts_the_proof
     plan, policy = _plan()  # 6 workers
     daemon = FakeDaemon(World())
     daemon.workers = 6
-    watch = SimpleNamespace(
-        policy=RiskPolicy(), base_bytes=330 * MIB, plateau_bytes=None, acknowledge=lambda: None,
-        assessment=SimpleNamespace(limit_bytes=960 * MIB, used_bytes=930 * MIB,
-                                   slope_bytes_per_s=None),
-    )  # fmt: skip
+    watch = _measured_watch()
     killed = phase.endswith("-oom-killed")
     progress = Progress(phase=phase.removesuffix("-oom-killed"), stretch=stretch)
     signals = Signals()
