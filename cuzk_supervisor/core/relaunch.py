@@ -10,10 +10,9 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
   (``core.memfit.fit_workers``): as its status said, or, where it could not answer in time (a
   daemon under memory pressure is slow to), estimated from the proofs the lifecycle had running
   there (:func:`estimated_active_partitions`); or no fit (then the plan steps down by one
-  step); while memory
-  was still growing at the sample, aimed at the partitions' plateau, not at the mid-ramp
-  sample (the model's partition figure, :func:`model_partition_bytes`, and the peak measured at
-  earlier step-downs, :func:`peak_partition_bytes`);
+  step); while memory was still growing at the sample, aimed at the partitions' plateau, not at
+  the mid-ramp sample (the model's partition figure, :func:`model_partition_bytes`, and the
+  peak measured at earlier step-downs, :func:`peak_partition_bytes`);
 - the plateau the new plan's usage is expected to level off at, so that a ramp toward it is not
   taken for a march to OOM.
 """
