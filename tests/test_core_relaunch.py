@@ -17,6 +17,7 @@ from cuzk_supervisor.core.relaunch import (
     measured_fit,
     model_partition_bytes,
     peak_partition_bytes,
+    proofs_running,
     relaunch_workers,
 )
 
@@ -63,6 +64,18 @@ def test_the_active_partitions_estimated_are_the_proofs_partitions_at_most_one_p
 ):
     assert PARTITIONS_PER_POREP == 10
     assert estimated_active_partitions(proofs, workers) == active
+
+
+@pytest.mark.parametrize(
+    ("phase", "in_flight", "running", "proofs"),
+    [("warmup", None, True, 1), ("settle", None, True, 1), ("bench", 2, True, 2),
+     ("bench", None, True, 0), ("run", None, True, 0), ("warmup", None, False, 0),
+     ("bench", 2, False, 0)],
+)  # fmt: skip
+def test_the_proofs_running_are_the_phases_own_and_none_after_an_oom_kill(
+    phase, in_flight, running, proofs
+):
+    assert proofs_running(phase, in_flight, daemon_running=running) == proofs
 
 
 def test_where_the_daemon_cannot_say_the_fit_is_measured_over_the_proofs_running():

@@ -31,6 +31,19 @@ PARTITIONS_PER_POREP = 10
 """A 32 GiB PoRep proof's partitions (cuzk.md), each synthesized on one partition worker."""
 
 
+def proofs_running(phase: str, bench_in_flight: int | None, *, daemon_running: bool) -> int:
+    """The PoRep proofs the daemon was running when memory trouble came, as far as the lifecycle
+    knows: the warmup's or the settle's one, the bench stretch's in flight (``bench_in_flight``,
+    None when no stretch ran); none known in the run phase (the daemon's work there comes from
+    outside), nor after an OOM kill (``daemon_running`` False: the sample before a kill may be
+    far from what killed it, so the step stays one worker)."""
+    if not daemon_running:
+        return 0
+    if phase == "bench":
+        return bench_in_flight or 0
+    return 1 if phase in ("warmup", "settle") else 0
+
+
 def estimated_active_partitions(proofs_running: int, running_workers: int) -> int:
     """The partitions the daemon can have been synthesizing with ``proofs_running`` PoRep proofs
     in it: all of theirs, at most one per worker. An upper bound (some may have been through

@@ -23,6 +23,7 @@ from cuzk_supervisor.core.relaunch import (
     measured_fit,
     model_partition_bytes,
     peak_partition_bytes,
+    proofs_running,
     relaunch_workers,
 )
 from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy
@@ -128,6 +129,11 @@ class StepDown:
             log.info("memory.no_fit", reason="no daemon or no idle base measured yet")
             return None
         active = await asyncio.to_thread(self._active_partitions)
+        progress, stretch = self._progress, self._progress.stretch
+        running_proofs = proofs_running(
+            progress.phase, stretch.in_flight if stretch is not None else None,
+            daemon_running=self._signals.trouble_daemon_running,
+        )  # fmt: skip
         fit = measured_fit(
             limit_bytes=assessment.limit_bytes, used_bytes=assessment.used_bytes, base_bytes=base,
             active_partitions=active, running_workers=running,
@@ -138,7 +144,7 @@ class StepDown:
             model_per_partition=model_partition_bytes(
                 self._memory_policy, plan.inputs.memory_scale
             ),
-            proofs_running=self._proofs_running(),
+            proofs_running=running_proofs,
         )  # fmt: skip
         if fit is not None:
             log.info("memory.fit", workers=fit.workers, reason=fit.reason,
@@ -149,18 +155,6 @@ class StepDown:
         else:
             # Why the step is one worker: the operator reads it beside plan.step_down.
             log.info("memory.no_fit", active_partitions=active, used_bytes=assessment.used_bytes,
-                     base_bytes=base, proofs_running=self._proofs_running(),
+                     base_bytes=base, proofs_running=running_proofs,
                      reason="no partition known active, or no growth over the base")  # fmt: skip
         return fit
-
-    def _proofs_running(self) -> int:
-        """The proofs the daemon was running when the trouble came, as far as the lifecycle
-        knows: the warmup's or the settle's one, the bench stretch's in flight; none known in
-        the run phase (the daemon's work there comes from outside), nor after an OOM kill (the
-        sample before it may be far from what killed it: one step down, as before)."""
-        progress = self._progress
-        if not self._signals.trouble_daemon_running:
-            return 0
-        if progress.phase == "bench":
-            return progress.stretch.in_flight if progress.stretch is not None else 0
-        return 1 if progress.phase in ("warmup", "settle") else 0
