@@ -18,9 +18,9 @@ demo: $(STAMP)
 	$(BIN)/cuzk-supervisor sim --fresh --exit-after-run
 
 # Four test processes per core (at most 8): most end-to-end tests wait on the simulator's scaled
-# time, so fewer leave the cores idle (2 cores, pytest alone: -n 4 328 s, -n 6 254 s, -n 8
-# 229-234 s for 365-414 s of CPU); worksteal hands a finished worker the queued long tests of a
-# busy one. The flakes that load brought out at -n 6 and -n 8 were fixed at their causes (the
+# time, so fewer leave the cores idle (2 cores, pytest alone before the passes below: -n 4 328 s,
+# -n 6 254 s, -n 8 229-234 s; with them, make test on a fresh clone 215-225 s); worksteal hands
+# a finished worker the queued long tests of a busy one. The flakes that load brought out at -n 6 and -n 8 were fixed at their causes (the
 # sim timeline's rounding, the step-down's status read, three tests' real-time margins).
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 4 )); echo $$(( n > 8 ? 8 : n )))
 
