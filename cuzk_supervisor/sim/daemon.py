@@ -22,7 +22,7 @@ import grpc
 
 from cuzk_supervisor.address import Address, parse_address
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.sim import chaos, logfmt, model, reports
+from cuzk_supervisor.sim import chaos, logfmt, model, statusdoc
 from cuzk_supervisor.sim.chaos import FaultController, HangGate
 from cuzk_supervisor.sim.config import DEFAULT_CONFIG, ConfigError, SimConfig, load_config
 from cuzk_supervisor.sim.engine import Engine
@@ -107,8 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=_env_default("CUZK_SIM_GPU_FACTOR", "1"),
         metavar="F",
-        help="every partition takes F times longer on its GPU worker (20: GPU-bound at 2 "
-        "partition workers)",
+        help="every partition's CUDA work takes F times longer (a slower GPU; 8: GPU-bound at "
+        "5 partition workers on one GPU)",
+    )
+    p.add_argument(
+        "--gpu-cpu-factor",
+        type=float,
+        default=_env_default("CUZK_SIM_GPU_CPU_FACTOR", "1"),
+        metavar="F",
+        help="the CPU parts of every partition's GPU stage (its preparation and finalization) "
+        "take F times longer: GPU workers proving while the GPU itself idles",
     )
     p.add_argument(
         "--cpu-share",
@@ -214,6 +222,7 @@ class SimDaemon:
             synthesis_factor=args.synthesis_factor,
             gpu_factor=args.gpu_factor,
             cpu_share=args.cpu_share,
+            gpu_cpu_factor=args.gpu_cpu_factor,
         )
 
     def _on_memory_grow(self, key: object, total_gib: float) -> None:
@@ -278,23 +287,27 @@ class SimDaemon:
         await loop.create_future()  # serve until killed
 
     async def _start_status(self) -> None:
+        """cuzk-daemon's main.rs: a TCP listener; one that cannot bind (a unix path included)
+        is an ERROR line and the daemon runs on without it."""
+        listen = self.cfg.status_listen or ""
         try:
-            address = parse_address(self.cfg.status_listen or "")
-        except UsageError as exc:
-            fatal(self.log, "invalid status listen address", exc)
-        try:
+            address = parse_address(listen)
+            if address.path is not None:
+                raise OSError(errno.EINVAL, "invalid socket address")
             await start_status_server(
                 address,
-                lambda: reports.status_document(
+                lambda: statusdoc.status_document(
                     self.engine,
                     memory_scale=self.args.memory_scale,
                     gpu_faults=self.faults.gpu_faults,
                 ),
                 self.gate,
             )
-        except OSError as exc:
-            fatal(self.log, "failed to bind status listener", io_error(exc))
-        self.log.info(TARGET, "status listener started", addr=str(address))
+        except (UsageError, OSError) as exc:
+            error = io_error(exc) if isinstance(exc, OSError) else str(exc)
+            self.log.error(TARGET, "failed to bind status HTTP server", addr=listen, error=error)
+            return
+        self.log.info(TARGET, "status HTTP server listening", addr=str(address))
 
     async def _bind(self) -> None:
         assert self.proxy is not None
@@ -356,8 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         fatal(log, "invalid arguments", problem)
     if not 1 <= args.first_proof_factor <= 1000:
         fatal(log, "invalid arguments", "need 1 <= first proof factor <= 1000")
-    if not (0.01 <= args.synthesis_factor <= 1000 and 0.01 <= args.gpu_factor <= 1000):
-        fatal(log, "invalid arguments", "need 0.01 <= synthesis and GPU factors <= 1000")
+    factors = (args.synthesis_factor, args.gpu_factor, args.gpu_cpu_factor)
+    if not all(0.01 <= factor <= 1000 for factor in factors):
+        fatal(log, "invalid arguments", "need 0.01 <= synthesis, GPU and GPU CPU factors <= 1000")
     if args.cpu_share is not None and not 0 < args.cpu_share <= 1:
         fatal(log, "invalid arguments", "need 0 < cpu share <= 1")
     asyncio.run(SimDaemon(args, cfg, listen, faults, log).run())

@@ -17,7 +17,7 @@ import os
 import uuid
 from collections import Counter, defaultdict, deque
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,14 +31,18 @@ from cuzk_supervisor.sim.memory import Memory
 from cuzk_supervisor.sim.pipeline import (
     Event,
     GpuFinished,
-    GpuStarted,
+    GpuTimes,
     JobProved,
     JobSynthesized,
+    Part,
     Pipeline,
     Started,
+    SynthesisFailed,
     Synthesized,
 )
+from cuzk_supervisor.sim.pipestatus import GpuUse, track
 from cuzk_supervisor.sim.residency import POREP_CIRCUIT, Release, Residency
+from cuzk_supervisor.sim.statustrack import StatusTracker
 from cuzk_supervisor.sim.timeline import JobTimes, Timeline, starved_s
 
 POREP = pb.POREP_SEAL_COMMIT
@@ -64,11 +68,6 @@ class Job:
     srs_load_s: float = 0.0
     proved: bool = False
     awaiting_pce: bool = False
-    partitions: list[str] = field(default_factory=list)
-    """Each partition's state as ``/status`` names it: pending, synthesizing, synth_done (waiting
-    for a GPU worker), gpu, done or failed."""
-    synth_ms: list[int | None] = field(default_factory=list)
-    gpu_ms: list[int | None] = field(default_factory=list)
     admitted_at: float | None = None  # entered the partition pipeline
     reply_to: int | None = None  # the job whose answer this submission followed
     starved_s: float = 0.0  # idle capacity before it arrived that only the client could fill
@@ -98,10 +97,13 @@ class Engine:
         synthesis_factor: float = 1.0,
         gpu_factor: float = 1.0,
         cpu_share: float | None = None,
+        gpu_cpu_factor: float = 1.0,
     ) -> None:
         self.release = release
         self.synthesis_factor = synthesis_factor
         self.gpu_factor = gpu_factor
+        self.gpu_cpu_factor = gpu_cpu_factor
+        """The CPU parts of the GPU stage (preparation, finalization) this many times slower."""
         self.cpu_share = cpu_share
         """The share of the CPU synthesis would use that it gets (``--cpu-share``); None: all."""
         self.vram_bytes = vram_bytes  # of each GPU
@@ -120,14 +122,27 @@ class Engine:
         # Answers no later PoRep submission has followed yet, oldest first: (seq, answered at).
         self._unreplied: deque[tuple[int, float]] = deque()
         self.clock: SimClock | None = None
+        cpu = gpu_cpu_factor * self.cpu_slowdown
         self.pipeline = Pipeline(
             slots,
             self.gpu_workers,
             factor=self._factor,
             partition_seconds=self._partition_seconds,
-            gpu_seconds=model.GPU_SECONDS_PER_PARTITION * gpu_factor,
+            gpu=GpuTimes(
+                prep=model.GPU_PREP_SECONDS * cpu,
+                cuda=model.GPU_CUDA_SECONDS * gpu_factor,
+                finalize=model.GPU_FINALIZE_SECONDS * cpu,
+            ),
+            workers_per_device=gpu_workers_per_device,
+            fails=self._fails,
+            reservations=release == "budget",
         )
-        self.gpu_busy_s = [0.0] * self.gpu_workers  # finished partitions' GPU seconds, by worker
+        # What GET /status reports, kept as status.rs keeps it (sim.statustrack).
+        self.tracker = StatusTracker()
+        per = max(1, gpu_workers_per_device)
+        self.tracker.register_workers([(w, w // per) for w in range(self.gpu_workers)])
+        self.gpu_use = GpuUse(self.pipeline.devices, per)
+        self._failures: dict[int, str] = {}  # job seq -> why its synthesis failed
         self.jobs: dict[str, Job] = {}  # job_id -> the latest job with that id
         # job_id -> the result of the latest of its jobs to finish (a later one overwrites it)
         self.results: dict[str, pb.AwaitProofResponse] = {}
@@ -167,10 +182,14 @@ class Engine:
         )
 
     @property
+    def cpu_slowdown(self) -> float:
+        """How much slower ``--cpu-share`` makes the CPU's work (1 without it)."""
+        return 1.0 if self.cpu_share is None else model.cpu_slowdown(self.cpu_share)
+
+    @property
     def synthesis_slowdown(self) -> float:
         """``--synthesis-factor`` times the slowdown of ``--cpu-share``."""
-        cpu = 1.0 if self.cpu_share is None else model.cpu_slowdown(self.cpu_share)
-        return self.synthesis_factor * cpu
+        return self.synthesis_factor * self.cpu_slowdown
 
     def _partition_seconds(self, active: int) -> float:
         return model.partition_seconds(active) * self.synthesis_slowdown
@@ -237,9 +256,6 @@ class Engine:
             queue_position=self.queue_position(job),
         )
         if job.kind == POREP:
-            job.partitions = ["pending"] * model.PARTITIONS_PER_POREP
-            job.synth_ms = [None] * model.PARTITIONS_PER_POREP
-            job.gpu_ms = [None] * model.PARTITIONS_PER_POREP
             self._admit.append(job)
             self._parse(job)
             self._spawn(self._ensure_porep_ready())
@@ -315,7 +331,10 @@ class Engine:
             job.starved_s = starved_s(job.submitted_at, self.pipeline.hungry_since, since)
             if self.timeline is not None:
                 self.timeline.job(self._times(job, "admitted"))
-            self._handle(events + self.pipeline.submit(job.seq, at))
+            self._handle(events)
+            # engine.rs registers the job once its C1 is parsed and its SRS loaded.
+            self.tracker.register_job(job.job_id, job.queue, model.PARTITIONS_PER_POREP, at)
+            self._handle(self.pipeline.submit(job.seq, at))
 
     def _factor(self, seq: int) -> float:
         factor = self._by_seq[seq].factor
@@ -344,23 +363,39 @@ class Engine:
         self._handle(self.pipeline.advance(t))
 
     def _handle(self, events: list[Event]) -> None:
-        work = deque(events)
-        while work:
-            event = work.popleft()
+        for event in events:
             job = self._by_seq[event.seq]
-            if job.state == "done":
-                continue  # failed mid-way: its leftover events mean nothing
-            work.extend(self._apply(job, event))
+            # The tracker and the memory follow a failed job's leftovers too, as the real
+            # daemon's do (its synthesizing partitions run to their end).
+            track(self.tracker, job.job_id, event)
+            self.gpu_use.on_event(event)
+            if isinstance(event, Started):
+                self._on_started(job, event)
+            elif isinstance(event, SynthesisFailed | Synthesized):
+                self.memory.free(("partition", event.part))
+            if job.state != "done":
+                self._apply(job, event)
         self._reschedule()
 
-    def _apply(self, job: Job, event: Event) -> list[Event]:
-        if isinstance(event, Started):
-            return self._on_started(job, event)
-        if isinstance(event, Synthesized):
-            self.memory.free(("partition", event.part))
+    def _fails(self, part: Part) -> bool:
+        """Whether partition ``part`` fails as it starts synthesis (a ``fail`` fault there)."""
+        if self.faults is None:
+            return False
+        fired = self.faults.check("partition", partition=part.index)
+        failure = next((spec for spec in fired if spec.kind == "fail"), None)
+        if failure is not None:
+            self._failures[part.seq] = failure.message
+        return failure is not None
+
+    def _apply(self, job: Job, event: Event) -> None:
+        if isinstance(event, Started) and job.state == "queued":
+            job.state, job.started_at = "running", event.at
+        elif isinstance(event, SynthesisFailed):
+            # engine.rs: the job is failed and answered; it is never completed (no
+            # job_completed), so GET /status lists it for the daemon's life.
+            self._finish(job, self._failures.pop(job.seq, "synthesis failed"), event.at)
+        elif isinstance(event, Synthesized):
             job.synthesis_s += event.seconds
-            job.partitions[event.part.index] = "synth_done"
-            job.synth_ms[event.part.index] = round(event.seconds * 1000)
             self.log.debug(
                 "cuzk_core::pipeline",
                 "partition synthesized",
@@ -368,13 +403,8 @@ class Engine:
                 partition=event.part.index,
                 elapsed_ms=round(event.seconds * 1000),
             )
-        elif isinstance(event, GpuStarted):
-            job.partitions[event.part.index] = "gpu"
         elif isinstance(event, GpuFinished):
             job.gpu_s += event.seconds
-            job.partitions[event.part.index] = "done"
-            job.gpu_ms[event.part.index] = round(event.seconds * 1000)
-            self.gpu_busy_s[event.worker] += event.seconds
             self.log.debug(
                 "cuzk_core::gpu",
                 "partition proved",
@@ -391,17 +421,13 @@ class Engine:
             job.proved = True
             if not job.awaiting_pce:
                 self._complete(job, event.at)
-        return []
 
     def _pce_done(self, job: Job, at: float) -> None:
         job.awaiting_pce = False
         if job.proved:
             self._complete(job, at)
 
-    def _on_started(self, job: Job, event: Started) -> list[Event]:
-        if job.state == "queued":
-            job.state, job.started_at = "running", event.at
-        job.partitions[event.part.index] = "synthesizing"
+    def _on_started(self, job: Job, event: Started) -> None:
         self.log.debug(
             "cuzk_core::pipeline",
             "partition synthesis started",
@@ -412,17 +438,6 @@ class Engine:
         # Its real pages come from a worker thread: page faults on the loop would hold up every
         # answer and the next submission's headers (sim.pages).
         self.memory.alloc(("partition", event.part), model.PARTITION_GIB, background=True)
-        if self.faults is None:
-            return []
-        fired = self.faults.check("partition", partition=event.part.index)
-        failure = next((spec for spec in fired if spec.kind == "fail"), None)
-        if failure is None:
-            return []
-        for part in self.pipeline.abort(job.seq, event.at):
-            self.memory.free(("partition", part))
-        job.partitions = [s if s == "done" else "failed" for s in job.partitions]
-        self._finish(job, failure.message, event.at)
-        return self.pipeline.refill(event.at)
 
     def _reschedule(self) -> None:
         if self._timer is not None:
@@ -451,14 +466,16 @@ class Engine:
         )
 
     def _complete(self, job: Job, at: float | None = None) -> None:
-        """The proof is done; a ``fail`` fault may still turn it into a failure."""
+        """The proof is done; a ``fail`` fault may still turn it into a failure (the real
+        self-check's: counted in ``/status`` and listed 30 s, as a completed job is)."""
+        failure = None
         if self.faults is not None:
             fired = self.faults.check("finishing")
             failure = next((spec for spec in fired if spec.kind == "fail"), None)
-            if failure is not None:
-                self._finish(job, failure.message, at)
-                return
-        self._finish(job, None, at)
+        if job.kind == POREP and job.state != "done":  # only partitioned jobs are tracked
+            end = self.now() if at is None else at
+            self.tracker.job_completed(job.job_id, job.queue, failure is None, end)
+        self._finish(job, None if failure is None else failure.message, at)
 
     def _finish(self, job: Job, error: str | None, at: float | None) -> None:
         if job.state == "done":

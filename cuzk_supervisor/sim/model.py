@@ -8,7 +8,6 @@ by the time scale and multiplies sizes by the memory scale. Figures come from
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.sim.machine import DEFAULT_VRAM_GIB
@@ -17,18 +16,30 @@ GIB = 1 << 30
 
 # --- PoRep C2 pipeline -------------------------------------------------------------------
 PARTITIONS_PER_POREP = 10
-# Seconds one partition takes to synthesize when `active` partitions synthesize at once.
-# Chosen so that steady-state seconds/proof = 10 * t_p(W) / W reproduces the table in
-# cuzk.md §3 (290, 152, 68.4, 53.3, 42.5, 42.5 s for W = 1, 2, 5, 7, 10, 12).
-SYNTHESIS_TABLE: tuple[tuple[int, float], ...] = (
-    (1, 29.0),
-    (2, 30.4),
-    (5, 34.2),
-    (7, 37.3),
-    (10, 42.5),
-    (12, 51.0),
-)
-GPU_SECONDS_PER_PARTITION = 3.0
+# Synthesis: the partitions synthesizing at once share the machine. Alone, one takes
+# SYNTHESIS_ALONE_SECONDS (cuzk.md §3: 290 s a proof at 1 worker). Each other partition
+# synthesizing beside it slows it by CORE_SHARING (cores and caches shared), and together they
+# cannot go faster than the memory bandwidth allows, SYNTHESIS_BANDWIDTH partitions a second
+# (the table's plateau: 42.5 s a proof at 10 and 12 workers). A partition's speed follows the
+# number synthesizing at each moment (``pipeline``: processor sharing), so with W always busy
+# a proof takes 10 * partition_seconds(W) / W: 290, 152, 69.2, 53.4, 42.5, 42.5 s at
+# W = 1, 2, 5, 7, 10, 12 against the table's 290, 152, 68.4, 53.3, 42.5, 42.5 (within 1.2 %).
+SYNTHESIS_ALONE_SECONDS = 29.0
+CORE_SHARING = 1.4 / 29.0
+"""Each other partition synthesizing slows one by this share (30.4 s at 2, the table's 152/5)."""
+SYNTHESIS_BANDWIDTH = 1 / 4.25
+"""Partitions a second the machine's memory bandwidth lets synthesis finish, however many run."""
+# The GPU stage of a partition (status.rs's gpu_ms, pickup to the finalizer's end): CPU
+# preparation, a wait for the GPU (the GPU workers of one device take turns on it: one CUDA
+# context, one mutex), the CUDA work, then the finalization on the CPU (b_g2_msm), which runs
+# after the worker has already moved on to its next partition (engine.rs: split proving). So a
+# GPU proves one partition per GPU_CUDA_SECONDS when its workers keep it fed, and an unqueued
+# partition's gpu_ms is 4 s (cuzk.md §3: 2-4 s of GPU).
+GPU_PREP_SECONDS = 0.5
+GPU_CUDA_SECONDS = 3.0
+GPU_FINALIZE_SECONDS = 0.5
+GPU_WORKERS_PER_DEVICE = 2
+"""The config's default ``[gpus] gpu_workers_per_device``."""
 # The share of the machine's CPU the model's synthesis uses with every limiter slot busy. A
 # daemon given less (``--cpu-share F``) synthesizes max(1, SYNTHESIS_CPU_SHARE / F) times slower
 # and its CPU is then all busy while the limiter is full.
@@ -87,24 +98,16 @@ PROOF_BYTES = {
 
 
 def partition_seconds(active: int) -> float:
-    """Synthesis time of one partition started while ``active`` partitions synthesize.
-
-    Linear between the table's points, linear extrapolation past the last one (memory
-    bandwidth makes more than ~12 at once slower per partition).
-    """
+    """Seconds one partition takes while ``active`` partitions synthesize throughout (at least
+    one): its share of the cores, or of the memory bandwidth where that binds first."""
     n = max(1, active)
-    xs = [x for x, _ in SYNTHESIS_TABLE]
-    i = bisect_left(xs, n)
-    if i < len(xs) and xs[i] == n:
-        return SYNTHESIS_TABLE[i][1]
-    # i > 0 here: the table starts at 1 and n >= 1 matched above if it were 1.
-    lo, hi = (len(xs) - 2, len(xs) - 1) if i >= len(xs) else (i - 1, i)
-    (x0, y0), (x1, y1) = SYNTHESIS_TABLE[lo], SYNTHESIS_TABLE[hi]
-    return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+    cores = 1 + CORE_SHARING * (n - 1)
+    bandwidth = n / (SYNTHESIS_BANDWIDTH * SYNTHESIS_ALONE_SECONDS)
+    return SYNTHESIS_ALONE_SECONDS * max(cores, bandwidth)
 
 
 def steady_state_seconds_per_proof(workers: int) -> float:
-    """10 * t_p(W) / W: the table's s/proof when W partitions synthesize all the time."""
+    """10 * t_p(W) / W: seconds a proof when W partitions synthesize all the time."""
     return PARTITIONS_PER_POREP * partition_seconds(workers) / max(1, workers)
 
 
@@ -120,19 +123,45 @@ def cpu_busy_share(active: int, slots: int, cpu_share: float) -> float:
     return min(1.0, active / slots * SYNTHESIS_CPU_SHARE / cpu_share)
 
 
+def gpu_partitions_per_second(
+    gpu_workers: int,
+    workers_per_device: int = GPU_WORKERS_PER_DEVICE,
+    gpu_factor: float = 1.0,
+    cpu_factor: float = 1.0,
+) -> float:
+    """What the GPU stage can prove at most: on each device, its workers' preparations overlap
+    the CUDA work of the others, so a device proves min(k / (prep + cuda), 1 / cuda) partitions
+    a second with k workers (``gpu_factor`` stretches the CUDA work, ``cpu_factor`` the
+    preparation: a slower GPU, a slower CPU around it)."""
+    if gpu_workers < 1:
+        return 0.0
+    per = max(1, min(workers_per_device, gpu_workers))
+    devices, rest = divmod(gpu_workers, per)
+    cuda = GPU_CUDA_SECONDS * gpu_factor
+    cycle = GPU_PREP_SECONDS * cpu_factor + cuda
+
+    def device(k: int) -> float:
+        return min(k / cycle, 1 / cuda)
+
+    return devices * device(per) + (device(rest) if rest else 0.0)
+
+
 def steady_state_proofs_per_hour(
     workers: int,
     concurrency: int,
     gpu_workers: int,
     synthesis_factor: float = 1.0,
     gpu_factor: float = 1.0,
+    *,
+    workers_per_device: int = GPU_WORKERS_PER_DEVICE,
+    gpu_cpu_factor: float = 1.0,
 ) -> float:
     """Long-run PoRep rate of this model for a client keeping ``concurrency`` proofs in flight.
 
-    ``active = min(workers, 10 * concurrency)`` partitions synthesize at once, and the GPU
-    workers cap the rate at ``gpu_workers / 3 s`` partitions per second (``synthesis_factor``
-    and ``gpu_factor`` stretch the two steps, as ``--synthesis-factor``/``--gpu-factor`` do). It
-    is the exact long-run rate whenever the other proofs in flight keep the slots fed while one
+    ``active = min(workers, 10 * concurrency)`` partitions synthesize at once, and the GPU stage
+    caps the rate at :func:`gpu_partitions_per_second` (``synthesis_factor`` and
+    ``gpu_factor`` stretch the two steps, as ``--synthesis-factor``/``--gpu-factor`` do). It is
+    the exact long-run rate whenever the other proofs in flight keep the slots fed while one
     finishes on the GPU (``workers <= 10 * (concurrency - 1)``, e.g. 2 or 10 workers at
     concurrency 2); otherwise it is an upper bound (``pipeline.simulate_closed_loop`` gives the
     exact figure).
@@ -141,7 +170,8 @@ def steady_state_proofs_per_hour(
     if active < 1 or gpu_workers < 1:
         return 0.0
     synth_rate = active / (partition_seconds(active) * synthesis_factor)
-    gpu_rate = gpu_workers / (GPU_SECONDS_PER_PARTITION * gpu_factor)
+    gpu_rate = gpu_partitions_per_second(gpu_workers, workers_per_device, gpu_factor,
+                                         gpu_cpu_factor)  # fmt: skip
     return min(synth_rate, gpu_rate) * 3600.0 / PARTITIONS_PER_POREP
 
 

@@ -1,4 +1,5 @@
-"""What the daemon reports about itself: GetStatus, GetMetrics text and the ``/status`` JSON.
+"""What the daemon reports about itself: GetStatus and the GetMetrics text (the ``/status`` JSON
+is ``sim.statusdoc``'s).
 
 Every duration the daemon reports (uptime, ``*_ms``) is simulated time, as the daemon
 "lives" in it; rates measured by a client come from its own wall clock.
@@ -7,43 +8,21 @@ Every duration the daemon reports (uptime, ``*_ms``) is simulated time, as the d
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.sim import model
 from cuzk_supervisor.sim.engine import Engine, Job
 from cuzk_supervisor.sim.machine import GPU_NAME
+from cuzk_supervisor.sim.statusdoc import REFERENCE_CONCURRENCY, steady_state, vram_used
 
 # The real daemon's label values for proof kinds in its metrics (underscores, not queue names).
 METRIC_KIND = {name: name.replace("-", "_") for name in model.QUEUE_NAME.values()}
-# The bench runs at concurrency 2 (reference/incidents.md I3); other values are labelled.
-REFERENCE_CONCURRENCY = 2
-
-
-def _gpu_busy(engine: Engine) -> bool:
-    return any(job.state == "running" for job in engine.live_jobs())
-
-
-def _vram_used(engine: Engine) -> int:
-    if not _gpu_busy(engine):
-        return 0
-    return min(model.gib_bytes(model.GPU_VRAM_PROVING_GIB), engine.vram_bytes)
-
-
-def steady_state(engine: Engine, concurrency: int = REFERENCE_CONCURRENCY) -> float:
-    rate = model.steady_state_proofs_per_hour(
-        engine.slots,
-        concurrency,
-        engine.gpu_workers,
-        synthesis_factor=engine.synthesis_slowdown,
-        gpu_factor=engine.gpu_factor,
-    )
-    return round(rate, 3)
 
 
 def _gpu_worker_job(engine: Engine, worker: int) -> Job | None:
-    slot = engine.pipeline.gpu[worker] if worker < len(engine.pipeline.gpu) else None
-    return engine.job_by_seq(slot[0].seq) if slot is not None else None
+    workers = engine.pipeline.workers
+    part = workers[worker].part if worker < len(workers) else None
+    return engine.job_by_seq(part.seq) if part is not None else None
 
 
 def get_status(engine: Engine) -> pb.GetStatusResponse:
@@ -57,7 +36,7 @@ def get_status(engine: Engine) -> pb.GetStatusResponse:
                 ordinal=worker // max(1, engine.gpu_workers_per_device),
                 name=GPU_NAME,
                 vram_total_bytes=total,
-                vram_free_bytes=total - _vram_used(engine),
+                vram_free_bytes=total - vram_used(engine),
                 current_job_id=job.job_id if job else "",
                 current_proof_kind=job.queue if job else "",
             )
@@ -171,150 +150,3 @@ def metrics_text(engine: Engine, deadline_cuts: Mapping[str, int] | None = None)
         [("", engine.memory.pending_changes)],
     )
     return "\n".join(lines) + "\n"
-
-
-def _gpu_workers_status(engine: Engine) -> list[dict[str, Any]]:
-    """``gpu_workers[]``: each worker idle or proving, with its cumulative busy seconds."""
-    now = engine.now()
-    gpu_seconds = model.GPU_SECONDS_PER_PARTITION * engine.gpu_factor
-    workers = []
-    for worker in range(engine.gpu_workers):
-        slot = engine.pipeline.gpu[worker] if worker < len(engine.pipeline.gpu) else None
-        busy = engine.gpu_busy_s[worker] if worker < len(engine.gpu_busy_s) else 0.0
-        job = None
-        if slot is not None:
-            job = engine.job_by_seq(slot[0].seq)
-            busy += min(gpu_seconds, max(0.0, now - (slot[1] - gpu_seconds)))
-        workers.append(
-            {
-                "worker_id": worker,
-                "gpu_ordinal": worker // max(1, engine.gpu_workers_per_device),
-                "state": "proving" if slot is not None else "idle",
-                "current_job": job.job_id if job else None,
-                "current_partition": slot[0].index if slot is not None else None,
-                "busy_secs": round(busy, 3),
-            }
-        )
-    return workers
-
-
-def _pipeline_status(engine: Engine, job: Job, now: float) -> dict[str, Any]:
-    parts = job.partitions
-    return {
-        "job_id": job.job_id,
-        "proof_kind": job.queue,
-        "started_secs_ago": round(max(0.0, now - job.submitted_at), 3),
-        "total_partitions": len(parts),
-        "partitions_done": sum(1 for state in parts if state == "done"),
-        "partitions": [
-            {
-                "index": i,
-                "state": state,
-                "synth_ms": job.synth_ms[i] if i < len(job.synth_ms) else None,
-                "gpu_ms": job.gpu_ms[i] if i < len(job.gpu_ms) else None,
-            }
-            for i, state in enumerate(parts)
-        ],
-    }
-
-
-def _allocations(engine: Engine) -> dict[str, list[dict[str, Any]]]:
-    """``allocations{srs[], pce[]}`` (``circuit_id, bytes, last_used_secs_ago, evictable``)."""
-    resident = engine.resident
-    srs = [
-        {
-            "circuit_id": circuit,
-            "bytes": model.gib_bytes(model.SRS_GIB[circuit]),
-            "last_used_secs_ago": 0,
-            "evictable": False,
-        }
-        for circuit in resident.srs
-        if resident.loaded(circuit)
-    ]
-    pce = []
-    if resident.pce == "ready":
-        pce.append(
-            {
-                "circuit_id": "porep-32g",
-                "bytes": model.gib_bytes(model.PCE_GIB),
-                "last_used_secs_ago": 0,
-                "evictable": False,
-            }
-        )
-    return {"srs": srs, "pce": pce}
-
-
-def status_document(
-    engine: Engine, *, memory_scale: float, gpu_faults: Mapping[int, str] | None = None
-) -> dict[str, Any]:
-    """``GET /status``: the real daemon's JSON (``reference/cuzk.md``, "Optional HTTP status
-    listener") plus a ``sim`` object."""
-    live = engine.live_jobs()
-    now = engine.now()
-    used = engine.memory.simulated_bytes
-    synthesizing = len(engine.pipeline.synthesizing)
-    gpu_busy = sum(1 for slot in engine.pipeline.gpu if slot is not None)
-    return {
-        "uptime_secs": int(now),
-        "memory": {
-            "total_bytes": engine.total_budget_bytes,
-            "used_bytes": used,
-            "available_bytes": max(0, engine.total_budget_bytes - used),
-        },
-        "synthesis": {
-            "max_concurrent": engine.slots,
-            "active": synthesizing,
-        },
-        "pipelines": [_pipeline_status(engine, job, now) for job in live],
-        "gpu_workers": _gpu_workers_status(engine),
-        "counters": {
-            "total_completed": engine.completed_total,
-            "total_failed": engine.failed_total,
-            "completed_by_kind": dict(engine.completed),
-            "failed_by_kind": dict(engine.failed),
-            "queue_depth": sum(1 for j in live if j.state == "queued"),
-            "running": sum(1 for j in live if j.state == "running"),
-        },
-        "allocations": _allocations(engine),
-        "buffers": {
-            "synth_in_flight": synthesizing,
-            "provers_in_flight": gpu_busy,
-            "aux_in_flight": 0,
-            "shells_in_flight": 0,
-            "pending_handles": len(engine.pipeline.gpu_queue),
-        },
-        "sim": {
-            "rss_simulated_bytes": used,
-            "rss_pending_changes": engine.memory.pending_changes,
-            "submissions": dict(engine.submissions),
-            "steady_state_proofs_per_hour": steady_state(engine),
-            "steady_state_proofs_per_hour_by_concurrency": {
-                str(c): steady_state(engine, c) for c in range(1, 5)
-            },
-            "time_scale": engine.time_scale,
-            "memory_scale": memory_scale,
-            "release": engine.release,
-            "synthesis_slots": engine.slots,
-            "synthesis_factor": engine.synthesis_factor,
-            "gpu_factor": engine.gpu_factor,
-            "cpu_share": engine.cpu_share,
-            # The machine's CPU busy share now (the model's; None without --cpu-share).
-            "cpu_busy_share": (
-                None
-                if engine.cpu_share is None
-                else round(model.cpu_busy_share(synthesizing, engine.slots, engine.cpu_share), 3)
-            ),
-            "pce": engine.resident.pce,
-            "workers_stopped": engine.stopped,
-            "gpus": [
-                {
-                    "index": gpu,
-                    "name": GPU_NAME,
-                    "vram_total_bytes": engine.vram_bytes,
-                    "vram_used_bytes": _vram_used(engine),
-                    **({"fault": gpu_faults[gpu]} if gpu_faults and gpu in gpu_faults else {}),
-                }
-                for gpu in range(engine.gpus)
-            ],
-        },
-    }
