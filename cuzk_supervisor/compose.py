@@ -187,13 +187,13 @@ def build_lifecycle(
 ) -> Lifecycle:
     """The phase machine and its collaborators, connected."""
     from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.daemonstatus import synthesizing_now
     from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
     from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
     from cuzk_supervisor.address import parse_address
     from cuzk_supervisor.core.bench import BenchPolicy
     from cuzk_supervisor.core.memory import MemoryPolicy
     from cuzk_supervisor.core.risk import RiskPolicy
-    from cuzk_supervisor.daemon.status import active_partitions
     from cuzk_supervisor.lifecycle.daemonctl import DaemonControl
     from cuzk_supervisor.lifecycle.machine import Lifecycle
     from cuzk_supervisor.lifecycle.machineio import ParamsFetch, PlanResources
@@ -206,6 +206,16 @@ def build_lifecycle(
     from cuzk_supervisor.lifecycle.stepdown import StepDown
 
     manager, shipper = edges.manager, edges.shipper
+    meters: list[Callable[[], float | None]] = []
+
+    def cpu_meter() -> float | None:
+        """The container's CPU meter, made at the first sample (psutil, the cgroup files)."""
+        if not meters:
+            from cuzk_supervisor.adapters.machine.cpumeter import meter_for
+
+            meters.append(meter_for(s.cgroup_root, s.proc_root))
+        return meters[0]()
+
     retries = LifecycleRetries()
     spawn = runtime.reaper.spawn
     progress, signals = Progress(), Signals()
@@ -236,13 +246,14 @@ def build_lifecycle(
         proof_budget_s=s.proof_budget_s, rate_time_scale=s.rate_time_scale,
         status_sampler=StatusSampler(
             s.daemon_status_listen, s.bench_status_sample_s,
+            cpu=lambda: cpu_meter(),
             gpus=gpu.activity if isinstance(gpu, NvmlProbe) else no_gpu_activity,
         ),
     )  # fmt: skip
     stepdown = StepDown(
         daemon=daemon, watch=watch, signals=signals, progress=progress,
         memory_policy=memory_policy,
-        active_partitions=lambda: active_partitions(s.daemon_status_listen),
+        active_partitions=lambda: synthesizing_now(s.daemon_status_listen),
     )  # fmt: skip
     monitors = Monitors(
         s, progress=progress, signals=signals, watch=watch, gpu=gpu, metrics=metrics,

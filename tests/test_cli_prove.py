@@ -20,6 +20,7 @@ import structlog
 from fakedaemon import Behaviour, FakeDaemon, free_port
 from ptyhelpers import emulate, run_on_a_terminal
 
+from cuzk_supervisor.adapters.proving.daemonstatus import read_sample, status_address
 from cuzk_supervisor.adapters.proving.results import (
     BatchResult,
     DaemonTimings,
@@ -29,6 +30,7 @@ from cuzk_supervisor.adapters.proving.results import (
 )
 from cuzk_supervisor.cli import main as cli
 from cuzk_supervisor.cli.commands import proveprogress, provereport
+from cuzk_supervisor.core.boundsample import parse_status
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -435,18 +437,24 @@ def test_summary_line_gives_both_rates():
 
 def test_partitions_from_the_daemons_status_document():
     document = {
+        "synthesis": {"max_concurrent": 26, "active": 1},
         "pipelines": [
-            {"job_id": "a", "partitions": [{"index": 0, "state": "done"}, {"state": "proving"}]},
+            {"job_id": "a", "partitions": [{"index": 0, "state": "done"}, {"state": "gpu"}]},
             {"job_id": "b", "partitions": []},
-            {"job_id": 3, "partitions": [{"state": "done"}]},
             "junk",
-        ]
+        ],
     }
-    assert proveprogress.parse_partitions(document) == {"a": (1, 2)}
-    assert proveprogress.parse_partitions({"pipelines": "no"}) == {}
-    assert proveprogress.parse_partitions([]) == {}
-    assert proveprogress.read_partitions("unix:///run/x.sock") == {}
-    assert proveprogress.read_partitions(f"127.0.0.1:{free_port()}") == {}
+    sample = parse_status(document, 0.0)
+    assert sample is not None
+    assert sample.partitions_by_job() == {"a": (1, 2)}
+    assert parse_status({"pipelines": "no"}, 0.0) is None
+
+
+async def test_the_live_line_reads_nothing_where_no_status_answers():
+    # The daemon binds its status listener on TCP only: a unix path is no status at all.
+    assert status_address("unix:///run/x.sock") is None
+    assert await read_sample(status_address("unix:///run/x.sock"), 0.0) is None
+    assert await read_sample(status_address(f"127.0.0.1:{free_port()}"), 0.0) is None
 
 
 def test_progress_fields():

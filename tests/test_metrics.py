@@ -237,11 +237,11 @@ def test_render_is_the_classic_text_format():
 
 
 def _verdict(bound: Bound, busy: float, limiter: float) -> Verdict:
-    evidence = Evidence(samples=40, span_s=60.0, gpu_workers=2, gpus=1, synth_slots=5,
-                        gpu_busy_share=busy, limiter_use=limiter)  # fmt: skip
+    evidence = Evidence(samples=40, span_s=60.0, gpu_workers=2, gpus=1, partition_workers=5,
+                        gpu_busy_share=busy, synthesis_load=limiter)  # fmt: skip
     projections = (
-        Projection("as-run", "as run", 5, 2, 2, 41.0, "gpu"),
-        Projection("one-more-gpu", "one more GPU", 5, 2, 4, 70.5, "synthesis"),
+        Projection("as-run", "as run", 5, 2, 1, 2, 41.0, "gpu"),
+        Projection("one-more-gpu", "one more GPU", 5, 2, 2, 4, 70.5, "synthesis"),
     )
     return Verdict(bound, "2 GPU workers busy 97 %", evidence, projections=projections)
 

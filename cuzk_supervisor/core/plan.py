@@ -161,6 +161,12 @@ def _fits(limit: EffectiveLimit, policy: MemoryPolicy) -> int:
     return max(0, spare // gib_to_bytes(policy.per_worker_gib))
 
 
+def memory_fit(limit: EffectiveLimit, policy: MemoryPolicy) -> int:
+    """The most partition workers the memory allows by the rule, up to ``max_workers`` (what a
+    projection of more workers may go to; issue 33)."""
+    return min(_fits(limit, policy), policy.max_workers)
+
+
 def total_budget_gib(workers: int, limit: EffectiveLimit, policy: MemoryPolicy) -> int:
     """The daemon's ``total_budget`` for ``workers`` (e.g. the warmup's, below the plan's)."""
     return _budget(workers, limit, policy)[0]

@@ -33,7 +33,7 @@ from cuzk_supervisor.core import bench
 from cuzk_supervisor.core.benchclock import room_to_measure
 from cuzk_supervisor.core.bound import Shape, Verdict, judge
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
-from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan, plan_workers
+from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan, memory_fit, plan_workers
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle import ports
@@ -272,13 +272,18 @@ class Lifecycle:
         completion of the latest stretch (None when sampling is off)."""
         if self.s.bench_status_sample_s <= 0:
             return None
+        plan = self._plan_now()
         shape = Shape(
             partition_workers=measurement.workers,
             concurrency=measurement.concurrency,
-            gpus=max(1, self._plan_now().gpu_count),
+            gpus=max(1, plan.gpu_count),
+            workers_source="the plan (the rendered config)",
+            max_workers=memory_fit(plan.limit, self.memory_policy),
         )
         # The partitions' times are the daemon's, as the reported rate is (rate_time_scale).
-        return judge(self.progress.bench_samples, shape, window=self.progress.bench_window)
+        rate = measurement.rate_per_hour / self.s.rate_time_scale
+        return judge(self.progress.bench_samples, shape, window=self.progress.bench_window,
+                     rate_per_hour=rate)  # fmt: skip
 
     async def _run_phase(self) -> int:
         await self._enter("run")

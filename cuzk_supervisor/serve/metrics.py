@@ -154,23 +154,23 @@ class SupervisorMetrics:
         self._rate_uncertainty.set(NAN)
         self._bound = Gauge(
             "cuzk_supervisor_bench_bound",
-            "1 for what bounded the benchmark's rate (gpu-bound, synthesis-bound, feed-bound, "
-            "mixed, unknown; README 'What bounds the rate'), 0 for the others; all 0 until judged "
-            "or with bench_status_sample_s 0",
+            "1 for what bounded the benchmark's rate (gpu-bound, gpu-stage-bound, "
+            "synthesis-bound, feed-bound, mixed, unknown; README 'What bounds the rate'), 0 for "
+            "the others; all 0 until judged or with bench_status_sample_s 0",
             ["bound"],
             registry=r,
         )
         self._bounds = {b.value: self._bound.labels(bound=b.value) for b in Bound}
         self._gpu_busy = Gauge(
             "cuzk_supervisor_bench_gpu_busy_share",
-            "Share of the measured stretch the GPU workers were proving, from the daemon's status "
-            "(NaN until judged)",
+            "Share of the measured stretch each GPU had a worker proving, from the daemon's "
+            "status (NaN until judged)",
             registry=r,
         )
         self._limiter_use = Gauge(
             "cuzk_supervisor_bench_synthesis_limiter_use",
-            "Mean share of the synthesis limiter's slots in use over the measured stretch (NaN "
-            "until judged)",
+            "Mean share of the partition workers' synthesis capacity in use over the measured "
+            "stretch (README 'What bounds the rate'; NaN until judged)",
             registry=r,
         )
         for unjudged in (self._gpu_busy, self._limiter_use):
@@ -278,7 +278,7 @@ class SupervisorMetrics:
         evidence = verdict.evidence if verdict is not None else None
         for gauge, figure in (
             (self._gpu_busy, evidence.gpu_busy_share if evidence else None),
-            (self._limiter_use, evidence.limiter_use if evidence else None),
+            (self._limiter_use, evidence.synthesis_load if evidence else None),
         ):
             gauge.set(NAN if figure is None else figure)
         self._projected.clear()

@@ -123,9 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=os.environ.get("CUZK_SIM_CPU_SHARE") or None,
         metavar="F",
-        help="the daemon gets F (0 < F <= 1) of the CPU its synthesis would use: synthesis "
-        f"runs max(1, {model.SYNTHESIS_CPU_SHARE:g}/F) times slower and /status reports the "
-        "machine's CPU busy share (sim.cpu_busy_share; absent without this flag)",
+        help="the daemon gets F (0 < F <= 1) of the reference machine's CPU, where a partition "
+        f"synthesizing uses {model.SYNTHESIS_CPU_PER_PARTITION:g} of it: past F / "
+        f"{model.SYNTHESIS_CPU_PER_PARTITION:g} partitions at once they share it, and /status "
+        "reports the CPU busy share (sim.cpu_busy_share; absent without this flag)",
     )
     p.add_argument(
         "--strict-keepalive",

@@ -122,7 +122,7 @@ class Engine:
         # Answers no later PoRep submission has followed yet, oldest first: (seq, answered at).
         self._unreplied: deque[tuple[int, float]] = deque()
         self.clock: SimClock | None = None
-        cpu = gpu_cpu_factor * self.cpu_slowdown
+        cpu = gpu_cpu_factor
         self.pipeline = Pipeline(
             slots,
             self.gpu_workers,
@@ -181,18 +181,8 @@ class Engine:
             gpu_workers=self.gpu_workers,
         )
 
-    @property
-    def cpu_slowdown(self) -> float:
-        """How much slower ``--cpu-share`` makes the CPU's work (1 without it)."""
-        return 1.0 if self.cpu_share is None else model.cpu_slowdown(self.cpu_share)
-
-    @property
-    def synthesis_slowdown(self) -> float:
-        """``--synthesis-factor`` times the slowdown of ``--cpu-share``."""
-        return self.synthesis_factor * self.cpu_slowdown
-
     def _partition_seconds(self, active: int) -> float:
-        return model.partition_seconds(active) * self.synthesis_slowdown
+        return model.partition_seconds(active, self.cpu_share) * self.synthesis_factor
 
     def now(self) -> float:
         assert self.clock is not None

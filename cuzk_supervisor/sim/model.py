@@ -40,10 +40,12 @@ GPU_CUDA_SECONDS = 3.0
 GPU_FINALIZE_SECONDS = 0.5
 GPU_WORKERS_PER_DEVICE = 2
 """The config's default ``[gpus] gpu_workers_per_device``."""
-# The share of the machine's CPU the model's synthesis uses with every limiter slot busy. A
-# daemon given less (``--cpu-share F``) synthesizes max(1, SYNTHESIS_CPU_SHARE / F) times slower
-# and its CPU is then all busy while the limiter is full.
-SYNTHESIS_CPU_SHARE = 0.6
+# The CPU one partition's synthesis uses: a twentieth of the reference machine (its 12 workers
+# use 0.6 of it; the cores-and-caches and bandwidth terms bind long before its CPU runs out). A
+# daemon given F of that machine (``--cpu-share F``) has F / SYNTHESIS_CPU_PER_PARTITION
+# partitions' worth: past that, the partitions synthesizing share it (a third term of
+# partition_seconds), and its CPU busy share is n * SYNTHESIS_CPU_PER_PARTITION / F, at most 1.
+SYNTHESIS_CPU_PER_PARTITION = 0.05
 # The first proof without a PCE is slower in synthesis, then extracts the PCE (cuzk.md §3).
 NO_PCE_SYNTHESIS_FACTOR = 1.4
 PCE_EXTRACTION_SECONDS = 47.0
@@ -97,13 +99,15 @@ PROOF_BYTES = {
 }
 
 
-def partition_seconds(active: int) -> float:
+def partition_seconds(active: int, cpu_share: float | None = None) -> float:
     """Seconds one partition takes while ``active`` partitions synthesize throughout (at least
-    one): its share of the cores, or of the memory bandwidth where that binds first."""
+    one): its share of the cores, of the memory bandwidth, or of the CPU the daemon gets
+    (``cpu_share`` of the reference machine; None: all of it), whichever binds."""
     n = max(1, active)
     cores = 1 + CORE_SHARING * (n - 1)
     bandwidth = n / (SYNTHESIS_BANDWIDTH * SYNTHESIS_ALONE_SECONDS)
-    return SYNTHESIS_ALONE_SECONDS * max(cores, bandwidth)
+    cpu = 0.0 if cpu_share is None else n * SYNTHESIS_CPU_PER_PARTITION / cpu_share
+    return SYNTHESIS_ALONE_SECONDS * max(cores, bandwidth, cpu)
 
 
 def steady_state_seconds_per_proof(workers: int) -> float:
@@ -111,16 +115,9 @@ def steady_state_seconds_per_proof(workers: int) -> float:
     return PARTITIONS_PER_POREP * partition_seconds(workers) / max(1, workers)
 
 
-def cpu_slowdown(cpu_share: float) -> float:
-    """How many times slower synthesis runs on ``cpu_share`` of the CPU it would use."""
-    return max(1.0, SYNTHESIS_CPU_SHARE / cpu_share)
-
-
-def cpu_busy_share(active: int, slots: int, cpu_share: float) -> float:
-    """The machine's CPU busy share while ``active`` of ``slots`` partitions synthesize."""
-    if slots < 1:
-        return 0.0
-    return min(1.0, active / slots * SYNTHESIS_CPU_SHARE / cpu_share)
+def cpu_busy_share(active: int, cpu_share: float) -> float:
+    """The daemon's CPU busy share while ``active`` partitions synthesize on ``cpu_share``."""
+    return min(1.0, max(0, active) * SYNTHESIS_CPU_PER_PARTITION / cpu_share)
 
 
 def gpu_partitions_per_second(
@@ -155,6 +152,7 @@ def steady_state_proofs_per_hour(
     *,
     workers_per_device: int = GPU_WORKERS_PER_DEVICE,
     gpu_cpu_factor: float = 1.0,
+    cpu_share: float | None = None,
 ) -> float:
     """Long-run PoRep rate of this model for a client keeping ``concurrency`` proofs in flight.
 
@@ -169,7 +167,7 @@ def steady_state_proofs_per_hour(
     active = min(workers, PARTITIONS_PER_POREP * concurrency)
     if active < 1 or gpu_workers < 1:
         return 0.0
-    synth_rate = active / (partition_seconds(active) * synthesis_factor)
+    synth_rate = active / (partition_seconds(active, cpu_share) * synthesis_factor)
     gpu_rate = gpu_partitions_per_second(gpu_workers, workers_per_device, gpu_factor,
                                          gpu_cpu_factor)  # fmt: skip
     return min(synth_rate, gpu_rate) * 3600.0 / PARTITIONS_PER_POREP

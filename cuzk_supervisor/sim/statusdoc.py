@@ -35,10 +35,11 @@ def steady_state(engine: Engine, concurrency: int = REFERENCE_CONCURRENCY) -> fl
         engine.slots,
         concurrency,
         engine.gpu_workers,
-        synthesis_factor=engine.synthesis_slowdown,
+        synthesis_factor=engine.synthesis_factor,
         gpu_factor=engine.gpu_factor,
         workers_per_device=engine.gpu_workers_per_device,
-        gpu_cpu_factor=engine.gpu_cpu_factor * engine.cpu_slowdown,
+        gpu_cpu_factor=engine.gpu_cpu_factor,
+        cpu_share=engine.cpu_share,
     )
     return round(rate, 3)
 
@@ -147,7 +148,7 @@ def _sim(
         "cpu_busy_share": (
             None
             if engine.cpu_share is None
-            else round(model.cpu_busy_share(synthesizing, engine.slots, engine.cpu_share), 3)
+            else round(model.cpu_busy_share(synthesizing, engine.cpu_share), 3)
         ),
         "running": sum(1 for j in engine.live_jobs() if j.state == "running"),
         "pce": engine.resident.pce,

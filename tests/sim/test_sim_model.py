@@ -13,9 +13,7 @@ TABLE = {1: (290.0, 1), 2: (152.0, 1), 5: (68.4, 1), 7: (53.3, 1), 10: (42.5, 2)
 
 
 @pytest.mark.parametrize(("workers", "row"), sorted(TABLE.items()))
-def test_the_simulated_pipeline_reproduces_the_table(
-    workers: int, row: tuple[float, int]
-) -> None:
+def test_the_simulated_pipeline_reproduces_the_table(workers: int, row: tuple[float, int]) -> None:
     """Issue 33: the pipeline itself (processor sharing, the GPU stage with its CPU parts and
     its workers taking turns on one GPU), run as the bench runs it (2 proofs in flight) with the
     table's GPU workers, gives the table's seconds per proof within 10 % (1.2 % at worst)."""
@@ -27,9 +25,7 @@ def test_the_simulated_pipeline_reproduces_the_table(
 
 
 @pytest.mark.parametrize(("workers", "row"), sorted(TABLE.items()))
-def test_steady_state_formula_reproduces_the_table(
-    workers: int, row: tuple[float, int]
-) -> None:
+def test_steady_state_formula_reproduces_the_table(workers: int, row: tuple[float, int]) -> None:
     assert model.steady_state_seconds_per_proof(workers) == pytest.approx(row[0], rel=0.015)
 
 

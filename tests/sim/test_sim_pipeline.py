@@ -90,7 +90,8 @@ def test_two_gpus_prove_at_once() -> None:
                     workers_per_device=1)  # fmt: skip
     events = pipe.submit(0, 0.0, partitions=2) + run_until_idle(pipe)
     assert [(e.worker, e.at) for e in events if isinstance(e, CudaStarted)] == [
-        (0, 10.5), (1, 10.5)
+        (0, 10.5),
+        (1, 10.5),
     ]
 
 

@@ -161,7 +161,8 @@ def test_busy_secs_is_the_time_since_the_current_pickup(
     # 150 s of CUDA a partition: a worker proving now picked its partition up less than two
     # partitions' time ago, however long it has been proving since the start.
     busy = [w["busy_secs"] for w in doc["gpu_workers"] if w["state"] == "proving"]
-    assert busy and all(0 <= b <= 2 * 151 for b in busy)
+    assert busy
+    assert all(0 <= b <= 2 * 151 for b in busy)
     gpu = [p["gpu_ms"] for p in doc["pipelines"][0]["partitions"] if p["state"] == "gpu"]
     assert all(0 <= ms <= 2 * 151_000 for ms in gpu)
 
@@ -170,30 +171,34 @@ def test_cpu_share_slows_synthesis_and_reports_the_cpu_busy(
     tmp_path: Path, sim_factory: Callable[..., SimProcess]
 ) -> None:
     port = free_tcp_port()
-    sim = sim_factory(config=config(tmp_path, port), time_scale=400, args=["--cpu-share", "0.3"])
+    sim = sim_factory(config=config(tmp_path, port), time_scale=400, args=["--cpu-share", "0.05"])
     sim.stub().SubmitProof(submit_request("c"), timeout=5)
 
     def synthesized() -> dict[str, Any] | None:
         doc = status(port)
         parts = doc["pipelines"][0]["partitions"] if doc["pipelines"] else []
         done = [p for p in parts if p["state"] not in ("pending", "synthesizing")]
-        return doc if done else None
+        return doc if done and doc["synthesis"]["active"] == 2 else None
 
-    doc = poll_until(synthesized, 20, what="a synthesized partition")
+    doc = poll_until(synthesized, 20, what="a synthesized partition, two synthesizing")
     part = next(p for p in doc["pipelines"][0]["partitions"]
                 if p["state"] not in ("pending", "synthesizing"))  # fmt: skip
-    # Twice as slow (0.6 / 0.3) as the first proof without a PCE.
-    first = 30_400 * 1.25 * model.NO_PCE_SYNTHESIS_FACTOR
-    assert part["synth_ms"] == pytest.approx(first * 2, rel=0.01)
-    assert doc["sim"]["cpu_share"] == 0.3
-    assert doc["sim"]["cpu_busy_share"] == 1.0  # both slots busy on a third of the CPU
+    # Two partitions need 0.1 of the reference machine's CPU and get 0.05: 58 s each instead of
+    # 30.4, times the first proof's factors (after a start, without a PCE).
+    first = 58_000 * 1.25 * model.NO_PCE_SYNTHESIS_FACTOR
+    assert part["synth_ms"] == pytest.approx(first, rel=0.01)
+    assert doc["sim"]["cpu_share"] == 0.05
+    assert doc["sim"]["cpu_busy_share"] == 1.0
 
 
 def test_model_cpu_figures() -> None:
-    assert model.cpu_slowdown(1.0) == 1.0
-    assert model.cpu_slowdown(0.6) == 1.0
-    assert model.cpu_slowdown(0.3) == pytest.approx(2.0)
-    assert model.cpu_busy_share(2, 2, 1.0) == pytest.approx(0.6)
-    assert model.cpu_busy_share(1, 2, 1.0) == pytest.approx(0.3)
-    assert model.cpu_busy_share(2, 2, 0.3) == 1.0
-    assert model.cpu_busy_share(0, 0, 0.3) == 0.0
+    assert model.partition_seconds(2, cpu_share=1.0) == pytest.approx(30.4)
+    assert model.partition_seconds(2, cpu_share=0.05) == pytest.approx(58.0)
+    # On a fifth of the CPU, 6 partitions more than fill it: more only share it (no gain).
+    assert 6 / model.partition_seconds(6, 0.2) == pytest.approx(
+        12 / model.partition_seconds(12, 0.2)
+    )
+    assert model.cpu_busy_share(2, 1.0) == pytest.approx(0.1)
+    assert model.cpu_busy_share(12, 1.0) == pytest.approx(0.6)
+    assert model.cpu_busy_share(8, 0.2) == 1.0
+    assert model.cpu_busy_share(0, 0.3) == 0.0

@@ -120,9 +120,16 @@ class CgroupPlace:
 def find_memory_cgroup(
     cgroups: Iterable[CgroupLine], mounts: Iterable[Mount]
 ) -> CgroupPlace | None:
-    """Locate the memory cgroup from ``/proc/self/cgroup`` and ``mountinfo``.
+    """:func:`find_cgroup` for the ``memory`` controller."""
+    return find_cgroup(cgroups, mounts, "memory")
 
-    A v1 hierarchy carrying the ``memory`` controller wins when it is listed and mounted (on a
+
+def find_cgroup(
+    cgroups: Iterable[CgroupLine], mounts: Iterable[Mount], controller: str
+) -> CgroupPlace | None:
+    """Locate the cgroup of ``controller`` from ``/proc/self/cgroup`` and ``mountinfo``.
+
+    A v1 hierarchy carrying the controller wins when it is listed and mounted (on a
     hybrid host the unified ``0::`` line exists too but has no memory controller). Otherwise the
     unified ``0::path`` line with a cgroup2 mount. The path is taken relative to the mount's
     root; with a cgroup namespace (containers) both are usually ``/``. A path that is not below
@@ -130,10 +137,10 @@ def find_memory_cgroup(
     to the mount point itself, the closest cgroup we can see.
     """
     cgroups, mounts = list(cgroups), list(mounts)
-    v1 = [m for m in mounts if m.fstype == "cgroup" and "memory" in m.super_options]
+    v1 = [m for m in mounts if m.fstype == "cgroup" and controller in m.super_options]
     v2 = [m for m in mounts if m.fstype == "cgroup2"]
     for line in cgroups:
-        if line.hierarchy_id != 0 and "memory" in line.controllers and v1:
+        if line.hierarchy_id != 0 and controller in line.controllers and v1:
             return _place(1, line.path, v1)
     for line in cgroups:
         if line.hierarchy_id == 0 and not line.controllers and v2:
@@ -157,7 +164,7 @@ def _place(version: CgroupVersion, path: str, mounts: list[Mount]) -> CgroupPlac
     return CgroupPlace(version, mount_point, mount_point / rel)
 
 
-def _under(root: Path, path: PurePosixPath) -> Path:
+def under(root: Path, path: PurePosixPath) -> Path:
     # Join an absolute path from /proc with a filesystem root (fixtures); "/" leaves it as is.
     return root / path.relative_to("/") if path.is_absolute() else root / path
 
@@ -175,5 +182,5 @@ def discover_memory_cgroup(
     if place is None:
         return None
     return CgroupLocation(
-        place.version, _under(fs_root, place.dir), _under(fs_root, place.mount_point)
+        place.version, under(fs_root, place.dir), under(fs_root, place.mount_point)
     )

@@ -22,7 +22,9 @@ import math
 import signal
 import sys
 import time
+import tomllib
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
@@ -122,6 +124,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="how long to wait for the daemon to answer GetStatus before proving; then exit 3 "
         f"(default: {DEFAULT_READY_DEADLINE_S:g})",
     )
+    own.add_argument(
+        "--partition-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the daemon's partition workers, for the verdict on what bounds the rate (default: "
+        "from --daemon-config)",
+    )
+    own.add_argument(
+        "--daemon-config",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the daemon's config file, read for its partition workers (default: the one run "
+        "renders, cuzk.toml in run_dir)",
+    )
     own.add_argument("--json", action="store_true", help="print a JSON summary instead")
     settings.add_flags(parser, (), names=SETTINGS_USED)
     observe.add_view_flags(parser)
@@ -132,6 +150,28 @@ def _positive(name: str, value: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise UsageError(f"{name} must be a positive number of seconds, got {value:g}")
     return value
+
+
+def _partition_workers(args: argparse.Namespace, s: settings.Settings) -> tuple[int | None, str]:
+    """The partition workers the verdict is read against, and where they came from: the flag,
+    else the daemon's config file (``--daemon-config``, else the one run renders), else none."""
+    if args.partition_workers is not None:
+        return args.partition_workers, "--partition-workers"
+    from cuzk_supervisor.cli.commands.provereport import config_workers
+
+    path = args.daemon_config or s.run_dir / "cuzk.toml"
+    try:
+        document = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        if args.daemon_config is not None:
+            raise UsageError(f"--daemon-config {path}: no such file") from None
+        return None, f"not told (no {path}; --partition-workers N)"
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"daemon config {path}: {exc}") from None
+    workers = config_workers(document)
+    if workers is None:
+        return None, f"not told ({path} names none; --partition-workers N)"
+    return workers, str(path)
 
 
 def _daemon_address(s: settings.Settings) -> str:
@@ -157,6 +197,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if args.partition_workers is not None and args.partition_workers < 1:
+        raise UsageError(f"--partition-workers must be >= 1, got {args.partition_workers}")
+    workers = _partition_workers(args, s)
     ready_deadline = _positive("--ready-deadline-s", args.ready_deadline_s)
     # The deadlines run uses for its own proofs (each one checked when the settings loaded).
     timeouts = ProvingTimeouts(
@@ -190,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
                 status_listen=s.daemon_status_listen,
                 sample_s=s.bench_status_sample_s,
                 nvml=s.gpu_probe == "nvml",
+                workers=workers,
             )
         )
     except KeyboardInterrupt:  # the view's last line says so; main gives the exit code
@@ -222,10 +266,12 @@ async def _prove(
     status_listen: str,
     sample_s: float = 0.0,
     nvml: bool = False,
+    workers: tuple[int | None, str] = (None, "not told"),
 ) -> int:
     from cuzk_supervisor.adapters.machine.gpu import NvmlProbe, no_gpu_activity
     from cuzk_supervisor.adapters.proving.batch import run_batch
     from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.daemonstatus import read_sample, status_address
     from cuzk_supervisor.adapters.proving.errors import DaemonNotReady
     from cuzk_supervisor.adapters.proving.statussampler import StatusSampler, sampler_on
     from cuzk_supervisor.cli.commands import proveprogress as progress
@@ -260,10 +306,13 @@ async def _prove(
         started = time.monotonic()
         partitions: dict[str, tuple[int, int]] = {}
 
+        status_at = status_address(status_listen)
+
         async def read_partitions() -> None:
             nonlocal partitions
             if tracker.running:
-                partitions = await asyncio.to_thread(progress.read_partitions, status_listen)
+                sample = await read_sample(status_at, time.monotonic())
+                partitions = sample.partitions_by_job() if sample is not None else {}
 
         ticker = progress.Ticker(
             progress.EVENT_PROGRESS,
@@ -298,9 +347,12 @@ async def _prove(
             if gpu is not None:
                 gpu.shutdown()
         window = (started, time.monotonic())
-        verdict = report.bound(samples, concurrency, window) if sampler.enabled else None
 
     measured = report.daemon_time(batch.results, batch.summary.wall_s)
+    verdict = None
+    if sampler.enabled:
+        rate = measured.proofs_per_hour if measured is not None else None
+        verdict = report.bound(samples, concurrency, window, *workers, rate)
     fields = report.summary_fields(batch, measured, verdict)
     log.info(progress.EVENT_SUMMARY, address=str(address), **fields)
     if as_json:

@@ -12,9 +12,7 @@ them. The event names are constants for it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +26,6 @@ from cuzk_supervisor.proto import proving_pb2 as pb
 PROGRESS_INTERVAL_S = 5.0
 """Cadence of ``prove.waiting`` and ``prove.progress`` (documented in the README: progress at
 least every 10 s, so twice that often)."""
-STATUS_TIMEOUT_S = 1.0
-"""Deadline of one ask of the daemon's HTTP status (partitions done): a figure, not a need."""
-MAX_STATUS_BYTES = 1 << 20
 
 EVENT_STARTED = "prove.started"
 EVENT_WAITING = "prove.waiting"
@@ -103,37 +98,6 @@ def progress_fields(
 
 def waiting_fields(*, address: str, waited_s: float, deadline_s: float) -> dict[str, Any]:
     return {"address": address, "waited_s": round(waited_s, 1), "deadline_s": deadline_s}
-
-
-# --- the daemon's HTTP status -----------------------------------------------------------------
-
-
-def parse_partitions(document: object) -> dict[str, tuple[int, int]]:
-    """job id -> (partitions done, partitions) from a ``/status`` document's ``pipelines``."""
-    found: dict[str, tuple[int, int]] = {}
-    pipelines = document.get("pipelines") if isinstance(document, dict) else None
-    for pipeline in pipelines if isinstance(pipelines, list) else []:
-        if not isinstance(pipeline, dict) or not isinstance(pipeline.get("job_id"), str):
-            continue
-        parts = pipeline.get("partitions")
-        if not isinstance(parts, list) or not parts:
-            continue
-        done = sum(1 for p in parts if isinstance(p, dict) and p.get("state") == "done")
-        found[pipeline["job_id"]] = (done, len(parts))
-    return found
-
-
-def read_partitions(status_listen: str) -> dict[str, tuple[int, int]]:
-    """Partitions per job from ``http://<status_listen>/status``; empty when not known (no
-    listener, a unix socket, a bad answer): a short timeout, no retries."""
-    if not status_listen or status_listen.startswith("unix:"):
-        return {}
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{status_listen}/status", timeout=STATUS_TIMEOUT_S) as answer:
-            return parse_partitions(json.loads(answer.read(MAX_STATUS_BYTES)))
-    except (OSError, ValueError):
-        return {}
 
 
 # --- the cadence ------------------------------------------------------------------------------

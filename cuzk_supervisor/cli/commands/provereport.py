@@ -11,7 +11,7 @@ compare with a real machine when the daemon is simulated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,15 +99,32 @@ def summary_line(batch: BatchResult, measured: DaemonTime | None) -> str:
     )
 
 
+def config_workers(document: Mapping[str, Any]) -> int | None:
+    """The partition workers a daemon config gives: ``[synthesis] partition_workers`` (the
+    workers release; what ``run`` renders for both releases), else the budget release's
+    ``[pipeline] max_parallel_synthesis``; None when neither is there."""
+    for table, key in (("synthesis", "partition_workers"), ("pipeline", "max_parallel_synthesis")):
+        section = document.get(table)
+        value = section.get(key) if isinstance(section, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def bound(
-    samples: Sequence[StatusSample], concurrency: int, window: tuple[float, float]
+    samples: Sequence[StatusSample],
+    concurrency: int,
+    window: tuple[float, float],
+    workers: int | None,
+    source: str,
+    rate_per_hour: float | None,
 ) -> Verdict:
-    """What bounded the batch's rate (:func:`cuzk_supervisor.core.bound.judge`): the plan's
-    partition workers and GPUs read from the samples (prove is not told them); the
-    projections in daemon time, as ``daemon_proofs_per_hour``."""
-    workers = max((sample.synth_max for sample in samples), default=0)
+    """What bounded the batch's rate (:func:`cuzk_supervisor.core.bound.judge`): against the
+    partition workers ``source`` gave (None: not known, the verdict says so), the GPUs the
+    samples show; the projections from the batch's rate in daemon time."""
     gpus = len({w.gpu_ordinal for sample in samples for w in sample.gpu_workers}) or 1
-    return judge(samples, Shape(max(1, workers), concurrency, gpus), window=window)
+    shape = Shape(workers or 0, concurrency, gpus, workers_source=source)
+    return judge(samples, shape, window=window, rate_per_hour=rate_per_hour)
 
 
 def summary_fields(
