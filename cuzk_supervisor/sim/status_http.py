@@ -1,4 +1,6 @@
-"""``[daemon] status_listen``: plain HTTP on loopback, ``GET /status`` only (404 otherwise)."""
+"""``[daemon] status_listen``: plain HTTP, as cuzk-daemon's ``main.rs`` answers it: a request
+line that starts with ``GET /status`` gets the JSON (200, ``Access-Control-Allow-Origin: *``),
+anything else a 404."""
 
 from __future__ import annotations
 
@@ -27,13 +29,15 @@ async def start_status_server(
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         method, target = [*request_line, "", ""][:2]
         await gate.hold()
-        if method == "GET" and target.split("?", 1)[0] == "/status":
+        extra = ""
+        if f"{method} {target}".startswith("GET /status"):
             code, body, ctype = "200 OK", json.dumps(document()).encode(), "application/json"
+            extra = "Access-Control-Allow-Origin: *\r\n"
         else:
-            code, body, ctype = "404 Not Found", b"not found\n", "text/plain"
+            code, body, ctype = "404 Not Found", b"404 Not Found\n", "text/plain"
         writer.write(
             f"HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: close\r\n\r\n".encode()
+            f"{extra}Connection: close\r\n\r\n".encode()
             + body
         )
         with contextlib.suppress(ConnectionError, OSError):

@@ -19,6 +19,16 @@ STATES = {"pending", "synthesizing", "synth_done", "gpu", "done", "failed"}
 
 
 GIB = 1 << 30
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "daemon_status" / "gpu_bound_8gpu.json"
+
+
+def keys(value: Any) -> Any:
+    """The nested key structure of a JSON value (a list by its first item)."""
+    if isinstance(value, dict):
+        return {k: keys(v) for k, v in value.items() if k not in ("completed_by_kind",)}
+    if isinstance(value, list):
+        return [keys(value[0])] if value else []
+    return type(value).__name__ if value is not None else "null"
 
 
 def config(tmp_path: Path, port: int, workers: int = 2) -> Path:
@@ -53,6 +63,17 @@ def test_status_has_the_real_daemons_shape(
         return doc if proving else None
 
     doc = poll_until(some_partition_proving, 20, what="a GPU worker proving")
+    # The same shape as the documents written from status.rs's structs (tests/fixtures).
+    real = json.loads(FIXTURE.read_text())["documents"][0]
+    ours = {k: v for k, v in doc.items() if k != "sim"}
+    assert list(ours) == list(real)
+    for key in ("synthesis", "memory", "counters", "buffers"):
+        assert keys(ours[key]) == keys(real[key]), key
+    assert list(ours["pipelines"][0]) == list(real["pipelines"][0])
+    assert list(ours["pipelines"][0]["partitions"][0]) == list(
+        real["pipelines"][0]["partitions"][0]
+    )
+    assert list(ours["gpu_workers"][0]) == list(real["gpu_workers"][0])
     assert set(doc) == {"uptime_secs", "memory", "synthesis", "pipelines", "gpu_workers",
                         "counters", "allocations", "buffers", "sim"}  # fmt: skip
     assert isinstance(doc["uptime_secs"], float)
