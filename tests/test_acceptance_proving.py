@@ -224,9 +224,10 @@ def test_prove_against_a_slow_proof_reports_progress_at_least_every_ten_seconds(
         env = prove_env(
             c1_file=str(c1), daemon_listen=sim.listen, daemon_status_listen=status_listen
         )
+        # The partition workers for the verdict: from the daemon's own config file.
         out = subprocess.run(
-            prove_argv("--json"), env=env, capture_output=True, text=True, timeout=120,
-            check=False,
+            prove_argv("--json", "--daemon-config", str(config)), env=env,
+            capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
     finally:
         sim.kill()
@@ -257,7 +258,8 @@ def test_prove_against_a_slow_proof_reports_progress_at_least_every_ten_seconds(
     # 2 partition workers leaves the GPU workers waiting: not GPU-bound, and said with figures.
     bound = summary["bound"]
     assert bound["evidence"]["samples"] >= 8, bound
-    assert bound["evidence"]["synth_slots"] == 2
+    assert bound["evidence"]["partition_workers"] == 2
+    assert bound["evidence"]["workers_source"] == str(config)
     assert bound["bound"] in {"synthesis-bound", "feed-bound"}, bound
     assert next(e for e in events if e["event"] == "prove.summary")["bound"] == bound
 

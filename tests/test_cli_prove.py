@@ -6,6 +6,7 @@ in-process fake daemon; the same against the simulator is in test_acceptance_pro
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
@@ -20,6 +21,7 @@ import structlog
 from fakedaemon import Behaviour, FakeDaemon, free_port
 from ptyhelpers import emulate, run_on_a_terminal
 
+from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.proving.daemonstatus import read_sample, status_address
 from cuzk_supervisor.adapters.proving.results import (
     BatchResult,
@@ -29,8 +31,9 @@ from cuzk_supervisor.adapters.proving.results import (
     summarize_batch,
 )
 from cuzk_supervisor.cli import main as cli
-from cuzk_supervisor.cli.commands import proveprogress, provereport
+from cuzk_supervisor.cli.commands import prove, proveprogress, provereport
 from cuzk_supervisor.core.boundsample import parse_status
+from cuzk_supervisor.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -477,3 +480,33 @@ def test_progress_fields():
         "eta_s": 150.0,
     }
     assert proveprogress.PROGRESS_INTERVAL_S <= 5.0  # the README promises at least every 10 s
+
+
+def test_the_partition_workers_come_from_the_daemons_config():
+    rendered = {"synthesis": {"partition_workers": 12}, "pipeline": {"max_parallel_synthesis": 12}}
+    assert provereport.config_workers(rendered) == 12
+    assert provereport.config_workers({"pipeline": {"max_parallel_synthesis": 7}}) == 7
+    assert provereport.config_workers({"synthesis": {"partition_workers": True}}) is None
+    assert provereport.config_workers({}) is None
+
+
+def test_where_the_partition_workers_come_from(tmp_path):
+    config = tmp_path / "cuzk.toml"
+    config.write_text("[synthesis]\npartition_workers = 7\n")
+    s = settings.load(environ={"CUZK_SUPERVISOR_RUN_DIR": str(tmp_path / "run")}).settings
+
+    def args(**given):
+        values = {"partition_workers": None, "daemon_config": None, **given}
+        return argparse.Namespace(**values)
+
+    assert prove._partition_workers(args(partition_workers=3), s) == (3, "--partition-workers")
+    assert prove._partition_workers(args(daemon_config=config), s) == (7, str(config))
+    # Without a flag: the file run renders in run_dir; none there: not told, and said so.
+    workers, source = prove._partition_workers(args(), s)
+    assert workers is None
+    assert source.startswith("not told (no ")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "cuzk.toml").write_text("[pipeline]\nmax_parallel_synthesis = 9\n")
+    assert prove._partition_workers(args(), s) == (9, str(tmp_path / "run" / "cuzk.toml"))
+    with pytest.raises(UsageError, match="no such file"):
+        prove._partition_workers(args(daemon_config=tmp_path / "missing.toml"), s)

@@ -75,9 +75,11 @@ def test_rate_is_exact_where_the_workers_divide_the_partitions(workers, concurre
 @pytest.mark.parametrize("concurrency", [1, 2, 3, 4])
 def test_rate_of_a_lumpy_pipeline_converges_with_the_batch(workers, concurrency):
     """Where partitions come in uneven rounds the intervals alternate; the slope averages them:
-    within 4.5% from 10 proofs, 3.1% from 12, 1.8% from 16 (the measured worst cases)."""
+    within 6.5% from 10 proofs, 5% from 12, 2% from 16 (the measured worst cases, 6.2, 4.8 and
+    1.9 %, at 16 workers and 3 in flight, of the pipeline whose partitions share the machine,
+    issue 33; 4.5, 3.1 and 1.8 % with the earlier fixed partition times)."""
     truth = long_run_rate_per_hour(workers, concurrency)
-    for proofs, bound in ((10, 0.045), (12, 0.031), (16, 0.018), (24, 0.018)):
+    for proofs, bound in ((10, 0.065), (12, 0.05), (16, 0.02), (24, 0.02)):
         done = simulate_closed_loop(workers, gpu_workers(workers), concurrency, proofs)
         rate = steady_rate_per_s(done)
         assert rate is not None
