@@ -14,107 +14,66 @@ class Part:
 
 
 @dataclass(frozen=True, slots=True)
-class Started:
-    """A partition started synthesizing with ``active`` synthesizing (itself included);
-    ``seconds``: what it would take if that many synthesized throughout."""
+class _OfPart:
+    """Something that happened to one partition."""
 
     at: float
     part: Part
+
+    @property
+    def seq(self) -> int:
+        return self.part.seq
+
+
+@dataclass(frozen=True, slots=True)
+class Started(_OfPart):
+    """It started synthesizing with ``active`` synthesizing (itself included); ``seconds``:
+    what it would take if that many synthesized throughout."""
+
     active: int
     seconds: float
 
-    @property
-    def seq(self) -> int:
-        return self.part.seq
+
+@dataclass(frozen=True, slots=True)
+class SynthesisFailed(_OfPart):
+    """Its synthesis failed (as it started): its job is failed from now on."""
 
 
 @dataclass(frozen=True, slots=True)
-class SynthesisFailed:
-    """A partition's synthesis failed (as it started): its job is failed from now on."""
-
-    at: float
-    part: Part
-
-    @property
-    def seq(self) -> int:
-        return self.part.seq
-
-
-@dataclass(frozen=True, slots=True)
-class Synthesized:
-    at: float
-    part: Part
+class Synthesized(_OfPart):
     seconds: float
 
-    @property
-    def seq(self) -> int:
-        return self.part.seq
-
 
 @dataclass(frozen=True, slots=True)
-class GpuStarted:
-    """A GPU worker picked the partition up (status.rs: partition_gpu_start)."""
-
-    at: float
-    part: Part
+class _OnWorker(_OfPart):
     worker: int
 
-    @property
-    def seq(self) -> int:
-        return self.part.seq
+
+@dataclass(frozen=True, slots=True)
+class GpuStarted(_OnWorker):
+    """A GPU worker picked it up (status.rs: partition_gpu_start)."""
 
 
 @dataclass(frozen=True, slots=True)
-class GpuSkipped:
+class GpuSkipped(_OnWorker):
     """The worker that picked it up found its job failed and left it (free again at once)."""
 
-    at: float
-    part: Part
-    worker: int
-
-    @property
-    def seq(self) -> int:
-        return self.part.seq
-
 
 @dataclass(frozen=True, slots=True)
-class CudaStarted:
+class CudaStarted(_OnWorker):
     """The worker got its GPU and the CUDA work started."""
 
-    at: float
-    part: Part
-    worker: int
-
-    @property
-    def seq(self) -> int:
-        return self.part.seq
-
 
 @dataclass(frozen=True, slots=True)
-class CudaFinished:
+class CudaFinished(_OnWorker):
     """The CUDA work ended: the GPU is free, the worker too; the finalization goes on."""
 
-    at: float
-    part: Part
-    worker: int
-
-    @property
-    def seq(self) -> int:
-        return self.part.seq
-
 
 @dataclass(frozen=True, slots=True)
-class GpuFinished:
+class GpuFinished(_OnWorker):
     """The finalization ended (status.rs: partition_gpu_end); ``seconds`` since the pickup."""
 
-    at: float
-    part: Part
-    worker: int
     seconds: float
-
-    @property
-    def seq(self) -> int:
-        return self.part.seq
 
 
 @dataclass(frozen=True, slots=True)
