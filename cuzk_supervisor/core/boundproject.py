@@ -189,8 +189,12 @@ def project(
         # Each change only adds a resource, which never slows a pipeline: a figure below the
         # measured rate is the feed term's crude latency (no queueing within a proof).
         rate = b.rate * max(1.0, cap / base_cap)
+        fed = (
+            f"{c} proofs in flight keep the changed plan fed (the next one submitted as one "
+            "completes; a loop this small can leave a stage idle while another works: then less)"
+        )
         return Projection(name, change, w, c, g, g * b.per_gpu, rate, limit,
-                          (b.gpu_from, *notes))  # fmt: skip
+                          (b.gpu_from, *notes, fed))  # fmt: skip
 
     as_run = Projection("as-run", "as run", b.workers, b.concurrency, b.gpus,
                         b.gpus * b.per_gpu, b.rate, base_limit, (b.gpu_from,))  # fmt: skip
