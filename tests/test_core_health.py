@@ -89,8 +89,9 @@ def test_daemon_view_leaves_out_what_the_daemon_does_not_write() -> None:
     assert daemon_view({"synthesis": {}}) is None  # no counters: not the daemon's status
     assert daemon_view([1, 2]) is None
     job = pipeline("j", [partition(0, "failed")])
-    job["partitions"].append("junk")
-    doc = document(pipelines=[job, "junk"])
+    job["partitions"].append("junk")  # what the daemon never writes
+    doc = document(pipelines=[job])
+    doc["pipelines"].append("junk")
     doc["gpu_workers"] = ["junk", {"worker_id": 3, "gpu_ordinal": -1, "busy_secs": True}]
     view = daemon_view(doc)
     assert view is not None

@@ -131,7 +131,7 @@ def test_a_device_refusing_events_is_read_without_them() -> None:
     def refuse(*_: object) -> None:
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
 
-    fake.nvmlDeviceRegisterEvents = refuse  # type: ignore[method-assign]
+    fake.nvmlDeviceRegisterEvents = refuse  # type: ignore[method-assign,assignment]
     with structlog.testing.capture_logs() as logs:
         health = NvmlHealth(fake)
     assert [e["event"] for e in logs] == ["health.nvml_events_off"]

@@ -13,6 +13,7 @@ exact clock are recorded as it enters the pipeline and as it ends (``sim.timelin
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import uuid
 from collections import Counter, defaultdict, deque
@@ -26,6 +27,7 @@ from cuzk_supervisor.sim import model
 from cuzk_supervisor.sim.c1 import check_c1
 from cuzk_supervisor.sim.chaos import FaultController
 from cuzk_supervisor.sim.clock import SimClock
+from cuzk_supervisor.sim.gpufaults import GpuSteps
 from cuzk_supervisor.sim.logfmt import DaemonLog
 from cuzk_supervisor.sim.memory import Memory
 from cuzk_supervisor.sim.pipeline import (
@@ -147,6 +149,7 @@ class Engine:
         self._timer: asyncio.TimerHandle | None = None
         self.stopped = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self.gpu_steps: GpuSteps | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -370,6 +373,8 @@ class Engine:
             )
         elif isinstance(event, GpuStarted):
             job.partitions[event.part.index] = "gpu"
+            if self.gpu_steps is not None:  # the GPUs' trouble (sim.gpufaults)
+                return self.gpu_steps.started(self, job, event)
         elif isinstance(event, GpuFinished):
             job.gpu_s += event.seconds
             job.partitions[event.part.index] = "done"
@@ -418,18 +423,23 @@ class Engine:
         failure = next((spec for spec in fired if spec.kind == "fail"), None)
         if failure is None:
             return []
-        for part in self.pipeline.abort(job.seq, event.at):
+        return self.fail_job(job, failure.message, event.at)
+
+    def fail_job(self, job: Job, error: str, at: float) -> list[Event]:
+        """End ``job`` as failed now: its partitions leave the pipeline (and free their memory),
+        the work waiting behind them starts."""
+        for part in self.pipeline.abort(job.seq, at):
             self.memory.free(("partition", part))
         job.partitions = [s if s == "done" else "failed" for s in job.partitions]
-        self._finish(job, failure.message, event.at)
-        return self.pipeline.refill(event.at)
+        self._finish(job, error, at)
+        return self.pipeline.refill(at)
 
     def _reschedule(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         deadline = self.pipeline.next_deadline()
-        if deadline is not None and self.clock is not None:
+        if deadline is not None and math.isfinite(deadline) and self.clock is not None:
             self._timer = self.clock.call_at(deadline, self._on_deadline, deadline)
 
     # --- results --------------------------------------------------------------------------
@@ -458,7 +468,8 @@ class Engine:
             if failure is not None:
                 self._finish(job, failure.message, at)
                 return
-        self._finish(job, None, at)
+        wrong = self.gpu_steps.self_check(job) if self.gpu_steps is not None else None
+        self._finish(job, wrong, at)
 
     def _finish(self, job: Job, error: str | None, at: float | None) -> None:
         if job.state == "done":
