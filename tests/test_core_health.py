@@ -221,6 +221,7 @@ def test_uncorrectable_ecc_is_degraded_then_broken_in_a_second_daemon_life(xid: 
     assert kinds(assessed[3]) == {ECC: Level.DEGRADED}  # it stands (the card had one)
     final = assessed[4].findings[0]
     assert (final.level, final.restart_helps) == (Level.BROKEN, False)
+    assert (final.since, final.latest, final.completed_since) == (30, 120, 0)
 
 
 def test_a_rising_uncorrected_counter_alone_is_ecc() -> None:
@@ -255,6 +256,14 @@ def test_throttled_under_load_for_the_set_time_is_degraded() -> None:
     assert "45%" in finding.reason
     assert "hw-slowdown" in finding.reason
     assert kinds(assessed[3]) == {}
+
+
+def test_a_reading_between_two_bursts_does_not_clear_throttling() -> None:
+    held = GpuView(0, utilisation=0.9, sm_clock_ratio=0.4, slowdowns=("power-cap",))
+    between = GpuView(0, utilisation=0.9, sm_clock_ratio=0.2)  # clocked down for a moment
+    seq = [obs(0, document(), gpus=(held,)), obs(2000, document(), gpus=(between,)),
+           obs(3600, document(), gpus=(held,))]  # fmt: skip
+    assert kinds(run(seq)[-1]) == {THROTTLED: Level.DEGRADED}
 
 
 def test_without_utilisation_the_daemons_workers_say_whether_the_gpu_is_loaded() -> None:

@@ -89,6 +89,16 @@ def test_broken_that_a_restart_may_clear_is_restarted_first_then_told() -> None:
     assert actions[-1].rate == 0.0
 
 
+def test_a_degraded_finding_restarted_for_that_turns_broken_is_told() -> None:
+    first = Finding("ecc", Level.DEGRADED, 10.0, "ECC", restart_helps=True, gpu=0)
+    state, actions = step(LadderState(), 20, first)
+    assert isinstance(actions[-1], Restart)
+    again = Finding("ecc", Level.BROKEN, 10.0, "ECC again after a restart", gpu=0, latest=50.0,
+                    completed_since=0)  # fmt: skip
+    _, actions = step(state, 60, again)
+    assert isinstance(actions[-1], Tell)
+
+
 def test_with_no_restart_left_broken_is_told_without_one() -> None:
     policy = LadderPolicy(restart_limit=0)
     _, actions = step(LadderState(), 1000, FAILING, policy=policy)
@@ -105,6 +115,15 @@ def test_a_rate_the_manager_would_pass_is_not_sent() -> None:
     _, actions = step(LadderState(), 100, ecc)
     assert [type(a) for a in actions] == [Say, Say]
     assert "still delivers 3600.0 proofs/hour" in actions[-1].text
+
+
+def test_what_it_delivers_now_counts_from_the_latest_evidence() -> None:
+    # ECC in two daemon lives: 100 proofs between the first error and the second, none since.
+    ecc = Finding("ecc", Level.BROKEN, 0.0, "ECC again after a restart", gpu=0, latest=90.0,
+                  completed_since=0)  # fmt: skip
+    assert delivered_rate(ecc, 100.0, 1.0) == 0.0
+    _, actions = step(LadderState(), 100, ecc)
+    assert isinstance(actions[-1], Tell)
 
 
 def test_capped_ladders_only_say() -> None:

@@ -72,8 +72,11 @@ class Finding:
     """A restart of the daemon may clear it (a stuck partition on a live GPU, a first ECC
     error, proofs failing before any restart)."""
     gpu: int | None = None
+    latest: float = 0.0
+    """When its latest evidence came (``since`` for a condition that lasts): what the machine
+    delivers now is counted from there."""
     completed_since: int | None = None
-    """Proofs completed since ``since`` (what the machine delivered meanwhile); None: unknown."""
+    """Proofs completed since ``latest`` (what the machine delivered since); None: unknown."""
 
     @property
     def key(self) -> tuple[str, int, int, float]:
@@ -146,7 +149,8 @@ def assess(
             # A partition stuck on a GPU that is gone is that GPU's loss, not a hang to clear.
             restart_helps=f.restart_helps and not (f.kind == STUCK and f.gpu in lost),
             gpu=f.gpu,
-            completed_since=life.completed_since(f.since),
+            latest=f.since if f.latest is None else f.latest,
+            completed_since=life.completed_since(f.since if f.latest is None else f.latest),
         )
         for f in raw
     )

@@ -89,11 +89,12 @@ def _read_gpu(
     )
     ratio = gpu.sm_clock_ratio
     if gpu.answering and loaded and ratio is not None:
-        held = ratio <= policy.throttle_ratio and bool(gpu.slowdowns)
-        if held:
+        # Held down: low clocks with a slowdown reason. Only clocks above the threshold under
+        # load clear it: a reading between two bursts (low clocks, the idle reason) does not.
+        if ratio <= policy.throttle_ratio and gpu.slowdowns:
             since = throttled.get(i, (at, None, ()))[0]
             throttled[i] = (since, ratio, gpu.slowdowns)
-        else:
+        elif ratio > policy.throttle_ratio:
             throttled.pop(i, None)
     return GpuMemory(lost, fell, ecc, counters, pages, throttled)
 
@@ -133,7 +134,7 @@ def _gpu_findings(policy: HealthPolicy, mem: GpuMemory, at: float) -> list[RawFi
             reason = (
                 f"uncorrectable ECC errors on GPU {i} before and after a daemon restart ({what})"
             )
-            found.append(RawFinding(ECC, 2, events[0][0], reason, gpu=i))
+            found.append(RawFinding(ECC, 2, events[0][0], reason, gpu=i, latest=events[-1][0]))
         else:
             reason = f"uncorrectable ECC error on GPU {i} ({what})"
             found.append(RawFinding(ECC, 1, events[0][0], reason, restart_helps=True, gpu=i))

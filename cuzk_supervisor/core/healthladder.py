@@ -67,21 +67,25 @@ class LadderState:
     """The keys of the findings last said (none: healthy)."""
     restarts: tuple[float, ...] = ()
     """When the ladder restarted the daemon (within the window)."""
-    episodes: frozenset[tuple[str, int, float]] = frozenset()
-    """(kind, GPU, since) of the findings already acted on or said as withheld."""
+    episodes: frozenset[tuple[str, int, float, int]] = frozenset()
+    """(kind, GPU, since, level) of the findings already acted on or said as withheld."""
     told: str = ""
 
 
-def _episode(finding: Finding) -> tuple[str, int, float]:
-    return (finding.kind, -1 if finding.gpu is None else finding.gpu, finding.since)
+def _episode(finding: Finding) -> tuple[str, int, float, int]:
+    """What was acted on: one finding from its ``since``, at one level (a degraded one that
+    turns broken is acted on again)."""
+    return (finding.kind, -1 if finding.gpu is None else finding.gpu, finding.since,
+            int(finding.level))  # fmt: skip
 
 
 def delivered_rate(finding: Finding, now: float, rate_time_scale: float) -> float:
-    """Proofs per hour (on the bench's clock) the machine delivered since the finding began;
-    0 for a lost GPU and a crash-looping daemon (nothing it proves from now on counts)."""
+    """Proofs per hour (on the bench's clock) the machine delivered since the finding's latest
+    evidence; 0 for a lost GPU and a crash-looping daemon (nothing it proves from now on
+    counts)."""
     if finding.kind in (GPU_LOST, CRASH_LOOP) or not finding.completed_since:
         return 0.0
-    elapsed = max(now - finding.since, 1e-9)
+    elapsed = max(now - max(finding.latest, finding.since), 1e-9)
     return finding.completed_since / elapsed * 3600.0 / max(rate_time_scale, 1e-9)
 
 

@@ -44,10 +44,14 @@ class RawFinding:
     reason: str
     restart_helps: bool = False
     gpu: int | None = None
+    latest: float | None = None
+    """The latest evidence (None: ``since``): what it delivered is counted from there."""
 
 
 def duration(seconds: float) -> str:
-    """A span for a person: ``45 s``, ``12 min``, ``1.5 h``."""
+    """A span for a person: ``15 ms``, ``45 s``, ``12 min``, ``1.5 h``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 120:
         return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
     if seconds < 2 * 3600:

@@ -91,7 +91,7 @@ class GpuState:
         self.xids.append((number, gpu, code))
         now = self.condition(gpu)
         if code == 79:
-            self._set(gpu, lost="GPU has fallen off the bus")
+            self._set(gpu, lost="fell off the bus")
         if code in ECC_XIDS:
             self._set(gpu, ecc_uncorrected=now.ecc_uncorrected + 1)
         if code in RETIRING_XIDS:
