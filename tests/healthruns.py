@@ -47,6 +47,25 @@ def run_phase_env(
     **settings: Any,
 ) -> dict[str, str]:
     """A lifecycle that goes on into the run phase with demand and a watched health."""
+    env = lifecycle_env(
+        tmp_path, manager_url, time_scale=time_scale, sim_faults=faults, sim_args=sim_args,
+        bench_count=BENCH_PROOFS - 2,
+    )  # fmt: skip
+    return with_run_phase(env, tmp_path, pattern=pattern, time_scale=time_scale, **settings)
+
+
+def with_run_phase(
+    env: dict[str, str],
+    tmp_path: Path,
+    *,
+    pattern: str = "busy:1000h@2",
+    time_scale: float = TIME_SCALE,
+    **settings: Any,
+) -> dict[str, str]:
+    """``env`` (``lifecycle_env``'s) made to go on into the run phase: the daemon on a TCP port
+    the demand reaches it at, the GPUs' condition in a ``--gpu-dir`` the fake NVML reads, the
+    bench a fixed batch (a fault's ``after_proofs`` then falls in the run phase), the watch's
+    thresholds scaled."""
     gpus = tmp_path / "gpus"
     gpus.mkdir(exist_ok=True)
     port = free_tcp_port()
@@ -55,15 +74,14 @@ def run_phase_env(
         "daemon_listen": f"127.0.0.1:{port}",
         "gpu_probe": "sim",
         "worker_commands": shlex.quote(demand_command(tmp_path, port, pattern, time_scale)),
-        "bench_count": BENCH_PROOFS - 2,
-        "bench_precision": 0,  # the fixed batch: the fault's after_proofs falls in the run phase
+        "bench_precision": 0,
         **HEALTH,
         **settings,
     }
-    return lifecycle_env(
-        tmp_path, manager_url, time_scale=time_scale, sim_faults=faults,
-        sim_args=("--gpu-dir", str(gpus), *sim_args), **values,
-    )  # fmt: skip
+    out = dict(env)
+    out["CUZK_SUPERVISOR_DAEMON_ARGS"] += f" --gpu-dir {shlex.quote(str(gpus))}"
+    out.update({f"CUZK_SUPERVISOR_{k.upper()}": str(v) for k, v in values.items()})
+    return out
 
 
 def setup_lines(manager: Any, uuid: str) -> list[dict[str, Any]]:

@@ -85,6 +85,7 @@ class Demand:
         cycle = 0
         while cycles <= 0 or cycle < cycles:
             cycle += 1
+            self.say(f"cycle {cycle} ({self.completed} completed, {self.failed} failed so far)")
             for stretch in pattern:
                 real_s = stretch.seconds / self._scale
                 if stretch.busy:
