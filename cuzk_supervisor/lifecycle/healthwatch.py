@@ -143,6 +143,7 @@ class HealthWatch:
         time_scale: float = 1.0,
         manager_min_rate: float = 50.0,
         clock: Callable[[], float] = time.monotonic,
+        call_s: float = CALL_S,
     ) -> None:
         self.interval_s = interval_s
         self.policy = policy
@@ -159,6 +160,7 @@ class HealthWatch:
         self._time_scale = time_scale
         self._min_rate = manager_min_rate
         self._clock = clock
+        self._call_s = call_s
         self.state = HealthState()
         self.ladder_state = LadderState()
         self.assessment: Assessment | None = None
@@ -254,7 +256,7 @@ class HealthWatch:
 
     async def _status(self) -> object | None:
         try:
-            return await within(self._read_status(), CALL_S)
+            return await within(self._read_status(), self._call_s)
         except (TimeoutError, OSError):
             return None
 
@@ -268,7 +270,7 @@ class HealthWatch:
             self._nvml_read = asyncio.ensure_future(asyncio.to_thread(self._gpus.read))
             self._nvml_since = now
         with contextlib.suppress(TimeoutError):
-            await within(asyncio.shield(self._nvml_read), CALL_S)
+            await within(asyncio.shield(self._nvml_read), self._call_s)
         if not self._nvml_read.done():
             stalled = now - (self._nvml_since or now)
             if stalled < self.policy.gpu_lost_s:
