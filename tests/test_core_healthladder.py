@@ -61,7 +61,7 @@ def test_a_restart_once_per_episode_and_no_more_than_the_limit() -> None:
     third = Finding(STUCK, Level.DEGRADED, 90.0, "and again", restart_helps=True, gpu=0)
     state, actions = step(state, 90, third, policy=policy)
     assert isinstance(actions[-1], Say)
-    assert "not restarted (2 restarts within" in actions[-1].text
+    assert "degraded, not restarted (2 restarts within" in actions[-1].text
     later = Finding(STUCK, Level.DEGRADED, 1200.0, "a day later", restart_helps=True, gpu=0)
     state, actions = step(state, 1200, later, policy=policy)
     assert isinstance(actions[-1], Restart)  # the window moved on

@@ -150,12 +150,12 @@ async def test_a_lost_gpu_is_said_then_told_the_reason_pushed_first() -> None:
     await health.tick()
     world.gpus.lose(0)
     await health.tick()
-    assert world.order[0].startswith("line health broken: broken: GPU 0 fell off the bus")
+    assert world.order[0].startswith("line health: broken: GPU 0 fell off the bus")
     assert world.order[1].startswith("line health: broken: GPU 0 fell off the bus")
     assert world.order[2:] == ["flush", "bench_done 0"]
     assert health.verdict.done()
     assert "XID 79" in health.verdict.result()
-    assert parts["progress"].last_failure.startswith("health broken")
+    assert parts["progress"].last_failure.startswith("health: broken")
     metrics = parts["metrics"]
     assert sample(metrics, "cuzk_supervisor_health_level") == 2
     assert sample(metrics, "cuzk_supervisor_health_finding", kind="gpu-lost") == 1
@@ -316,3 +316,27 @@ async def test_the_watch_runs_its_ticks_while_watching() -> None:
                 break
             await asyncio.sleep(0.01)
     assert health.assessment is not None
+
+
+# --- the terminal view -------------------------------------------------------------------------
+
+
+def test_the_terminal_shows_each_health_change_the_restart_and_the_tell() -> None:
+    from cuzk_supervisor.cli.view import Line, ViewModel
+
+    model = ViewModel()
+    events = [
+        {"event": "health.changed", "level": "warning", "health": "degraded",
+         "reason": "degraded: partition 3 stuck"},
+        {"event": "health.restart", "level": "warning", "reason": "restarting the daemon: x"},
+        {"event": "health.changed", "level": "info", "health": "healthy",
+         "reason": "healthy again: nothing found"},
+        {"event": "health.telling_manager", "level": "error", "reason": "broken: GPU 0 lost"},
+    ]  # fmt: skip
+    shown = [(a.kind, a.text) for e in events for a in model.feed(e) if isinstance(a, Line)]
+    assert shown == [
+        ("warning", "health: degraded: partition 3 stuck"),
+        ("warning", "health: restarting the daemon: x"),
+        ("note", "health: healthy again: nothing found"),
+        ("error", "telling the manager: broken: GPU 0 lost"),
+    ]

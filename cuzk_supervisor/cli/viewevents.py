@@ -237,8 +237,7 @@ def _gone(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
 def _health(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     """The run phase's health watch: a change of its findings, a restart, the manager told."""
     kind = {"info": "note", "warning": "warning"}.get(str(e.get("level")), "error")
-    head = {"health.restart": "health", "health.telling_manager": "telling the manager"}
-    words = head.get(str(e.get("event")), f"health {e.get('health', '')}")
+    words = "telling the manager" if e.get("event") == "health.telling_manager" else "health"
     return [Line(kind, f"{words}: {e.get('reason', '')}")]
 
 

@@ -130,7 +130,8 @@ def climb(
             if finding.restart_helps and policy.allows("restart"):
                 episodes.add(episode)
                 left = f"{len(restarts)} restarts within {duration(policy.restart_window_s)}"
-                actions.append(Say(finding.level, f"not restarted ({left}): {finding.reason}"))
+                said = f"{finding.level.word}, not restarted ({left}): {finding.reason}"
+                actions.append(Say(finding.level, said))
             continue
         episodes.add(episode)
         rate = delivered_rate(finding, now, rate_time_scale)

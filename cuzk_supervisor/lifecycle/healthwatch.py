@@ -304,9 +304,9 @@ class HealthWatch:
             log.warning("health.changed", **fields)
         else:
             log.error("health.changed", **fields)
-        self._shipper.add_line("setup", f"health {word}: {action.text}")
+        self._shipper.add_line("setup", f"health: {action.text}")
         if action.level is not Level.HEALTHY:
-            self._progress.last_failure = f"health {word}: {action.text}"
+            self._progress.last_failure = f"health: {action.text}"
 
     async def _restart(self, action: Restart) -> None:
         keeper = self._daemon.keeper

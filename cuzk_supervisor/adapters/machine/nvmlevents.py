@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from cuzk_supervisor.adapters.machine.gpu import _nvml_error_text as _error_text
 from cuzk_supervisor.adapters.machine.gpu import nvml_activity
 from cuzk_supervisor.core.healthevidence import GpuView
 
@@ -44,15 +45,6 @@ ERROR_TIMEOUT = 10
 ERROR_GPU_IS_LOST = 15
 MAX_EVENTS_PER_READ = 64
 """Events drained from one device's set at one read (a storm waits for the next read)."""
-
-
-def _error_text(exc: BaseException) -> str:
-    name = type(exc).__name__
-    try:
-        text = str(exc)
-    except Exception:  # NVMLError.__str__ can itself call into the library
-        text = ""
-    return f"{name}: {text}" if text and text != name else name
 
 
 class NvmlHealth:
