@@ -243,6 +243,13 @@ def test_retired_pages_are_said_not_acted_on() -> None:
     assert "1 more page retired" in finding.reason
 
 
+def test_a_failed_row_remapping_is_said() -> None:
+    seq = [obs(0, document(), gpus=(GpuView(0, retired_pages=0, remap_failed=True),))]
+    finding = run(seq)[0].findings[0]
+    assert finding.kind == PAGES_RETIRED
+    assert "a row remapping failed" in finding.reason
+
+
 def test_throttled_under_load_for_the_set_time_is_degraded() -> None:
     held = GpuView(0, utilisation=0.95, sm_clock_ratio=0.45, slowdowns=("hw-slowdown",))
     fine = GpuView(0, utilisation=0.95, sm_clock_ratio=0.97)

@@ -75,6 +75,17 @@ def test_the_views_feed_the_policys_ecc_and_page_findings() -> None:
     assert found[PAGES_RETIRED].level is Level.DEGRADED
 
 
+def test_a_gpu_that_remaps_rows_reports_them_as_retired() -> None:
+    state, fake = machine(gpus=1, remaps_rows=True)
+    health = NvmlHealth(fake)
+    assert health.read()[0].retired_pages == 0
+    state.xid(0, 48)
+    view = health.read()[0]
+    assert (view.retired_pages, view.retirement_pending, view.remap_failed) == (1, True, False)
+    fake.nvmlDeviceGetRemappedRows = lambda handle: (0, 1, 0, 1)  # type: ignore[method-assign]
+    assert health.read()[0].remap_failed
+
+
 def test_a_gpu_without_ecc_reports_none_and_still_its_xids() -> None:
     state, fake = machine(gpus=1, ecc=False)
     health = NvmlHealth(fake)

@@ -98,8 +98,12 @@ class GpuView:
     ecc_uncorrected: int | None = None
     """Uncorrected ECC errors since the driver loaded (volatile counter)."""
     retired_pages: int | None = None
-    """Pages retired for double-bit ECC errors."""
+    """Pages retired for double-bit ECC errors, or rows remapped for uncorrectable ones (A100
+    and later remap rows instead of retiring pages)."""
     retirement_pending: bool | None = None
+    """A retirement or a remapping waits for a GPU reset."""
+    remap_failed: bool = False
+    """A row could not be remapped: the GPU's memory is failing."""
     utilisation: float | None = None
     sm_clock_ratio: float | None = None
     slowdowns: tuple[str, ...] = ()

@@ -81,6 +81,8 @@ def _read_gpu(
         retired.append(f"{rose} more page{'s' if rose > 1 else ''} retired")
     if gpu.retirement_pending:
         retired.append("a page retirement pending (a GPU reset is needed)")
+    if gpu.remap_failed:
+        retired.append("a row remapping failed (the GPU's memory is failing)")
     if retired and i not in pages:
         pages[i] = (at, ", ".join(retired))
     counters[i] = (

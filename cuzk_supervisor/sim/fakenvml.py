@@ -65,6 +65,7 @@ class FakeNvml:
         vram_bytes: int = 24 << 30,
         name: str = "NVIDIA GeForce RTX 3090 (cuzk-sim)",
         ecc: bool = True,
+        remaps_rows: bool = False,
     ) -> None:
         self.gpus = gpus
         self._state = state
@@ -73,6 +74,8 @@ class FakeNvml:
         self.name = name
         self.ecc = ecc
         """False: a GPU without ECC (a consumer card): its counters are not supported."""
+        self.remaps_rows = remaps_rows
+        """True: an A100 or later, which remaps rows instead of retiring pages."""
         self.inits = 0
 
     # --- the library ----------------------------------------------------------------------
@@ -148,12 +151,23 @@ class FakeNvml:
         condition = self._state().condition(self._ecc(handle))
         return condition.ecc_uncorrected if kind == self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else 0
 
+    def _pages(self, handle: Handle, *, rows: bool) -> int:
+        index = self._ecc(handle)
+        if rows != self.remaps_rows:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return index
+
     def nvmlDeviceGetRetiredPages(self, handle: Handle, cause: int) -> list[int]:
-        condition = self._state().condition(self._ecc(handle))
+        condition = self._state().condition(self._pages(handle, rows=False))
         return [0x1000 * (i + 1) for i in range(condition.retired_pages)]
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Handle) -> int:
-        return int(self._state().condition(self._ecc(handle)).retirement_pending)
+        return int(self._state().condition(self._pages(handle, rows=False)).retirement_pending)
+
+    def nvmlDeviceGetRemappedRows(self, handle: Handle) -> tuple[int, int, int, int]:
+        """(corrected, uncorrected, pending, failure): the pages count as uncorrected rows."""
+        condition = self._state().condition(self._pages(handle, rows=True))
+        return (0, condition.retired_pages, int(condition.retirement_pending), 0)
 
     # --- clocks ------------------------------------------------------------------------------
 

@@ -137,16 +137,22 @@ class NvmlHealth:
             pages = self._optional(lambda: nvml.nvmlDeviceGetRetiredPages(
                 handle, code["NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"]))  # fmt: skip
             pending = self._optional(lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+            # A100 and later remap rows instead: (corrected, uncorrected, pending, failed).
+            rows = self._optional(lambda: nvml.nvmlDeviceGetRemappedRows(handle))
         except _Lost as lost:
             self._handles[index] = None
             return GpuView(index, answering=False, error=lost.text, xids=xids)
         activity = nvml_activity(nvml, index, handle)
+        if rows is not None:
+            pages = [*(pages or ()), *range(int(rows[1]))]
+            pending = bool(pending) or bool(rows[2])
         return GpuView(
             index,
             xids=xids,
             ecc_uncorrected=int(unc) if unc is not None else None,
             retired_pages=len(pages) if pages is not None else None,
             retirement_pending=bool(pending) if pending is not None else None,
+            remap_failed=rows is not None and bool(rows[3]),
             utilisation=activity.utilisation,
             sm_clock_ratio=activity.sm_clock_ratio,
             slowdowns=activity.slowdowns,
