@@ -29,7 +29,7 @@ import functools
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cuzk_supervisor.adapters.machine.gpu import (
     GpuProbe,
@@ -45,9 +45,11 @@ from cuzk_supervisor.settings.policies import daemon_listen, policy
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.logship.shipper import LogShipper
+    from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
     from cuzk_supervisor.adapters.manager.client import ManagerClient
     from cuzk_supervisor.adapters.manager.outbox import Outbox
     from cuzk_supervisor.adapters.state.store import StateKeeper
+    from cuzk_supervisor.lifecycle.healthwatch import HealthWatch
     from cuzk_supervisor.lifecycle.machine import Lifecycle
     from cuzk_supervisor.runtime import Runtime
     from cuzk_supervisor.serve.metricsink import MetricsSink
@@ -77,6 +79,16 @@ def host_gpu_probe(s: Settings) -> GpuProbe:
     return StaticProbe(())
 
 
+def host_gpu_health(s: Settings) -> NvmlHealth | None:
+    """The run phase's NVML reads (XIDs, ECC, clocks): the host's NVML where ``gpu_probe`` is
+    nvml, else none (the health watch then judges from the daemon alone)."""
+    if s.gpu_probe != "nvml" or s.health_interval_s <= 0:
+        return None
+    from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
+
+    return NvmlHealth()
+
+
 def _nothing_to_refuse(s: Settings) -> None:
     return None
 
@@ -90,6 +102,7 @@ class Machine:
     gpu_probe: Callable[[Settings], GpuProbe] = host_gpu_probe
     memory_sampler: Callable[[Settings], MemorySampler] = host_memory_sampler
     check: Callable[[Settings], None] = _nothing_to_refuse
+    gpu_health: Callable[[Settings], NvmlHealth | None] = host_gpu_health
 
 
 HOST = Machine()
@@ -184,6 +197,7 @@ def build_lifecycle(
     sampler: MemorySampler,
     gpu: GpuProbe,
     metrics: MetricsSink,
+    gpu_health: NvmlHealth | None = None,
 ) -> Lifecycle:
     """The phase machine and its collaborators, connected."""
     from cuzk_supervisor.adapters.proving.client import ProvingClient
@@ -259,13 +273,48 @@ def build_lifecycle(
         s, progress=progress, signals=signals, watch=watch, gpu=gpu, metrics=metrics,
         daemon=daemon, manager=reporter,
     )  # fmt: skip
+    health = build_health_watch(
+        s, daemon=daemon, manager=reporter, shipper=shipper, metrics=metrics, progress=progress,
+        signals=signals, gpus=gpu_health,
+        totals_client=functools.partial(ProvingClient, parse_address(daemon_listen(s)),
+                                        policy(ProvingTimeouts, s)),
+        min_rate=edges.min_rate,
+    )  # fmt: skip
     return Lifecycle(
         s=s, state=state, shipper=shipper, metrics=metrics, memory_policy=memory_policy,
         bench_policy=policy(BenchPolicy, s, min_rate=bench_min_rate(s, edges.min_rate)),
         progress=progress, signals=signals,
         resources=PlanResources(sampler, gpu),
         fetch_params=ParamsFetch(s, spawn, shipper), daemon=daemon, proofs=proofs,
-        stepdown=stepdown, reporter=reporter, monitors=monitors,
+        stepdown=stepdown, reporter=reporter, monitors=monitors, health=health,
+    )  # fmt: skip
+
+
+def build_health_watch(
+    s: Settings,
+    *,
+    gpus: NvmlHealth | None,
+    totals_client: Callable[[], Any],
+    min_rate: float,
+    **collaborators: Any,
+) -> HealthWatch:
+    """The run phase's health watch: the daemon's status and GetMetrics, NVML, the policy and
+    the ladder from the settings; ``min_rate`` as the manager holds it (0: its default)."""
+    from cuzk_supervisor.adapters.proving.daemonstatus import fetch_status, status_address
+    from cuzk_supervisor.core.health import HealthPolicy
+    from cuzk_supervisor.core.healthladder import LadderPolicy
+    from cuzk_supervisor.lifecycle.healthwatch import HealthWatch, metrics_reader
+
+    address = status_address(s.daemon_status_listen)
+
+    async def read_status() -> object | None:
+        return await fetch_status(address) if address is not None else None
+
+    return HealthWatch(
+        interval_s=s.health_interval_s, policy=policy(HealthPolicy, s),
+        ladder=policy(LadderPolicy, s), read_status=read_status,
+        read_totals=metrics_reader(totals_client), gpus=gpus, time_scale=s.rate_time_scale,
+        manager_min_rate=min_rate or MANAGER_DEFAULT_MIN_RATE, **collaborators,
     )  # fmt: skip
 
 
@@ -301,6 +350,7 @@ async def run(
                 s, runtime, edges,
                 state=keeper, outbox=Outbox.for_keeper(edges.manager, keeper),
                 sampler=machine.memory_sampler(s), gpu=machine.gpu_probe(s), metrics=metrics,
+                gpu_health=machine.gpu_health(s),
             )  # fmt: skip
             if on_phase is not None:
                 lifecycle.phase_listeners.append(on_phase)

@@ -19,6 +19,7 @@ BENCH_FAILED = 6
 INSTANCE_GONE = 7
 PARAMS_FAILED = 8
 STATE_UNWRITABLE = 9
+HEALTH_BROKEN = 10
 # Interrupted by a signal: 128 + the signal number (143 for SIGTERM, 130 for SIGINT).
 SIGNAL_BASE = 128
 
@@ -46,6 +47,9 @@ MEANINGS: dict[int, str] = {
     STATE_UNWRITABLE: "a write of the state file failed once the run had started (disk full, an "
     "I/O error, `state_dir` made read-only since the start); a `state_dir` found unwritable "
     "before the start is exit 2",
+    HEALTH_BROKEN: "the run phase found the machine broken (a GPU lost, every proof failing after "
+    "a daemon restart, ...) and told the manager, which ended the instance (README 'The run "
+    "phase')",
 }
 SIGNAL_MEANING = "stopped by signal N (143 for SIGTERM, 130 for SIGINT)"
 

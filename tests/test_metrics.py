@@ -38,6 +38,9 @@ FAMILIES = {
     "cuzk_supervisor_manager_outbox_depth": "gauge",
     "cuzk_supervisor_manager_failed_requests": "counter",
     "cuzk_supervisor_health_connections_dropped": "counter",
+    "cuzk_supervisor_health_level": "gauge",
+    "cuzk_supervisor_health_finding": "gauge",
+    "cuzk_supervisor_health_actions": "counter",
 }
 
 

@@ -59,6 +59,7 @@ SITUATIONS: list[tuple[str, int]] = [
     ("fetch failed, hung, or wrong files", exitcodes.PARAMS_FAILED),
     ("a write of the state file failed", exitcodes.STATE_UNWRITABLE),
     ("`state_dir` made read-only since the start", exitcodes.STATE_UNWRITABLE),
+    ("the run phase found the machine broken", exitcodes.HEALTH_BROKEN),
     ("143 for SIGTERM", exitcodes.SIGNAL_BASE + 15),
 ]
 

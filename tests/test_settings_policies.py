@@ -14,6 +14,8 @@ from cuzk_supervisor.adapters.logship.shipper import ShipperSettings
 from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
 from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 from cuzk_supervisor.core.bench import BenchPolicy
+from cuzk_supervisor.core.health import HealthPolicy
+from cuzk_supervisor.core.healthladder import LadderPolicy
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.core.risk import RiskPolicy
@@ -30,7 +32,7 @@ VALUES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
         MemoryPolicy, RiskPolicy, RestartPolicy, BenchPolicy, ProvingTimeouts, ManagerTimeouts,
-        ManagerRetry, ShipperSettings, DaemonSettings,
+        ManagerRetry, ShipperSettings, DaemonSettings, HealthPolicy, LadderPolicy,
     )
 }  # fmt: skip
 

@@ -234,6 +234,13 @@ def _gone(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return m.fail(f"the manager killed this instance: {e.get('reason', '')}")
 
 
+def _health(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    """The run phase's health watch: a change of its findings, a restart, the manager told."""
+    kind = {"info": "note", "warning": "warning"}.get(str(e.get("level")), "error")
+    words = "telling the manager" if e.get("event") == "health.telling_manager" else "health"
+    return [Line(kind, f"{words}: {e.get('reason', '')}")]
+
+
 def _finished(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     m.failure = f"an earlier run ended with exit {e.get('exit_code')}: {e.get('reason', '')}"
     return [Line("warning", f"{m.failure} ({e.get('detail', '')})")]
@@ -311,6 +318,9 @@ HANDLERS: dict[str, Handler] = {
     "manager.report_done": _ignore,
     "bench.interrupted": _interrupted,
     "daemon.exited": _daemon_exited,
+    "health.changed": _health,
+    "health.restart": _health,
+    "health.telling_manager": _health,
     "proof.attempt_failed": _ignore,  # proof.failed said it
     "proof.daemon_restarted": _ignore,  # daemon.exited said it; the proof is sent again
     "bench.no_time_to_measure_again": _said(

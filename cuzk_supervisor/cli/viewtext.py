@@ -44,6 +44,7 @@ EXIT_WORDS = {
     exitcodes.INSTANCE_GONE: "instance gone at the manager",
     exitcodes.PARAMS_FAILED: "parameters failed",
     exitcodes.STATE_UNWRITABLE: "state file unwritable",
+    exitcodes.HEALTH_BROKEN: "machine broken, the manager told",
 }
 
 _QUIET_KEYS = frozenset(

@@ -38,6 +38,7 @@ from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle import ports
 from cuzk_supervisor.lifecycle.benchrun import bench_result
+from cuzk_supervisor.lifecycle.healthwatch import Unwatched
 from cuzk_supervisor.lifecycle.shared import (
     LifecycleFailure,
     MemoryTrouble,
@@ -53,8 +54,9 @@ log = structlog.get_logger()
 
 # Verdicts that stand across a restart of the container (see SupervisorState.verdict).
 TERMINAL_CODES = frozenset(
-    {exitcodes.BENCH_FAILED, exitcodes.INSTANCE_GONE, exitcodes.OUT_OF_MEMORY}
-)
+    {exitcodes.BENCH_FAILED, exitcodes.INSTANCE_GONE, exitcodes.OUT_OF_MEMORY,
+     exitcodes.HEALTH_BROKEN}
+)  # fmt: skip
 
 
 @dataclass(eq=False, kw_only=True)
@@ -77,6 +79,7 @@ class Lifecycle:
     stepdown: ports.StepDowns
     reporter: ports.Reports
     monitors: ports.Watchers
+    health: ports.Health = field(default_factory=Unwatched)
     plan: WorkerPlan | None = field(default=None, init=False)
     phase_listeners: list[Callable[[str], None]] = field(default_factory=list, init=False)
     last_verdict_reason: str = field(default="", init=False)
@@ -290,17 +293,17 @@ class Lifecycle:
         await self.reporter.running()
         if self.s.exit_after_run:
             return exitcodes.OK
-        async with self.daemon.workers_kept():
+        async with self.daemon.workers_kept(), self.health.watching():
             return await self._keep_running()
 
     async def _keep_running(self) -> int:
-        """Until the manager kills us, the daemon's keeper gives up, or memory trouble (step
-        down and go on)."""
-        ended = self.daemon.ended
+        """Until the manager kills us, the daemon's keeper gives up, the health watch told the
+        manager the machine is broken, or memory trouble (step down and go on)."""
+        ended, broken = self.daemon.ended, self.health.verdict
         while True:
             trouble = asyncio.create_task(self.signals.trouble.wait())
             gone = asyncio.create_task(self.signals.gone.wait())
-            waits: set[asyncio.Future[Any]] = {trouble, gone, ended}
+            waits: set[asyncio.Future[Any]] = {trouble, gone, ended, broken}
             try:
                 done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:  # also when a signal cancels us: no wait is left pending
@@ -308,8 +311,13 @@ class Lifecycle:
                 gone.cancel()
             if gone in done:
                 return exitcodes.INSTANCE_GONE
+            if broken in done:
+                self.last_verdict_reason = f"health {broken.result()}"
+                return exitcodes.HEALTH_BROKEN
             if ended in done:
                 outcome = ended.result()
+                if outcome.exit_code == exitcodes.DAEMON_CRASH_LOOP:
+                    await self.health.daemon_gave_up(outcome.reason)  # told: rate 0
                 raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
             await self._step_down(self.signals.trouble_cause)
 

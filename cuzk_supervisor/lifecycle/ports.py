@@ -105,6 +105,17 @@ class Watchers(Protocol):
     def loops(self) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]: ...
 
 
+class Health(Protocol):
+    """The run phase's health watch (:class:`.healthwatch.HealthWatch`)."""
+
+    @property
+    def verdict(self) -> asyncio.Future[str]: ...
+
+    def watching(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def daemon_gave_up(self, reason: str) -> bool: ...
+
+
 class Resources(Protocol):
     """What the plan is made from: memory (``MemorySampler``) and GPUs (a ``GpuProbe``)."""
 

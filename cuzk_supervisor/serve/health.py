@@ -338,12 +338,17 @@ class HealthServer:
     def _readyz(self) -> bytes:
         phase = self.source.phase
         daemon_ready = self.source.daemon_ready
-        if phase == "run" and daemon_ready:
-            return json_response(HTTPStatus.OK, {"phase": phase, "daemon_ready": True})
+        # The run phase's health watch, where the source has one: broken is not ready.
+        health = getattr(self.source, "health", None)
+        said = health if health and health.get("level") != "healthy" else None
+        if phase == "run" and daemon_ready and not (said and said.get("level") == "broken"):
+            ready: dict[str, Any] = {"phase": phase, "daemon_ready": True}
+            return json_response(HTTPStatus.OK, {**ready, "health": said} if said else ready)
         body = {
             "phase": phase,
             "daemon_ready": daemon_ready,
             "last_failure": self.source.last_failure,
+            **({"health": said} if said else {}),
         }
         return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
 

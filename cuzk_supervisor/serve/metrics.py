@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 from cuzk_supervisor.adapters.machine.gpu import GpuDevice
 from cuzk_supervisor.core.bound import Bound, Verdict
 from cuzk_supervisor.core.exits import ExitKind
+from cuzk_supervisor.core.health import KINDS as HEALTH_KINDS
 from cuzk_supervisor.core.risk import RiskLevel
 
 NAN = math.nan
@@ -233,6 +234,24 @@ class SupervisorMetrics:
             ["reason"],
             registry=r,
         )
+        self._health_level = Gauge(
+            "cuzk_supervisor_health_level",
+            "The run phase's health: 0 healthy, 1 degraded, 2 broken (README 'The run phase')",
+            registry=r,
+        )
+        self._health_finding = Gauge(
+            "cuzk_supervisor_health_finding",
+            "1 for each kind of trouble the run phase's health watch finds now, 0 for the others",
+            ["kind"],
+            registry=r,
+        )
+        self._health_findings = {k: self._health_finding.labels(kind=k) for k in HEALTH_KINDS}
+        self._health_actions = Counter(
+            "cuzk_supervisor_health_actions",
+            "What the health watch did about a finding: restart (the daemon), tell (the manager)",
+            ["action"],
+            registry=r,
+        )
         self.set_phase(phase)
 
     # --- updates ------------------------------------------------------------------------------
@@ -316,6 +335,18 @@ class SupervisorMetrics:
 
     def health_connection_dropped(self, reason: str) -> None:
         self._health_dropped.labels(reason=reason).inc()
+
+    def health(self, level: int, kinds: Iterable[str]) -> None:
+        """The health watch's latest assessment: its level and the kinds it found."""
+        self._health_level.set(level)
+        found = set(kinds)
+        for kind in found - self._health_findings.keys():
+            self._health_findings[kind] = self._health_finding.labels(kind=kind)
+        for kind, child in self._health_findings.items():
+            child.set(1 if kind in found else 0)
+
+    def health_action(self, step: str) -> None:
+        self._health_actions.labels(action=step).inc()
 
     # --- exposition ---------------------------------------------------------------------------
 

@@ -44,6 +44,10 @@ class MetricsSink(Protocol):
 
     def health_connection_dropped(self, reason: str) -> None: ...
 
+    def health(self, level: int, kinds: Iterable[str]) -> None: ...
+
+    def health_action(self, step: str) -> None: ...
+
     @property
     def phase(self) -> str: ...
 
@@ -85,6 +89,12 @@ class NoMetrics:
         pass
 
     def health_connection_dropped(self, reason: str) -> None:
+        pass
+
+    def health(self, level: int, kinds: Iterable[str]) -> None:
+        pass
+
+    def health_action(self, step: str) -> None:
         pass
 
     @property

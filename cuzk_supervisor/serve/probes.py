@@ -56,6 +56,14 @@ class LifecycleSource:
     def last_failure(self) -> str:
         return self._lifecycle.last_failure
 
+    @property
+    def health(self) -> dict[str, str] | None:
+        """The run phase's latest health assessment (None before the first)."""
+        assessment = getattr(self._lifecycle.health, "assessment", None)
+        if assessment is None:
+            return None
+        return {"level": assessment.level.word, "reason": assessment.reason}
+
 
 class StartupLatch:
     """Passes once the lifecycle enters a phase after warmup, and never turns back.

@@ -390,6 +390,59 @@ class Settings:
     exit_after_run: bool = setting(
         False, "exit once the run phase is reached (demos and tests)", group="run"
     )
+    # The run phase's health watch (README "The run phase"; core.health, core.healthladder).
+    health_interval_s: float = setting(
+        30.0, "how often the run phase's health is judged; 0: not watched", minimum=0,
+        maximum=HOUR_S, group="run",
+    )  # fmt: skip
+    health_ladder: str = setting(
+        "tell", "the last step the health watch may take: say, restart (the daemon) or tell "
+        "(the manager, which ends a broken machine)", choices=("say", "restart", "tell"),
+        group="run", metavar="STEP",
+    )  # fmt: skip
+    health_gpu_lost_s: float = setting(
+        60.0, "a GPU NVML cannot read for this long is lost (XID 79: at once)", minimum=0,
+        maximum=DAY_S, group="run",
+    )  # fmt: skip
+    health_failing_proofs: int = setting(
+        3, "failed proofs in a row, none completed, that make proofs failing; 0: not judged",
+        minimum=0, maximum=10_000, group="run",
+    )  # fmt: skip
+    health_failing_s: float = setting(
+        900.0, "proofs failing this long is broken (the daemon is restarted once first)",
+        minimum=0, maximum=7 * DAY_S, group="run",
+    )  # fmt: skip
+    health_stuck_factor: float = setting(
+        10.0, "a partition in the GPU stage this many times its measured time is stuck",
+        minimum=1, maximum=10_000, group="run",
+    )  # fmt: skip
+    health_stuck_min_s: float = setting(
+        120.0, "a stuck partition's least time in the GPU stage (and the threshold while none "
+        "was measured)", minimum=0, maximum=DAY_S, group="run",
+    )  # fmt: skip
+    health_throttle_ratio: float = setting(
+        0.5, "a loaded GPU whose SM clock is at most this share of its maximum, held down by a "
+        "slowdown reason, is throttled", minimum=0, maximum=1, group="run",
+    )  # fmt: skip
+    health_throttle_s: float = setting(
+        3600.0, "throttled this long is degraded", minimum=0, maximum=7 * DAY_S, group="run"
+    )
+    health_daemon_exits: int = setting(
+        3, "daemon exits within health_exit_window_s that are degraded; 0: not judged",
+        minimum=0, maximum=10_000, group="run",
+    )  # fmt: skip
+    health_exit_window_s: float = setting(
+        HOUR_S, "the window health_daemon_exits counts in", minimum=1, maximum=7 * DAY_S,
+        group="run",
+    )  # fmt: skip
+    health_restart_limit: int = setting(
+        3, "daemon restarts the health watch may make within health_restart_window_s",
+        minimum=0, maximum=1000, group="run",
+    )  # fmt: skip
+    health_restart_window_s: float = setting(
+        DAY_S, "the window health_restart_limit counts in", minimum=1, maximum=30 * DAY_S,
+        group="run",
+    )  # fmt: skip
 
     # --- health server ------------------------------------------------------------------------
     health_enabled: bool = setting(True, "serve /healthz /readyz /metrics", group="health")

@@ -75,6 +75,22 @@ FROM_SETTINGS: Final[Mapping[str, Mapping[str, str]]] = {
         "drain_lines_per_s": "log_push_lines_per_s",
         "jitter": "manager_jitter",
     },
+    "HealthPolicy": {
+        "gpu_lost_s": "health_gpu_lost_s",
+        "failing_proofs": "health_failing_proofs",
+        "failing_s": "health_failing_s",
+        "stuck_factor": "health_stuck_factor",
+        "stuck_min_s": "health_stuck_min_s",
+        "throttle_ratio": "health_throttle_ratio",
+        "throttle_s": "health_throttle_s",
+        "daemon_exits": "health_daemon_exits",
+        "exit_window_s": "health_exit_window_s",
+    },
+    "LadderPolicy": {
+        "top": "health_ladder",
+        "restart_limit": "health_restart_limit",
+        "restart_window_s": "health_restart_window_s",
+    },
     "DaemonSettings": {
         "binary": "daemon_binary",
         "extra_args": "daemon_args",

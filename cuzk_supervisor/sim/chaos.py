@@ -16,8 +16,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cuzk_supervisor.sim import logfmt
+from cuzk_supervisor.sim import gpufaults, logfmt
 from cuzk_supervisor.sim.faults import Checkpoint, FaultSpec, Point, is_due
+from cuzk_supervisor.sim.gpustate import GpuState
 from cuzk_supervisor.sim.transport import CallRules
 
 TARGET = "cuzk_sim::fault"
@@ -170,6 +171,7 @@ class FaultController:
         self._started = 0.0
         self._floods: list[Flooder] = []
         self.gpu_faults: dict[int, str] = {}  # GPU index -> the error /status reports for it
+        self.gpus: GpuState | None = None  # the GPUs' condition (gpufaults.py; --gpu-dir)
 
     def start_clock(self) -> None:
         """Start counting ``after_s`` now, and wake up at each ``after_s`` deadline."""
@@ -236,6 +238,8 @@ class FaultController:
             index = int(spec.number)
             self.gpu_faults[index] = "NVMLError_GpuIsLost: GPU is lost (simulated)"
             self._log.error(TARGET, "GPU fell off the bus", gpu=index)
+        elif kind in gpufaults.GPU_FAULTS and self.gpus is not None:
+            gpufaults.act(self.gpus, spec, self._log)
         elif kind == "fork-grandchild":
             pid = spawn_grandchild(spec.number)
             self._log.error(TARGET, "forked a grandchild, exiting", pid=pid, sleep_s=spec.number)

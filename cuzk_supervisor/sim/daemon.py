@@ -27,6 +27,8 @@ from cuzk_supervisor.sim.chaos import FaultController, HangGate
 from cuzk_supervisor.sim.config import DEFAULT_CONFIG, ConfigError, SimConfig, load_config
 from cuzk_supervisor.sim.engine import Engine
 from cuzk_supervisor.sim.faults import FaultSpec, FaultSpecError, parse_faults
+from cuzk_supervisor.sim.gpufaults import GpuSteps
+from cuzk_supervisor.sim.gpustate import GpuState
 from cuzk_supervisor.sim.machine import SimMachine, add_machine_arguments
 from cuzk_supervisor.sim.memory import Memory
 from cuzk_supervisor.sim.service import ProvingService, start_grpc_server
@@ -206,6 +208,8 @@ class SimDaemon:
             rules=self.rules,
             time_scale=args.time_scale,
         )
+        # The GPUs' condition: the machine's (--gpu-dir), so a GPU lost stays lost.
+        self.faults.gpus = GpuState.load(args.gpu_dir, max(1, gpus))
         self.engine = Engine(
             release=args.release,
             slots=slots,
@@ -225,6 +229,7 @@ class SimDaemon:
             cpu_share=args.cpu_share,
             gpu_cpu_factor=args.gpu_cpu_factor,
         )
+        self.engine.gpu_steps = GpuSteps(self.faults.gpus, self.faults, log)
 
     def _on_memory_grow(self, key: object, total_gib: float) -> None:
         partition = None

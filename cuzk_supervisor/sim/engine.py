@@ -13,6 +13,7 @@ exact clock are recorded as it enters the pipeline and as it ends (``sim.timelin
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import uuid
 from collections import Counter, defaultdict, deque
@@ -26,11 +27,13 @@ from cuzk_supervisor.sim import model
 from cuzk_supervisor.sim.c1 import check_c1
 from cuzk_supervisor.sim.chaos import FaultController
 from cuzk_supervisor.sim.clock import SimClock
+from cuzk_supervisor.sim.gpufaults import GpuSteps
 from cuzk_supervisor.sim.logfmt import DaemonLog
 from cuzk_supervisor.sim.memory import Memory
 from cuzk_supervisor.sim.pipeline import (
     Event,
     GpuFinished,
+    GpuStarted,
     GpuTimes,
     JobProved,
     JobSynthesized,
@@ -162,6 +165,7 @@ class Engine:
         self._timer: asyncio.TimerHandle | None = None
         self.stopped = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self.gpu_steps: GpuSteps | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -393,6 +397,9 @@ class Engine:
                 partition=event.part.index,
                 elapsed_ms=round(event.seconds * 1000),
             )
+        elif isinstance(event, GpuStarted):
+            if self.gpu_steps is not None:  # the GPUs' trouble (sim.gpufaults)
+                self.gpu_steps.started(self, job, event)
         elif isinstance(event, GpuFinished):
             job.gpu_s += event.seconds
             self.log.debug(
@@ -429,12 +436,21 @@ class Engine:
         # answer and the next submission's headers (sim.pages).
         self.memory.alloc(("partition", event.part), model.PARTITION_GIB, background=True)
 
+    def fail_job(self, job: Job, error: str, at: float, worker: int | None = None) -> None:
+        """End ``job`` as failed now, as engine.rs does when a partition's GPU step fails: the
+        job is answered FAILED, its waiting partitions are dropped and those synthesizing run
+        to their end; ``worker`` (whose step failed) is free at once, while its status entry
+        stays ``proving`` until its next pickup (no ``partition_gpu_end``, as in engine.rs)."""
+        events = self.pipeline.fail(job.seq, at, worker)
+        self._finish(job, error, at)
+        self._handle(events)
+
     def _reschedule(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         deadline = self.pipeline.next_deadline()
-        if deadline is not None and self.clock is not None:
+        if deadline is not None and math.isfinite(deadline) and self.clock is not None:
             self._timer = self.clock.call_at(deadline, self._on_deadline, deadline)
 
     # --- results --------------------------------------------------------------------------
@@ -462,10 +478,13 @@ class Engine:
         if self.faults is not None:
             fired = self.faults.check("finishing")
             failure = next((spec for spec in fired if spec.kind == "fail"), None)
+        error = None if failure is None else failure.message
+        if error is None and self.gpu_steps is not None:  # a corrupt GPU's proof (sim.gpufaults)
+            error = self.gpu_steps.self_check(job)
         if job.kind == POREP and job.state != "done":  # only partitioned jobs are tracked
             end = self.now() if at is None else at
-            self.tracker.job_completed(job.job_id, job.queue, failure is None, end)
-        self._finish(job, None if failure is None else failure.message, at)
+            self.tracker.job_completed(job.job_id, job.queue, error is None, end)
+        self._finish(job, error, at)
 
     def _finish(self, job: Job, error: str | None, at: float | None) -> None:
         if job.state == "done":

@@ -9,7 +9,11 @@ looked at only at *checkpoints*; each kind listens to some of them:
 - ``completed``: a proof has completed and its result is stored (the count includes it);
 - ``memory``: the simulated memory grew (``oom``);
 - ``bind``: the daemon is about to bind its listen address;
-- ``call``: an RPC arrived (``cancel`` decides here, for the call its ARG names).
+- ``call``: an RPC arrived (``cancel`` decides here, for the call its ARG names);
+- ``gpu``: partition K of a PoRep proof reaches a GPU worker (``stuck`` decides here).
+
+The GPUs' faults (``gpu-lost``, ``xid``, ``throttle``, ``corrupt``, ``gpu-crash``, ``stuck``)
+are described in ``gpufaults.py``.
 
 The triggers ``after_proofs``, ``after_s`` and ``at_partition`` must all hold; ``times``
 caps how often a fault fires (0 = every time).
@@ -21,7 +25,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-Point = Literal["start", "timer", "partition", "finishing", "completed", "memory", "bind", "call"]
+Point = Literal[
+    "start", "timer", "partition", "finishing", "completed", "memory", "bind", "call", "gpu"
+]
 
 _PROCESS_POINTS: frozenset[Point] = frozenset({"start", "timer", "partition", "completed"})
 # Which checkpoints each kind listens to.
@@ -44,14 +50,25 @@ POINTS: dict[str, frozenset[Point]] = {
     "gpu-fault": _PROCESS_POINTS,
     "never-ready": frozenset({"bind"}),
     "addr-in-use": frozenset({"bind"}),
+    # The GPUs' condition (gpufaults.py): kept in --gpu-dir, so it outlives the daemon.
+    "gpu-lost": _PROCESS_POINTS,
+    "xid": _PROCESS_POINTS,
+    "throttle": _PROCESS_POINTS,
+    "corrupt": _PROCESS_POINTS,
+    "gpu-crash": _PROCESS_POINTS,
+    # One partition's GPU step never ends.
+    "stuck": frozenset({"gpu"}),
 }
 _ARG_REQUIRED = {
-    "exit", "oom", "flood", "fork-grandchild", "gpu-fault", "freeze", "cancel-early", "cancel"
+    "exit", "oom", "flood", "fork-grandchild", "gpu-fault", "freeze", "cancel-early", "cancel",
+    "gpu-lost", "xid", "throttle", "corrupt", "gpu-crash",
 }  # fmt: skip
+_INDEX_ARG = {"exit", "flood", "gpu-fault", "gpu-lost", "corrupt", "gpu-crash"}
+_AT_GPU_ARG = {"xid", "throttle"}  # NUMBER or NUMBER@GPU
 # What ``cancel:CALL`` can cut: ``submit-before`` ends SubmitProof before the job is enqueued
 # (the upload did not land), ``submit-after`` once it is (the answer is lost).
 CANCEL_CALLS = ("submit-before", "submit-after", "await", "prove", "status", "metrics")
-_NO_ARG = {"drop", "hang", "never-ready", "addr-in-use", "ignore-sigterm"}
+_NO_ARG = {"drop", "hang", "never-ready", "addr-in-use", "ignore-sigterm", "stuck"}
 _TRIGGERS = ("after_proofs", "after_s", "at_partition", "times", "once")
 DEFAULT_FAIL_MESSAGE = "simulated proving failure"
 
@@ -131,8 +148,13 @@ def parse_fault(text: str) -> FaultSpec:
     if kind in _ARG_REQUIRED:
         if not arg_value:
             raise FaultSpecError(f"fault {kind!r} needs an argument ({kind}:VALUE)")
-        if kind != "cancel":
-            _number(kind, "argument", arg_value, integer=kind in {"exit", "flood", "gpu-fault"})
+        if kind in _AT_GPU_ARG:
+            number, _, gpu = arg_value.partition("@")
+            _number(kind, "argument", number, integer=kind == "xid")
+            if gpu:
+                _number(kind, "GPU", gpu, integer=True)
+        elif kind != "cancel":
+            _number(kind, "argument", arg_value, integer=kind in _INDEX_ARG)
     if kind == "cancel" and arg_value not in CANCEL_CALLS:
         raise FaultSpecError(f"fault 'cancel' needs one of {', '.join(CANCEL_CALLS)} (cancel:CALL)")
     if kind in _NO_ARG and arg_value:

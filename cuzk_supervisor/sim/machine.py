@@ -72,6 +72,13 @@ def add_machine_arguments(
     parser.add_argument(
         "--cgroup-dir", type=Path, default=environ.get("CUZK_SIM_CGROUP_DIR") or None
     )
+    parser.add_argument(
+        "--gpu-dir",
+        type=Path,
+        default=environ.get("CUZK_SIM_GPU_DIR") or None,
+        help="where the GPUs' condition is kept (sim.gpustate: lost, ECC, XIDs, clocks), so that "
+        "it outlives the daemon; the supervisor's fake NVML reads it (gpu_probe sim)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +90,8 @@ class SimMachine:
     """Real MiB allocated per simulated GiB."""
     cgroup_dir: Path | None = None
     """Where the daemon keeps ``memory.current`` (the real bytes of its simulated allocations)."""
+    gpu_dir: Path | None = None
+    """Where the GPUs' condition is kept (``sim.gpustate``)."""
 
     def problem(self) -> str | None:
         """Why the simulated daemon would refuse this machine (None: it would not)."""
@@ -107,6 +116,8 @@ class SimMachine:
                 f"--cgroup-dir {self.cgroup_dir}: no such directory (the simulated daemon "
                 "keeps its memory.current there)"
             )
+        if self.gpu_dir is not None and not self.gpu_dir.is_dir():
+            return f"--gpu-dir {self.gpu_dir}: no such directory (the GPUs' condition lives there)"
         return None
 
     @classmethod
@@ -117,6 +128,7 @@ class SimMachine:
             host_gib=args.host_gib,
             memory_scale=args.memory_scale,
             cgroup_dir=args.cgroup_dir,
+            gpu_dir=args.gpu_dir,
         )
 
     @classmethod

@@ -30,6 +30,7 @@ a replay driven at other instants meets the same times exactly.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,6 +154,26 @@ class Pipeline:
         self._unproved[seq] = partitions
         return events + self._fill(now)
 
+    def fail(self, seq: int, now: float, worker: int | None = None) -> list[Event]:
+        """Job ``seq`` failed in its GPU stage (engine.rs: the job answered FAILED): its waiting
+        partitions are dropped, those queued for a GPU skipped at pickup, those synthesizing
+        run to their end; ``worker``, whose step failed, is free at once."""
+        self._drop(seq)
+        if worker is not None:
+            freed = self.workers[worker]
+            freed.stage, freed.part = "idle", None
+        return self._fill(now)
+
+    def stick(self, worker: int) -> None:
+        """``worker``'s current GPU step never ends (a stuck partition: sim.gpufaults)."""
+        self.workers[worker].until = math.inf
+
+    def _drop(self, seq: int) -> None:
+        self.failed.add(seq)
+        self.pending = deque(p for p in self.pending if p.seq != seq)
+        self._unsynthesized.pop(seq, None)
+        self._unproved.pop(seq, None)
+
     def freeze(self) -> None:
         """Stop all progress (SIGINT on the real daemon stops its workers)."""
         self.frozen = True
@@ -242,10 +263,7 @@ class Pipeline:
             fails = self._fails(part)
             taken.append((part, fails))
             if fails:  # engine.rs: partition_failed, the job failed, its slot free at once
-                self.failed.add(part.seq)
-                self.pending = deque(p for p in self.pending if p.seq != part.seq)
-                self._unsynthesized.pop(part.seq, None)
-                self._unproved.pop(part.seq, None)
+                self._drop(part.seq)
         if taken:
             self._settle(t)
             ok = [part for part, fails in taken if not fails]

@@ -11,8 +11,11 @@ starts. With any other daemon, or without those arguments, they are the host's o
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from cuzk_supervisor import compose
 from cuzk_supervisor.adapters.machine.gpu import GpuProbe, SimStatusProbe
@@ -20,6 +23,9 @@ from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.sim.machine import SimMachine, check_daemon_argv, sim_daemon_argv
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
 
 
 def machine(environ: Mapping[str, str] = os.environ) -> compose.Machine:
@@ -29,6 +35,7 @@ def machine(environ: Mapping[str, str] = os.environ) -> compose.Machine:
         gpu_probe=lambda s: gpu_probe(s, machine_of(s, environ)),
         memory_sampler=lambda s: memory_sampler(s, machine_of(s, environ)),
         check=lambda s: check(s, environ),
+        gpu_health=lambda s: gpu_health(s, machine_of(s, environ)),
     )
 
 
@@ -44,6 +51,40 @@ def gpu_probe(s: Settings, machine: SimMachine | None) -> GpuProbe:
         return compose.host_gpu_probe(s)
     url = f"http://{s.daemon_status_listen}/status"
     return SimStatusProbe(url, idle_devices=machine.gpu_devices())
+
+
+def gpu_health(s: Settings, machine: SimMachine | None) -> NvmlHealth | None:
+    """The run phase's NVML reads of the simulated GPUs: the fake NVML (``sim.fakenvml``) over
+    the condition the daemon keeps in ``--gpu-dir``, and whether each GPU works now from the
+    daemon's status; the host's NVML when the daemon is not the simulator or keeps none."""
+    if s.gpu_probe != "sim" or machine is None or machine.gpu_dir is None:
+        return compose.host_gpu_health(s)
+    if s.health_interval_s <= 0:
+        return None
+    from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
+    from cuzk_supervisor.sim.fakenvml import FakeNvml, GpuStateFile
+
+    url = f"http://{s.daemon_status_listen}/status"
+    fake = FakeNvml(
+        machine.gpus, GpuStateFile(machine.gpu_dir, machine.gpus),
+        busy=lambda: busy_gpus(url), vram_bytes=machine.vram_bytes,
+    )  # fmt: skip
+    return NvmlHealth(fake)
+
+
+def busy_gpus(url: str, timeout_s: float = 1.0) -> frozenset[int] | None:
+    """The GPUs a worker of which the daemon's status shows proving (None: no answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            document = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    workers = document.get("gpu_workers") if isinstance(document, dict) else None
+    return frozenset(
+        int(w.get("gpu_ordinal", 0))
+        for w in workers or ()
+        if isinstance(w, dict) and w.get("state") == "proving"
+    )
 
 
 def memory_sampler(s: Settings, machine: SimMachine | None) -> MemorySampler:

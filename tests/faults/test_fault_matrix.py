@@ -21,6 +21,7 @@ import psutil
 import pytest
 from daemonhelpers import Supervisor, processes_mentioning
 from faults.ratecheck import ClientView, Reported, judge
+from healthruns import with_run_phase
 from lifecyclehelpers import fake_cgroup as fake_cgroup_folder
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
 from managerhelpers import ManagerProcess
@@ -253,6 +254,52 @@ def run_seeing(await_code: str = "", daemon_line: str = "") -> Action:
     return act
 
 
+def run_phase_demand(ctx: Ctx) -> None:
+    """The run phase with curio's stand-in proving in it and the GPUs' condition in a folder
+    the fake NVML reads (issue 34; healthruns.with_run_phase)."""
+    ctx.env = with_run_phase(ctx.env, ctx.tmp)
+
+
+Stop = Callable[[Supervisor], bool]
+
+
+def said(level: str) -> Stop:
+    return lambda run: any(e.get("health") == level for e in run.named("health.changed"))
+
+
+def restarted(run: Supervisor) -> bool:
+    """The health watch restarted the daemon and the new one answered."""
+    restart = run.named("health.restart")
+    return bool(restart) and len(run.named("daemon.ready")) >= 2
+
+
+def restarted_then_healthy(run: Supervisor) -> bool:
+    return restarted(run) and said("healthy")(run)
+
+
+def health_run(text: str, stop: Stop | None = None) -> Action:
+    """A fault in the run phase: ``text`` is said in the setup tab (with the reason pushed
+    before a /bench-done that tells the manager). A row that does not end the instance is
+    stopped once ``stop`` holds; one that does ends by itself."""
+
+    def act(ctx: Ctx) -> int:
+        run = ctx.start()
+        if stop is not None:
+            poll_until(lambda: stop(run) or run.proc.poll() is not None, 120, what="the action")
+            run.signal(signal.SIGTERM)
+        code = finish(ctx, timeout=150)
+        uuid = run.named("manager.registered")[0]["uuid"]
+        lines = [line for line in ctx.manager.logs(uuid, source="setup", tail=10000)
+                 if text in line["text"]]  # fmt: skip
+        assert lines, f"{text!r} not in the setup tab\n{_story(ctx)}"
+        bench_done = reports(ctx.manager, "/bench-done")
+        if len(bench_done) == 2:  # told: the reason was pushed first
+            assert lines[0]["ts"] <= bench_done[-1]["ts"] * 1000, (lines[0], bench_done[-1])
+        return code
+
+    return act
+
+
 # --- the rows -------------------------------------------------------------------------------
 
 
@@ -276,6 +323,7 @@ class Row:
     # minutes of the daemon's, longer than a proof. What a recovery costs is measured apart:
     # bench/frozen_recovery.py.
     feeding_check: bool = True
+    told: bool = False  # the run phase's health watch told the manager: a second /bench-done
 
 
 FAST = {"daemon_liveness_interval_s": 0.5, "daemon_liveness_timeout_s": 0.5}
@@ -422,6 +470,39 @@ ROWS = [
         # at this proxy's 55 %); the row's checks do not depend on the pauses.
         settings={"manager_retry_s": 300, "manager_backoff_initial_s": 0.1,
                   "manager_backoff_max_s": 0.5}),
+    # Issue 34: the run phase's health, under production-like demand (sim.demand): each fault
+    # after the bench's 10 proofs; noticed, said in the setup tab, acted on along the ladder.
+    Row("run-phase-gpu-lost", exitcodes.HEALTH_BROKEN, setup=run_phase_demand,
+        sim_faults=("gpu-lost:0,after_proofs=12",), action=health_run("fell off the bus"),
+        events=("health.telling_manager",), told=True),
+    Row("run-phase-xid-79", exitcodes.HEALTH_BROKEN, setup=run_phase_demand,
+        sim_faults=("xid:79,after_proofs=12",), action=health_run("XID 79"),
+        events=("health.telling_manager",), told=True),
+    Row("run-phase-every-proof-failing", exitcodes.HEALTH_BROKEN, setup=run_phase_demand,
+        sim_faults=("corrupt:0,after_proofs=12",), action=health_run("every proof fails"),
+        events=("health.restart", "health.telling_manager"), told=True),
+    Row("run-phase-xid-94-after-a-restart", exitcodes.HEALTH_BROKEN, setup=run_phase_demand,
+        sim_faults=("xid:94,after_proofs=12",),
+        action=health_run("before and after a daemon restart"),
+        events=("health.restart", "health.telling_manager"), told=True),
+    Row("run-phase-crash-loop-on-a-bad-card", exitcodes.DAEMON_CRASH_LOOP,
+        setup=run_phase_demand, sim_faults=("gpu-crash:0,after_proofs=12",),
+        settings={"crash_loop_failures": 3}, action=health_run("the daemon crash-loops"),
+        events=("health.telling_manager",), told=True),
+    Row("run-phase-stuck-partition", SIGTERM_EXIT, setup=run_phase_demand,
+        sim_faults=("stuck,after_proofs=12,once={tmp}/m",),
+        action=health_run("stuck on GPU 0", stop=restarted_then_healthy),
+        events=("health.restart",)),
+    Row("run-phase-xid-48", SIGTERM_EXIT, setup=run_phase_demand,
+        sim_faults=("xid:48,after_proofs=12,once={tmp}/m",),
+        action=health_run("uncorrectable ECC error on GPU 0 (XID 48", stop=restarted),
+        events=("health.restart",)),
+    Row("run-phase-xid-63", SIGTERM_EXIT, setup=run_phase_demand,
+        sim_faults=("xid:63,after_proofs=12",),
+        action=health_run("GPU 0: XID 63", stop=said("degraded"))),
+    Row("run-phase-throttled", SIGTERM_EXIT, setup=run_phase_demand,
+        sim_faults=("throttle:0.4,after_proofs=12",),
+        action=health_run("held at 40% of its SM clock", stop=said("degraded"))),
 ]  # fmt: skip
 
 
@@ -498,7 +579,8 @@ def test_fault_row(row: Row, ctx) -> None:
     # No duplicate report, whatever happened (/running is also the run phase's repeated,
     # idempotent liveness ping, so it may come more than once).
     for path in ("/param-done", "/bench-done"):
-        assert len(reports(mgr, path)) <= 1, f"{path} acknowledged twice"
+        most = 2 if row.told and path == "/bench-done" else 1
+        assert len(reports(mgr, path)) <= most, f"{path} acknowledged more than {most} time(s)"
     # Nothing we started is left running, and no zombie.
     poll_until(lambda: _none_left(context.tmp, mgr), 10, what="no leftover processes")
     if row.state_file:
@@ -517,6 +599,13 @@ def test_fault_row(row: Row, ctx) -> None:
         (instance,) = mgr.status()
         logs = mgr.get(f"/api/instance-logs/{instance['uuid']}").json()
         assert any(row.reason in line["text"] for line in logs), _story(context)
+    if row.told:
+        # The bench's verdict, then the run phase's: rate 0, below min_rate, so killed.
+        told = reports(mgr, "/bench-done")[-1]
+        assert told["json"]["rate"] == 0
+        (instance,) = mgr.instances()
+        assert instance["state"] == "killed", instance
+        assert instance["kill_reason"].startswith("bench_rate 0"), instance
     if row.rate_zero:
         (bench,) = reports(mgr, "/bench-done")
         assert bench["json"]["rate"] == 0

@@ -130,6 +130,32 @@ def no_gpu_activity() -> tuple[GpuActivity, ...]:
     return ()
 
 
+def nvml_activity(nvml: Any, index: int, handle: Any) -> GpuActivity:
+    """One GPU's utilisation, SM clock against its maximum and the reasons its clocks are held
+    down, through ``nvml``; a figure this GPU or driver does not report is None."""
+
+    def read(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except nvml.NVMLError:
+            return None
+
+    rates = read(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+    clock = read(lambda: nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))
+    top = read(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
+    # Renamed "clocks event reasons" in newer bindings; the bits are the same.
+    reasons_of = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    mask = read(lambda: reasons_of(handle)) if reasons_of is not None else None
+    return GpuActivity(
+        index=index,
+        utilisation=min(1.0, int(rates.gpu) / 100) if rates is not None else None,
+        sm_clock_ratio=min(1.0, int(clock) / int(top)) if clock and top else None,
+        slowdowns=tuple(n for bit, n in SLOWDOWN_BITS if mask and int(mask) & bit),
+    )
+
+
 class NvmlProbe:
     """GPUs through NVML. ``nvml`` is the module (default: ``import pynvml``); tests pass a
     fake with the same names. NVML is initialised once, here."""
@@ -235,32 +261,8 @@ class NvmlProbe:
                     handle = self._handles[index] = self._nvml.nvmlDeviceGetHandleByIndex(index)
             except self._nvml.NVMLError:
                 continue
-            found.append(self._activity(index, handle))
+            found.append(nvml_activity(self._nvml, index, handle))
         return tuple(found)
-
-    def _activity(self, index: int, handle: Any) -> GpuActivity:
-        nvml = self._nvml
-
-        def read(call: Callable[[], Any]) -> Any:
-            try:
-                return call()
-            except nvml.NVMLError:
-                return None
-
-        rates = read(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-        clock = read(lambda: nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))
-        top = read(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
-        # Renamed "clocks event reasons" in newer bindings; the bits are the same.
-        reasons_of = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-        )
-        mask = read(lambda: reasons_of(handle)) if reasons_of is not None else None
-        return GpuActivity(
-            index=index,
-            utilisation=min(1.0, int(rates.gpu) / 100) if rates is not None else None,
-            sm_clock_ratio=min(1.0, int(clock) / int(top)) if clock and top else None,
-            slowdowns=tuple(n for bit, n in SLOWDOWN_BITS if mask and int(mask) & bit),
-        )
 
     def _memory(self, handle: Any) -> Any:
         nvml = self._nvml

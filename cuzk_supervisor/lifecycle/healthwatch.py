@@ -1,0 +1,345 @@
+"""The run phase's health watch (issue 34): every ``health_interval_s``, what the supervisor can
+see of the machine, judged by the pure policy (:mod:`cuzk_supervisor.core.health`), and the
+ladder's actions (:mod:`cuzk_supervisor.core.healthladder`) carried out.
+
+What it reads: the daemon's HTTP status (``daemon_status_listen``: partitions with their live
+times, GPU workers, counters), the daemon's totals (``GetMetrics``: every failed proof counted),
+NVML (:class:`~cuzk_supervisor.adapters.machine.nvmlevents.NvmlHealth`: XID events, ECC, retired
+pages, clocks, a device that stops answering), and the keeper's starts, exits and crash loop.
+None of it goes to the manager: a healthy machine costs the manager nothing more than before.
+
+What it does: says each change of the findings once (a ``health.changed`` event and a line in
+words in the ``setup`` tab, the terminal, ``/metrics``, ``/readyz``); restarts the daemon where
+that can help; and, to tell the manager, pushes the reason first (flushed) and then sends
+``/bench-done`` with the rate the machine now delivers. A manager that answers ``passed: false``
+has killed and destroys the instance: :attr:`verdict` is done with the reason and the phase
+machine ends the run (exit 10). A report the manager did not answer stays in the outbox, which
+sends it when it can (and the ``/running`` ping then finds the kill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+import structlog
+
+from cuzk_supervisor.adapters.logship.shipper import LogShipper
+from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
+from cuzk_supervisor.adapters.manager.values import InstanceGone, ManagerError
+from cuzk_supervisor.adapters.state.doc import Report
+from cuzk_supervisor.adapters.state.store import StateWriteError
+from cuzk_supervisor.core.boundsample import StatusSample
+from cuzk_supervisor.core.health import Assessment, HealthPolicy, HealthState, Level, assess
+from cuzk_supervisor.core.healthevidence import GpuView, Observation, daemon_view, proof_totals
+from cuzk_supervisor.core.healthladder import (
+    Action,
+    LadderPolicy,
+    LadderState,
+    Restart,
+    Say,
+    Tell,
+    climb,
+)
+from cuzk_supervisor.daemon.keeper import DaemonKeeper
+from cuzk_supervisor.deadline import within
+from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
+from cuzk_supervisor.serve.metricsink import MetricsSink
+
+log = structlog.get_logger()
+
+REASON_PUSH_S = 30.0
+"""How long the reason's push may hold the report (then /bench-done goes anyway)."""
+CALL_S = 5.0
+"""One status read or GetMetrics call at most."""
+
+
+class Daemon(Protocol):
+    keeper: DaemonKeeper | None
+
+    async def ready(self) -> None: ...
+
+
+class Manager(Protocol):
+    @property
+    def judged(self) -> bool: ...
+
+    @property
+    def min_rate(self) -> float: ...
+
+    async def bench_done(self, rate: float) -> Report: ...
+
+
+class MetricsClient(Protocol):
+    async def metrics(self, budget_s: float | None = None) -> str: ...
+
+
+def metrics_reader(
+    client_factory: Callable[[], AbstractAsyncContextManager[MetricsClient]],
+) -> Callable[[], Awaitable[str | None]]:
+    """The daemon's GetMetrics text, or None (no answer within ``CALL_S``)."""
+
+    async def read() -> str | None:
+        try:
+            async with client_factory() as client:
+                return await within(client.metrics(budget_s=CALL_S), CALL_S + 1)
+        except Exception:  # any failure to answer is no figure this time
+            return None
+
+    return read
+
+
+def bench_gpu_stage_s(samples: Iterable[StatusSample], time_scale: float) -> tuple[float, ...]:
+    """The GPU stage's time of each partition the bench's status samples saw done (seconds)."""
+    seen: dict[tuple[str, int], float] = {}
+    for sample in samples:
+        for pipeline in sample.pipelines:
+            for part in pipeline.partitions:
+                if part.state == "done" and part.gpu_ms is not None:
+                    seen[(pipeline.job_id, part.index)] = part.gpu_ms / 1000 / time_scale
+    return tuple(seen.values())
+
+
+class Unwatched:
+    """No health watch: the phase machine's tests, and where none is built."""
+
+    def __init__(self) -> None:
+        self._verdict: asyncio.Future[str] | None = None
+
+    @property
+    def verdict(self) -> asyncio.Future[str]:
+        if self._verdict is None:
+            self._verdict = asyncio.get_running_loop().create_future()
+        return self._verdict
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        yield
+
+    async def daemon_gave_up(self, reason: str) -> bool:
+        return False
+
+
+class HealthWatch:
+    def __init__(
+        self,
+        *,
+        interval_s: float,
+        policy: HealthPolicy,
+        ladder: LadderPolicy,
+        daemon: Daemon,
+        manager: Manager,
+        shipper: LogShipper,
+        metrics: MetricsSink,
+        progress: Progress,
+        signals: Signals,
+        read_status: Callable[[], Awaitable[object | None]],
+        read_totals: Callable[[], Awaitable[str | None]],
+        gpus: NvmlHealth | None = None,
+        time_scale: float = 1.0,
+        manager_min_rate: float = 50.0,
+        clock: Callable[[], float] = time.monotonic,
+        call_s: float = CALL_S,
+    ) -> None:
+        self.interval_s = interval_s
+        self.policy = policy
+        self.ladder = ladder
+        self._daemon = daemon
+        self._manager = manager
+        self._shipper = shipper
+        self._metrics = metrics
+        self._progress = progress
+        self._signals = signals
+        self._read_status = read_status
+        self._read_totals = read_totals
+        self._gpus = gpus if gpus is not None and gpus.available else None
+        self._time_scale = time_scale
+        self._min_rate = manager_min_rate
+        self._clock = clock
+        self._call_s = call_s
+        self.state = HealthState()
+        self.ladder_state = LadderState()
+        self.assessment: Assessment | None = None
+        self._verdict: asyncio.Future[str] | None = None
+        self._crash_loop = ""
+        self._lock = asyncio.Lock()
+        self._nvml_read: asyncio.Future[tuple[GpuView, ...]] | None = None
+        self._nvml_since: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval_s > 0
+
+    @property
+    def verdict(self) -> asyncio.Future[str]:
+        """Done with the reason once the manager was told and answered ``passed: false`` (it
+        ends this instance); with the error when the report could not be written."""
+        if self._verdict is None:
+            self._verdict = asyncio.get_running_loop().create_future()
+        return self._verdict
+
+    @property
+    def told(self) -> bool:
+        return self._verdict is not None and self._verdict.done()
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """Watch while the block runs (nothing when ``health_interval_s`` is 0). A stuck
+        partition is held to the GPU stage's times the bench sampled, when it did."""
+        if not self.enabled:
+            yield
+            return
+        measured = bench_gpu_stage_s(self._progress.bench_samples, self._time_scale)
+        self.state = HealthState.seeded(measured)
+        log.info("health.watching", interval_s=self.interval_s, ladder=self.ladder.top,
+                 gpu_stage_samples=len(measured))  # fmt: skip
+        task = asyncio.create_task(self._loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _loop(self) -> None:
+        while not self.told:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.tick()
+            except StateWriteError as exc:  # the report could not be made durable: exit 9
+                if not self.verdict.done():
+                    self.verdict.set_exception(exc)
+            except Exception as exc:  # a bug in one tick must not end the watch
+                log.error("health.tick_failed", reason=f"{type(exc).__name__}: {exc}")
+
+    async def daemon_gave_up(self, reason: str) -> bool:
+        """The keeper gave up on the daemon (a crash loop): judged now; True once told."""
+        if not self.enabled:
+            return False
+        self._crash_loop = reason
+        await self.tick()
+        return self.told
+
+    async def tick(self) -> None:
+        async with self._lock:
+            observation = await self.observe()
+            self.state, assessment = assess(self.policy, self.state, observation)
+            self.assessment = assessment
+            self._metrics.health(int(assessment.level), [f.kind for f in assessment.findings])
+            self.ladder_state, actions = climb(
+                self.ladder, self.ladder_state, assessment, min_rate=self._min_rate,
+                rate_time_scale=self._time_scale, judged=self._manager.judged,
+            )  # fmt: skip
+            for action in actions:
+                await self._carry_out(action)
+
+    # --- what it sees ---------------------------------------------------------------------
+
+    async def observe(self) -> Observation:
+        document, text, gpus = await asyncio.gather(
+            self._status(), self._read_totals(), self._nvml()
+        )
+        keeper = self._daemon.keeper
+        return Observation(
+            at=self._clock(),
+            daemon=daemon_view(document, self._time_scale),
+            totals=proof_totals(text) if text else None,
+            gpus=gpus,
+            daemon_starts=keeper.starts if keeper is not None else 0,
+            daemon_exits=sum(keeper.exits_by_kind.values()) if keeper is not None else 0,
+            crash_loop=self._crash_loop,
+        )
+
+    async def _status(self) -> object | None:
+        try:
+            return await within(self._read_status(), self._call_s)
+        except (TimeoutError, OSError):
+            return None
+
+    async def _nvml(self) -> tuple[GpuView, ...] | None:
+        """NVML's views; a read that stalls (a GPU in a bad state can hold NVML) is waited for
+        across ticks, never twice at once; stalled past ``gpu_lost_s``, no GPU answers."""
+        if self._gpus is None:
+            return None
+        now = self._clock()
+        if self._nvml_read is None:
+            self._nvml_read = asyncio.ensure_future(asyncio.to_thread(self._gpus.read))
+            self._nvml_since = now
+        with contextlib.suppress(TimeoutError):
+            await within(asyncio.shield(self._nvml_read), self._call_s)
+        if not self._nvml_read.done():
+            stalled = now - (self._nvml_since or now)
+            if stalled < self.policy.gpu_lost_s:
+                return None
+            error = f"NVML has not answered for {stalled:.0f} s"
+            count = self._gpus.device_count
+            return tuple(GpuView(i, answering=False, error=error) for i in range(count))
+        read, self._nvml_read = self._nvml_read, None
+        try:
+            return read.result()
+        except Exception as exc:  # a broken binding: no evidence, said once at debug level
+            log.debug("health.nvml_read_failed", reason=str(exc))
+            return None
+
+    # --- what it does ---------------------------------------------------------------------
+
+    async def _carry_out(self, action: Action) -> None:
+        if isinstance(action, Say):
+            self._say(action)
+        elif isinstance(action, Restart):
+            await self._restart(action)
+        elif isinstance(action, Tell):
+            await self._tell(action)
+
+    def _say(self, action: Say) -> None:
+        word = action.level.word
+        fields = {"health": word, "reason": action.text}
+        if action.level is Level.HEALTHY:
+            log.info("health.changed", **fields)
+        elif action.level is Level.DEGRADED:
+            log.warning("health.changed", **fields)
+        else:
+            log.error("health.changed", **fields)
+        self._shipper.add_line("setup", f"health: {action.text}")
+        if action.level is not Level.HEALTHY:
+            self._progress.last_failure = f"health: {action.text}"
+
+    async def _restart(self, action: Restart) -> None:
+        keeper = self._daemon.keeper
+        self._metrics.health_action("restart")
+        log.warning("health.restart", reason=action.reason, kind=action.finding.kind)
+        self._shipper.add_line("setup", f"health: {action.reason}")
+        if keeper is None:
+            return
+        keeper.restart_with(keeper.values)
+        with contextlib.suppress(LifecycleFailure):  # a keeper that gives up ends the run itself
+            await self._daemon.ready()
+
+    async def _tell(self, action: Tell) -> None:
+        self._metrics.health_action("tell")
+        log.error("health.telling_manager", reason=action.reason, rate=round(action.rate, 3),
+                  kind=action.finding.kind)  # fmt: skip
+        self._shipper.add_line("setup", f"health: {action.reason}")
+        # The reason first: once /bench-done is answered, the instance is destroyed.
+        if not await self._shipper.flush(REASON_PUSH_S):
+            log.warning("health.reason_not_pushed", detail="sending /bench-done anyway")
+        try:
+            done = await self._manager.bench_done(action.rate)
+        except InstanceGone as exc:
+            self._signals.mark_gone(exc.message)
+            return
+        except ManagerError as exc:
+            log.warning("health.report_queued", reason=str(exc),
+                        detail="the outbox sends /bench-done when the manager answers")  # fmt: skip
+            self._signals.outbox_kick.set()
+            return
+        if done.passed is False:
+            if not self.verdict.done():
+                self.verdict.set_result(action.reason)
+        else:
+            log.warning("health.report_unanswered", passed=done.passed,
+                        detail="no kill: the run phase goes on")  # fmt: skip
