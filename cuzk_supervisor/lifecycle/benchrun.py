@@ -23,13 +23,8 @@ from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 from cuzk_supervisor.adapters.proving.batch import Prover
 from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.adapters.state.doc import BenchRecord
-from cuzk_supervisor.core.bench import (
-    BenchPolicy,
-    RateMeasurement,
-    Stretch,
-    late_hearing_s,
-    next_submission,
-)
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch, heard_late, next_submission
+from cuzk_supervisor.core.benchreport import RateMeasurement
 from cuzk_supervisor.core.bound import Verdict
 from cuzk_supervisor.core.plan import WorkerPlan
 from cuzk_supervisor.core.units import GIB, planned_gib
@@ -120,7 +115,7 @@ class StretchRun:
                     result = task.result()
                     if result.ok:
                         done_at = self.completed_at(result)
-                        late = result.finished_at - done_at > late_hearing_s(self.stretch)
+                        late = heard_late(self.stretch, done_at, result.finished_at)
                         self.stretch = self.stretch.completed(done_at, heard_late=late)
                     else:
                         self.stretch = self.stretch.failed_one()
