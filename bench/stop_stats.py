@@ -12,19 +12,31 @@ settings are the product's defaults: a batch of 12 at concurrency 2, ``bench_pre
 (2100 s: its 45 min less the warmup, restart and settle). Each seed also runs as the fixed
 batch (``bench_precision`` 0), for the time saved.
 
+The scenarios: a quiet machine (2 workers, 1 % noise a partition); 5 % noise a partition (5
+workers: a pipeline started from idle runs 0.3-0.8 % slow for its first few dozen proofs there,
+while its partitions fall out of step, which no interval from the stretch itself can see: the
+trend allowance covers it); a lumpy 12-worker pipeline; synthesis 10 % slower from proof 7;
+1 % slower every proof; the minimum rate 3 % under and over the steady one; half the completions
+heard up to 1.5 intervals late (a connection reset again and again, a starved supervisor).
+The same late hearing on 12 workers at concurrency 2 is printed without targets: that pipeline
+has no slack (12 workers > the 10 partitions of the one other proof in flight), so every late
+resubmission idles it and changes its lumps for good; the machine then delivers less than its
+steady rate and nothing in the stretch tells by how much. In the field a late hearing costs
+milliseconds against 40 s intervals; in a simulation scaled 100 times it does not.
+
 Per scenario it prints:
 
 - **covered**: runs whose stated 95 % interval (``uncertainty_pct``) holds the truth: the
   machine's steady rate, or where it drifts the rate it holds at the end (its long-run rate at
   the last proof's slowdown). Target >= 95 %.
 - **within 1 %** of that truth, and **stopped early wrongly**: runs that ended before the
-  batch on a rate more than the precision off the truth (target 0 %).
+  batch on a rate more than the precision off the truth (target <= 1 %).
 - drift scenarios, **honest**: runs within 1 % of the rate held at the end, or that did not stop
   early and say they drifted (the record's ``drifted``), target >= 95 %;
 - near ``MIN_RATE``, **wrong verdicts**: runs whose reported rate is on the other side of the
   minimum than the truth (target <= 1 %);
-- the **time saved** against the fixed batch of the same seed (median; the quiet scenario's
-  target >= 25 %) and the proofs used.
+- the **time saved** against the fixed batch of the same seed (median, from the stretch's start
+  to its last completion: its verdict; the quiet scenario's target >= 25 %) and the proofs used.
 
 ``--quick``: 30 runs per scenario (every row still; the targets are for the full count).
 Exit 0 when every row holds a figure, 1 when one is NOT MEASURED.

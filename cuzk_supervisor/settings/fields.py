@@ -352,7 +352,7 @@ class Settings:
     bench_precision: float = setting(
         0.01,
         "adaptive stop: the rate reported must be known within this fraction (its 95 % interval, "
-        "from batch means of its completions; a stop waits for the 99 % one): the batch ends "
+        "from batch means of its completions): the batch ends "
         "early once it is, its verdict against min_rate certain, after bench_min_soak_s on a "
         "machine that holds still, never before bench_min_proofs (and 5) completions; it goes "
         "on past bench_count, up to bench_max_proofs, while it is not; 0 = off: the whole "
