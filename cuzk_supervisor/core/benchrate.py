@@ -45,6 +45,8 @@ from typing import Any
 
 from cuzk_supervisor.core.checks import require
 
+MIN_PIECE = 4
+"""Completions on each side of a break (three intervals: more than one phase of a lump)."""
 BATCHES = 5
 """Batch means at most: with more, each batch spans fewer pipeline cycles."""
 SLOPE_VARIANCE_FACTOR = 1.2
@@ -86,11 +88,18 @@ def t_quantile(df: int, confidence: float) -> float:
 
 
 def pieces(completions: Sequence[float], breaks: Collection[int] = ()) -> list[Sequence[float]]:
-    """The runs of ``completions`` between broken intervals; interval ``i`` runs from
-    completion ``i - 1`` to completion ``i`` (so 1 <= i < len)."""
+    """The runs of ``completions`` between broken intervals that measure the rate; interval
+    ``i`` runs from completion ``i - 1`` to completion ``i`` (so 1 <= i < len). A run of fewer
+    than :data:`MIN_PIECE` completions is left out where a longer one exists: one or two
+    intervals of a lumpy pipeline are one phase of its cycle, and a pipeline heard late again
+    and again would keep its short intervals and lose its long ones. Where no run is that
+    long, the breaks are not taken: the waits then count against the rate (what the daemon
+    delivered, and an uncertainty that shows them)."""
     cuts = sorted(i for i in set(breaks) if 0 < i < len(completions))
     bounds = [0, *cuts, len(completions)]
-    return [completions[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    runs = [completions[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    long_enough = [run for run in runs if len(run) >= MIN_PIECE]
+    return long_enough or [completions]
 
 
 def kept_intervals(completions: Sequence[float], breaks: Collection[int] = ()) -> list[float]:
