@@ -13,8 +13,8 @@ not divide the 10 partitions.
 
 The client is the product's own decision code: :func:`~cuzk_supervisor.core.bench.
 next_submission` at every completion heard (the lifecycle's ``StretchRun`` loop, in virtual
-time), each completion stamped when the daemon finished it (the lifecycle's best clock) and
-flagged late as the lifecycle flags it (:func:`~cuzk_supervisor.core.bench.heard_late`), and
+time), each completion stamped when the daemon finished it (the lifecycle's best clock), each
+submission when it went in (``Stretch.fed``: the core tells the late ones), and
 :func:`~cuzk_supervisor.core.benchreport.choose_measurement` at the end. ``late`` makes the
 client hear a share of the completions late (a connection reset, a starved supervisor): the
 next proof then goes in that much later, as it would.
@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cuzk_supervisor.core.bench import BenchPolicy, Stretch, heard_late, next_submission
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch, next_submission
 from cuzk_supervisor.core.benchreport import RateMeasurement, choose_measurement
 
 PARTITIONS = 10
@@ -118,7 +118,7 @@ def run(machine: Machine, policy: BenchPolicy, seed: int, budget_s: float) -> Ou
     def fill(stretch: Stretch, now: float) -> Stretch:
         while (decision := next_submission(stretch, now, budget_s, policy)).submit:
             pipe.submit(stretch.submitted, now)
-            stretch = stretch.submitted_one()
+            stretch = stretch.submitted_one(now)
         return stretch.close(decision.reason, decision.stop) if decision.closes else stretch
 
     stretch = fill(stretch, 0.0)
@@ -126,8 +126,7 @@ def run(machine: Machine, policy: BenchPolicy, seed: int, budget_s: float) -> Ou
         at = pipe.next_at()
         if heard and (at is None or heard[0][0] <= at):
             now, done_at = heapq.heappop(heard)
-            late = heard_late(stretch, done_at, now)
-            stretch = fill(stretch.completed(done_at, heard_late=late), now)
+            stretch = fill(stretch.completed(done_at), now)
             continue
         now, proved = pipe.step()
         if proved is not None:

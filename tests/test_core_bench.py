@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from cuzk_supervisor.core.bench import (
     BenchPolicy,
     Stretch,
-    heard_late,
     measurement_fits,
     next_submission,
     proofs_per_hour,
@@ -318,28 +317,49 @@ def test_completions_heard_out_of_order_are_kept_in_time_order():
     assert stretch.completions == (4.0, 5.0)
 
 
-def test_a_completion_heard_late_leaves_one_interval_out_and_keeps_the_rest():
-    """The proof that replaced the completion heard late went in late and finishes C
-    completions later: that interval holds the wait; everything before and after counts."""
-    times = [50.0, 90.0, 130.0, 170.0, 210.0, 400.0, 440.0, 480.0, 520.0]
-    stretch = Stretch(workers=10, concurrency=2, started_at=0.0)
-    for t in times:
-        stretch = stretch.completed(t, heard_late=(t == 170.0)).submitted_one()
-    assert stretch.breaks == {5}  # 170 is completion 3; the wait sits in the interval ending at 5
+def late_stretch(done: list[float], late_by: dict[int, float], concurrency: int = 2) -> Stretch:
+    """A closed loop's stretch: the fill at 0, then each proof submitted when the completion
+    ``concurrency`` before it was done, plus ``late_by`` seconds for the proofs named there."""
+    stretch = Stretch(workers=10, concurrency=concurrency, started_at=0.0)
+    for j in range(len(done)):
+        at = 0.0 if j < concurrency else done[j - concurrency] + late_by.get(j, 0.0)
+        stretch = stretch.submitted_one(at)
+    for t in done:
+        stretch = stretch.completed(t)
+    return stretch
+
+
+def test_a_proof_submitted_late_leaves_one_interval_out_and_keeps_the_rest():
+    """Proof 5 went in 190 s after the completion it replaced (its predecessor heard late, or a
+    starved supervisor): the pipeline waited, and that wait sits in the interval ending at its
+    own completion; everything before and after counts."""
+    done = [50.0, 90.0, 130.0, 170.0, 210.0, 400.0, 440.0, 480.0, 520.0]
+    stretch = late_stretch(done, {5: 190.0})
+    assert stretch.late == (5,)
+    assert stretch.breaks == {5}
     m = choose_measurement([stretch], BenchPolicy())
     assert m.rate_per_hour == pytest.approx(90.0)
     assert (m.proofs, m.stretch_proofs, m.late) == (9, 9, 1)
-    assert m.excluded == ()  # a late hearing is not an interruption
+    assert m.excluded == ()  # a late submission is not an interruption
 
 
-def test_a_completion_is_heard_late_against_the_interval_or_the_first_latency():
-    stretch = Stretch(workers=10, concurrency=2, started_at=0.0)
-    # The first completion: its own latency (100 s) stands for the interval until a second.
-    assert not heard_late(stretch, 100.0, 109.0)
-    assert heard_late(stretch, 100.0, 111.0)
-    stretch = stretch.completed(100.0).completed(140.0)
-    assert not heard_late(stretch, 180.0, 183.0)  # 40 s intervals: a tenth is 4 s
-    assert heard_late(stretch, 180.0, 185.0)
+def test_a_submission_is_late_against_a_tenth_of_the_interval():
+    done = [40.0 * k for k in range(1, 9)]
+    assert late_stretch(done, {4: 3.9}).late == ()
+    assert late_stretch(done, {4: 4.1}).late == (4,)
+    # The fill is no replacement, and a stretch without submission times has none late.
+    assert Stretch(10, 2, 0.0, completions=tuple(done), submitted=8).late == ()
+
+
+def test_a_late_submission_that_held_nothing_up_leaves_nothing_out():
+    """Where the proof still in flight kept the partitions busy (slack), the interval after a
+    late submission is as long as the others: nothing idled, and it counts."""
+    done = [40.0 * k for k in range(1, 12)]
+    stretch = late_stretch(done, {5: 30.0})
+    assert stretch.late == (5,)
+    assert stretch.breaks == frozenset()
+    held = late_stretch([*done[:5], *(t + 25.0 for t in done[5:])], {5: 30.0})
+    assert held.breaks == {5}
 
 
 # --- the plain rate ---------------------------------------------------------------------------

@@ -13,9 +13,9 @@ The batch is sized while it runs. It starts at the configured concurrency C (a c
 measure the same pipeline), and at each completion :func:`next_submission` decides whether one
 more proof still fits what is left of the budget. The rate is measured on one *stretch*: a run
 of the pipeline at one plan that no daemon restart, step-down or plan change interrupted. Only
-those end a stretch (the machine changed); a completion heard late (a dropped or stalled
-connection) does not: the one interval its late resubmission can sit in is left out
-(:attr:`Stretch.breaks`) and everything else counts.
+those end a stretch (the machine changed); a proof submitted late (its predecessor heard late
+on a dropped or stalled connection, a supervisor starved of CPU) does not: the one interval its
+wait can sit in is left out (:attr:`Stretch.breaks`) and everything else counts.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from cuzk_supervisor.core.benchrate import seconds_per_proof
 from cuzk_supervisor.core.benchrate import steady_rate_per_s as steady_rate_per_s
 from cuzk_supervisor.core.benchstop import StopRule, stop_call
 from cuzk_supervisor.core.checks import (
@@ -38,9 +40,9 @@ from cuzk_supervisor.core.checks import (
 
 HOUR_S = 3600.0
 LATE_SHARE = 0.1
-"""A completion heard later than this share of the interval after the daemon finished it is
-heard late (:func:`late_hearing_s`): the proof replacing it may have left the pipeline idle.
-Below it, the worst a late resubmission can bend a batch of n proofs is 0.1/n."""
+"""A proof submitted later than this share of the interval after the completion it replaces is
+submitted late (:attr:`Stretch.breaks`): the pipeline may have idled for it. Below it, the
+worst a late resubmission can bend a batch of n proofs is 0.1/n."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +108,9 @@ class Stretch:
     """Proofs that ended FAILED: no longer in flight, not throughput."""
     interrupted: str = ""
     """Why it ended before its last proof ('' when it ran to its end)."""
-    stalls: tuple[float, ...] = ()
-    """Completions we heard of late (a stalled connection, a starved supervisor): their
-    replacements went in late (:attr:`breaks`)."""
+    fed: tuple[float, ...] = ()
+    """When each proof was submitted, in order (the first ``concurrency`` fill the pipeline; each
+    later one replaces the completion ``concurrency`` before it)."""
     closed: str = ""
     """Why submitting ended for good ('' while it may go on): once one more proof did not fit
     the budget, none goes in later, even where a later (lower) interval estimate would let it,
@@ -121,16 +123,17 @@ class Stretch:
         ascending = all(b >= a for a, b in itertools.pairwise(self.completions))
         require(ascending, "Stretch", "completions", self.completions, "ascending")
 
-    def completed(self, at: float, *, heard_late: bool = False) -> Stretch:
+    def completed(self, at: float) -> Stretch:
         """One more completion at ``at``; kept in time order (two results seen in one wake-up
-        may arrive in either order). ``heard_late``: its successor was submitted late."""
+        may arrive in either order)."""
         done = list(self.completions)
         bisect.insort(done, at)
-        stalls = (*self.stalls, at) if heard_late else self.stalls
-        return _replace(self, completions=tuple(done), stalls=stalls)
+        return _replace(self, completions=tuple(done))
 
-    def submitted_one(self) -> Stretch:
-        return _replace(self, submitted=self.submitted + 1)
+    def submitted_one(self, at: float | None = None) -> Stretch:
+        """One more proof submitted (at ``at``, on the completions' clock, where known)."""
+        fed = (*self.fed, at) if at is not None else self.fed
+        return _replace(self, submitted=self.submitted + 1, fed=fed)
 
     def failed_one(self) -> Stretch:
         return _replace(self, failed=self.failed + 1)
@@ -146,15 +149,45 @@ class Stretch:
         return self.submitted - len(self.completions) - self.failed
 
     @property
+    def late(self) -> tuple[int, ...]:
+        """The proofs (by submission) that went in late: more than :data:`LATE_SHARE` of the
+        interval after the completion each replaced (the one ``concurrency`` places before it)."""
+        done, c = self.completions, self.concurrency
+        if len(done) < 2 or len(self.fed) <= c:
+            return ()
+        spp = seconds_per_proof(done)
+        if spp is None:
+            return ()
+        return tuple(
+            j for j in range(c, len(self.fed)) if j - c < len(done) and
+            self.fed[j] - done[j - c] > LATE_SHARE * spp
+        )  # fmt: skip
+
+    @property
     def breaks(self) -> frozenset[int]:
         """The intervals left out of the rate (:mod:`~cuzk_supervisor.core.benchrate`; interval
-        ``i`` ends at completion ``i``): after completion ``k`` heard late, the proof that
-        replaced it went in late and finishes as completion ``k + concurrency`` (the partitions
-        of the proofs already in flight go first, and are not held up); the wait, where the
-        pipeline had no slack, is in the interval that ends there."""
-        return frozenset(
-            bisect.bisect_left(self.completions, at) + self.concurrency for at in self.stalls
-        )
+        ``i`` ends at completion ``i``): a proof submitted late finishes as the completion of its
+        own rank (the partitions of the proofs already in flight go first, and are not held
+        up); where the pipeline had no slack the wait is in the interval that ends there, which
+        is then longer than the stretch's usual ones (:data:`INFLATED_SDS`,
+        :data:`INFLATED_SHARE`). Where it had slack (the other proofs in flight kept the
+        partitions busy), the interval is as usual and counts: nothing idled."""
+        done = self.completions
+        if len(done) < 3:
+            return frozenset()
+        gaps = [b - a for a, b in itertools.pairwise(done)]
+        usual = statistics.median(gaps)
+        # Longer than usual beyond the intervals' own spread (a robust one: their median
+        # absolute deviation, as a standard deviation), and by INFLATED_SHARE at least.
+        spread = 1.4826 * statistics.median(abs(g - usual) for g in gaps)
+        longer = usual + max(INFLATED_SDS * spread, INFLATED_SHARE * usual)
+        return frozenset(j for j in self.late if j < len(done) and gaps[j - 1] > longer)
+
+
+INFLATED_SDS = 3.0
+INFLATED_SHARE = 0.02
+"""An interval is held up (:attr:`Stretch.breaks`) when it is longer than the median by these
+many robust standard deviations of the intervals, and by this share at least."""
 
 
 def _replace(stretch: Stretch, **changes: Any) -> Stretch:
@@ -173,15 +206,6 @@ def interval_estimate_s(stretch: Stretch) -> float | None:
     if stretch.completions:
         return max(stretch.completions[0] - stretch.started_at, 1e-9)
     return None
-
-
-def heard_late(stretch: Stretch, done_at: float, heard_at: float) -> bool:
-    """Whether a completion the daemon finished at ``done_at`` and we heard of at ``heard_at``
-    was heard late: later than :data:`LATE_SHARE` of the interval (as far as ``stretch`` with
-    it shows the interval: the first completion's own latency, an overestimate, until a second
-    one)."""
-    interval = interval_estimate_s(stretch.completed(done_at))
-    return interval is not None and heard_at - done_at > LATE_SHARE * interval
 
 
 @dataclass(frozen=True, slots=True)

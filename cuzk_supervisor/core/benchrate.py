@@ -45,8 +45,8 @@ from typing import Any
 
 from cuzk_supervisor.core.checks import require
 
-MIN_PIECE = 4
-"""Completions on each side of a break (three intervals: more than one phase of a lump)."""
+MOST_BROKEN = 0.5
+"""The share of a stretch's intervals late submissions may leave out; past it, none is."""
 BATCHES = 5
 """Batch means at most: with more, each batch spans fewer pipeline cycles."""
 SLOPE_VARIANCE_FACTOR = 1.2
@@ -88,18 +88,17 @@ def t_quantile(df: int, confidence: float) -> float:
 
 
 def pieces(completions: Sequence[float], breaks: Collection[int] = ()) -> list[Sequence[float]]:
-    """The runs of ``completions`` between broken intervals that measure the rate; interval
-    ``i`` runs from completion ``i - 1`` to completion ``i`` (so 1 <= i < len). A run of fewer
-    than :data:`MIN_PIECE` completions is left out where a longer one exists: one or two
-    intervals of a lumpy pipeline are one phase of its cycle, and a pipeline heard late again
-    and again would keep its short intervals and lose its long ones. Where no run is that
-    long, the breaks are not taken: the waits then count against the rate (what the daemon
-    delivered, and an uncertainty that shows them)."""
-    cuts = sorted(i for i in set(breaks) if 0 < i < len(completions))
-    bounds = [0, *cuts, len(completions)]
-    runs = [completions[a:b] for a, b in itertools.pairwise(bounds) if b > a]
-    long_enough = [run for run in runs if len(run) >= MIN_PIECE]
-    return long_enough or [completions]
+    """The runs of ``completions`` between broken intervals; interval ``i`` runs from completion
+    ``i - 1`` to completion ``i`` (so 1 <= i < len). Where the breaks would leave fewer than
+    half the intervals (:data:`MOST_BROKEN`), they are not taken: a rate from the few intervals
+    a pipeline heard late again and again happened to leave says less than what the daemon
+    delivered, and the waits then count against the rate (and its uncertainty)."""
+    n = len(completions)
+    cuts = sorted(i for i in set(breaks) if 0 < i < n)
+    if n < 2 or len(cuts) > (n - 1) * MOST_BROKEN:
+        return [completions]
+    bounds = [0, *cuts, n]
+    return [completions[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def kept_intervals(completions: Sequence[float], breaks: Collection[int] = ()) -> list[float]:

@@ -55,7 +55,8 @@ class RateMeasurement:
     stretch_proofs: int = 0
     """Completions of the stretch (``proofs`` less when it drifted)."""
     late: int = 0
-    """Completions heard late in the stretch (each left one interval out of the rate)."""
+    """Proofs of the stretch submitted late (each left one interval out of the rate, where the
+    runs on both sides were long enough to measure)."""
     precise: bool | None = None
     """The uncertainty is within the precision asked for (None: none was asked for)."""
     needed: int = 0
@@ -103,7 +104,7 @@ def measure(stretch: Stretch, policy: BenchPolicy) -> dict[str, Any]:
     """The figures of one stretch: its rate (of the part that holds still), uncertainty,
     drift, and whether that meets ``policy.precision``."""
     done, breaks = stretch.completions, stretch.breaks
-    figures: dict[str, Any] = {"stretch_proofs": len(done), "late": len(stretch.stalls)}
+    figures: dict[str, Any] = {"stretch_proofs": len(done), "late": len(stretch.late)}
     if not done:
         return {**figures, "rate_per_hour": 0.0, "proofs": 0, "interval_s": 0.0}
     known = knowledge(done, breaks, policy.stop_rule)

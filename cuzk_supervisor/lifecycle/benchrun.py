@@ -23,7 +23,7 @@ from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 from cuzk_supervisor.adapters.proving.batch import Prover
 from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.adapters.state.doc import BenchRecord
-from cuzk_supervisor.core.bench import BenchPolicy, Stretch, heard_late, next_submission
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch, next_submission
 from cuzk_supervisor.core.benchreport import RateMeasurement
 from cuzk_supervisor.core.bound import Verdict
 from cuzk_supervisor.core.plan import WorkerPlan
@@ -89,7 +89,7 @@ class StretchRun:
             # Every proof is its own job: the daemon does not de-duplicate request ids.
             request.request_id = str(uuid.uuid4())
             index = self.stretch.submitted
-            self.stretch = self.stretch.submitted_one()
+            self.stretch = self.stretch.submitted_one(self.clock())
             running[asyncio.ensure_future(prover.prove(request, proof_budget_s))] = index
 
         try:
@@ -114,9 +114,7 @@ class StretchRun:
                     index = running.pop(task)
                     result = task.result()
                     if result.ok:
-                        done_at = self.completed_at(result)
-                        late = heard_late(self.stretch, done_at, result.finished_at)
-                        self.stretch = self.stretch.completed(done_at, heard_late=late)
+                        self.stretch = self.stretch.completed(self.completed_at(result))
                     else:
                         self.stretch = self.stretch.failed_one()
                     if on_result is not None:
