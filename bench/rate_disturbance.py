@@ -12,8 +12,10 @@ the adaptive stop on). Three rows are the field's rough edges (issue 32), each t
 least ``FIELD_RUNS`` (10) runs: every core busy (``BUSY_PER_CORE`` busy loops a core beside the
 whole lifecycle, at the supervisor's priority), connection chaos (the daemon's listener, on TCP,
 resets every client connection after a seeded pause of 0.2 to 2 s, ``--chaos-resets``; a
-different seed each run) and a throttle starting after the floor (synthesis 10 % slower once the
-bench has 6 completions, ``--throttle``: the truth is then the throttled rate). The table, then
+different seed each run) and a throttle starting after the floor (5 workers, synthesis 10 %
+slower from the daemon's 7th completion, the settle proof's and 6 of the bench's, 480 simulated
+seconds in: past the floor of 5, within the 600 s soak; ``--throttle``; the truth is then the
+throttled rate). The table, then
 notes, go to stdout; ``--json FILE`` writes the rows as [{"name", "value", "unit", "target",
 "ok"}]; progress goes to stderr. ``--quick``: one run
 per disturbance (a second where the first could not be measured: at these scales a loaded
@@ -73,7 +75,7 @@ QUICK_BENCH_COUNT = 6  # --quick: the batch of a row that sets none of its own
 FIELD_RUNS = 10  # the field rows: runs at least, the worst counts
 BUSY_PER_CORE = 2
 THROTTLE = 1.10
-THROTTLE_AFTER = 6  # the daemon's completions: the settle proof and the bench's floor of 5
+THROTTLE_AFTER = 7  # the daemon's completions: the settle proof and 6 bench proofs (the floor: 5)
 BUSY_LOOP = "import sys\nwhile True: pass"
 
 
@@ -156,7 +158,8 @@ def disturbances(root: Path) -> list[Disturbance]:
             tcp=True,
         ),
         Disturbance(
-            "throttle after the floor: synthesis 10 % slower from the 6th completion",
+            "throttle after the floor: 5 workers, synthesis 10 % slower from the 7th proof",
+            settings={"workers": 5},
             sim_args=("--throttle", f"{THROTTLE:g}:{THROTTLE_AFTER}"),
             slows_by=THROTTLE,
             restart=True,  # the bench's daemon counts from its own start
@@ -243,7 +246,7 @@ def one_run(
         how = result["measurement"]
         truth = cfg.steady_rate(result["workers"], how["concurrency"]) / d.slows_by
         error = float(result["rate"]) / truth - 1.0
-        late = f"; {how['late']} heard late" if how.get("late") else ""
+        late = f"; {how['late']} submitted late" if how.get("late") else ""
         progress(
             f"  {result['rate']:.2f} vs {truth:.2f} proofs/h ({error:+.2%}); {how['reason']}{late}"
         )

@@ -369,3 +369,16 @@ def test_rate_from_wall_clock():
     assert proofs_per_hour(6, 900.0) == pytest.approx(24.0)
     assert proofs_per_hour(0, 10.0) == 0.0
     assert proofs_per_hour(3, 0.0) == 0.0
+
+
+def test_a_submit_made_again_lands_when_the_daemon_had_it():
+    """Under connection resets a submit is cut and made again: the proof went in when it
+    landed, not when its first attempt began, and that is what makes it late."""
+    done = [40.0 * k for k in range(1, 10)]
+    stretch = late_stretch(done, {})  # every proof submitted at once
+    assert stretch.late == ()
+    stretch = stretch.landed(4, done[2] + 30.0)
+    assert stretch.late == (4,)
+    assert stretch.landed(4, None) == stretch
+    assert stretch.landed(4, 0.0).fed[4] == done[2] + 30.0  # never earlier than it began
+    assert stretch.landed(99, 1.0) == stretch

@@ -110,7 +110,8 @@ class Stretch:
     """Why it ended before its last proof ('' when it ran to its end)."""
     fed: tuple[float, ...] = ()
     """When each proof was submitted, in order (the first ``concurrency`` fill the pipeline; each
-    later one replaces the completion ``concurrency`` before it)."""
+    later one replaces the completion ``concurrency`` before it); once its result is in, when the
+    daemon had it (:meth:`landed`: a submit cut and made again lands later than it began)."""
     closed: str = ""
     """Why submitting ended for good ('' while it may go on): once one more proof did not fit
     the budget, none goes in later, even where a later (lower) interval estimate would let it,
@@ -134,6 +135,14 @@ class Stretch:
         """One more proof submitted (at ``at``, on the completions' clock, where known)."""
         fed = (*self.fed, at) if at is not None else self.fed
         return _replace(self, submitted=self.submitted + 1, fed=fed)
+
+    def landed(self, index: int, at: float | None) -> Stretch:
+        """Proof ``index`` (by submission) was with the daemon by ``at`` (None: not known)."""
+        if at is None or not 0 <= index < len(self.fed):
+            return self
+        fed = list(self.fed)
+        fed[index] = max(fed[index], at)
+        return _replace(self, fed=tuple(fed))
 
     def failed_one(self) -> Stretch:
         return _replace(self, failed=self.failed + 1)

@@ -114,7 +114,10 @@ class StretchRun:
                     index = running.pop(task)
                     result = task.result()
                     if result.ok:
-                        self.stretch = self.stretch.completed(self.completed_at(result))
+                        done_at = self.completed_at(result)
+                        self.stretch = self.stretch.completed(done_at).landed(
+                            index, result.landed_at
+                        )
                     else:
                         self.stretch = self.stretch.failed_one()
                     if on_result is not None:
