@@ -382,3 +382,15 @@ def test_a_submit_made_again_lands_when_the_daemon_had_it():
     assert stretch.landed(4, None) == stretch
     assert stretch.landed(4, 0.0).fed[4] == done[2] + 30.0  # never earlier than it began
     assert stretch.landed(99, 1.0) == stretch
+
+
+def test_a_wait_in_every_interval_is_the_usual_one_and_counts():
+    """Every proof submitted late and every interval held up (the fault matrix's connection cut
+    at every partition): nothing stands out from the usual interval, so nothing is left out and
+    the rate is what the daemon delivered, not that of the few intervals a selection would keep."""
+    done = [70.0 * k for k in range(1, 13)]
+    stretch = late_stretch(done, dict.fromkeys(range(2, 12), 30.0))
+    assert len(stretch.late) == 10
+    assert stretch.breaks == frozenset()
+    m = choose_measurement([stretch], BenchPolicy())
+    assert m.rate_per_hour == pytest.approx(3600 / 70)

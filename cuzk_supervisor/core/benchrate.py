@@ -45,8 +45,6 @@ from typing import Any
 
 from cuzk_supervisor.core.checks import require
 
-MOST_BROKEN = 0.5
-"""The share of a stretch's intervals late submissions may leave out; past it, none is."""
 BATCHES = 5
 """Batch means at most: with more, each batch spans fewer pipeline cycles."""
 SLOPE_VARIANCE_FACTOR = 1.2
@@ -89,15 +87,9 @@ def t_quantile(df: int, confidence: float) -> float:
 
 def pieces(completions: Sequence[float], breaks: Collection[int] = ()) -> list[Sequence[float]]:
     """The runs of ``completions`` between broken intervals; interval ``i`` runs from completion
-    ``i - 1`` to completion ``i`` (so 1 <= i < len). Where the breaks would leave fewer than
-    half the intervals (:data:`MOST_BROKEN`), they are not taken: a rate from the few intervals
-    a pipeline heard late again and again happened to leave says less than what the daemon
-    delivered, and the waits then count against the rate (and its uncertainty)."""
-    n = len(completions)
-    cuts = sorted(i for i in set(breaks) if 0 < i < n)
-    if n < 2 or len(cuts) > (n - 1) * MOST_BROKEN:
-        return [completions]
-    bounds = [0, *cuts, n]
+    ``i - 1`` to completion ``i`` (so 1 <= i < len)."""
+    cuts = sorted(i for i in set(breaks) if 0 < i < len(completions))
+    bounds = [0, *cuts, len(completions)]
     return [completions[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
