@@ -8,31 +8,33 @@ times against their count (seconds per proof; the rate is its inverse), which le
 fill before the first completion and lets the lumps of a partition pipeline (intervals that
 alternate with the partition rounds) average out instead of deciding the figure.
 
-**Breaks.** A completion heard late delays the submission of the proof that replaces it; where
-the pipeline had no slack, the completions after that proof come later by up to that delay,
-which is the client's, not the machine's. The interval that holds it (see
-:meth:`~cuzk_supervisor.core.bench.Stretch.breaks`) is *broken*: it is left out, and the slope is
+**Breaks.** A proof submitted late (its predecessor heard late, a supervisor starved of CPU)
+leaves the pipeline idle where it had no slack: the completions after it come later by up to
+that wait, which is the client's, not the machine's. The interval that holds it (see
+:attr:`~cuzk_supervisor.core.bench.Stretch.breaks`) is *broken*: it is left out, and the slope is
 pooled over the pieces between breaks (each piece keeps its own offset, they share one slope).
-Everything measured before and after a late hearing still counts; nothing is thrown away but
-the one interval the delay can sit in.
+Everything measured before and after still counts; nothing is thrown away but the one interval
+the wait sits in.
 
 **The uncertainty** comes from batch means (Law & Kelton, *Simulation Modeling and Analysis*,
 §9.5.3; Schmeiser 1982, "Batch size effects in the analysis of simulation output"): the kept
 intervals are cut into at most :data:`BATCHES` consecutive batches, the spread of the batch
 means estimates the variance of the mean interval, and the half-width takes Student's t at the
-batches' degrees of freedom. It assumes only that batches of a few consecutive intervals are
-roughly independent: the lumps of a pipeline (negatively correlated intervals) and a slowly
-wandering speed (positively correlated ones) are both inside a batch once batches span a few
-pipeline cycles. Batches grow with the stretch, so the interval stays honest as it lengthens;
-with few intervals it is wide (t with 3 or 4 degrees of freedom), which is the price of not
-assuming the intervals independent. The slope's variance under a random walk of completion
-times is up to :data:`SLOPE_VARIANCE_FACTOR` times the mean interval's; that factor is applied.
+batches' degrees of freedom. It assumes that batches of a few consecutive intervals are roughly
+independent: a slowly wandering speed (positively correlated intervals) is inside a batch once
+batches span it, and the lumps of a pipeline (a cycle of intervals that repeats with the
+partition rounds, :func:`cycle`) are kept inside by batches of whole cycles. Batches grow with
+the stretch, so the interval stays honest as it lengthens; with few intervals it is wide (t
+with 3 or 4 degrees of freedom), the price of not assuming the intervals independent. While a
+batch holds a single interval, the larger of that estimate and the one from successive
+differences (von Neumann) is used. The slope's variance under a random walk of completion times
+is up to :data:`SLOPE_VARIANCE_FACTOR` times the mean interval's; that factor is applied.
 
-**Drift.** The stretch's halves are compared: their mean intervals differ by more than the
-99 % interval of the difference (and by more than the caller's tolerance) means the machine
-moved while it was measured (a GPU reaching its power cap, a CPU warming into its throttle).
-:func:`settled_start` then finds the latest part of the stretch that holds still: the rate the
-machine holds at the end.
+**Drift.** The stretch's halves are compared, each by its own slope: a difference beyond the
+99 % interval of the difference (from successive differences, which a step or a trend does not
+inflate) and beyond the caller's tolerance means the machine moved while it was measured (a GPU
+reaching its power cap, a CPU warming into its throttle). :func:`settled_start` then finds the
+latest part of the stretch that holds still: the rate the machine holds at the end.
 """
 
 from __future__ import annotations
