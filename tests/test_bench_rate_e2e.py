@@ -1,5 +1,7 @@
 """The reported rate under ordinary disturbances (issue: the rate decides whether a machine
-lives): each run reports within 2% of the simulator's steady rate of the plan it ended on.
+lives): each run reports within 2% of the simulator's steady rate of the plan it ended on (where
+a loaded machine makes the supervisor late enough to leave the rate less certain, within the
+error it states: issue 32).
 
 The supervisor and the simulated daemon and manager run as real processes in scaled time. The
 truth is the simulator's own pipeline model (``sim.pipeline``): the long-run rate of the plan
@@ -126,15 +128,21 @@ def test_a_daemon_crash_mid_bench_settles_and_measures_anew(tmp_path, manager):
 
 def test_a_budget_for_a_few_proofs_cuts_the_batch_at_full_concurrency(tmp_path, manager):
     mgr = manager()
-    # Warmup (~3.6 s at 2 workers), restart and settle (~1.5 s) leave room for a few proofs.
-    run = start_run(env_for(tmp_path, mgr, bench_budget_s=10.5, bench_precision=0))
+    # Warmup (~3.6 s at 2 workers), restart and settle (~1.5 s) leave room for a few proofs
+    # (fewer where a loaded machine makes those slower: the fill of 2 at least).
+    run = start_run(env_for(tmp_path, mgr, bench_budget_s=12, bench_precision=0))
     assert finish(run) == exitcodes.OK
     rate, result = reported(run, mgr)
     (done,) = run.named("bench.stretch_done")
-    assert 3 <= done["completed"] < 12, done
+    assert 2 <= done["completed"] < 12, done
     assert "budget" in done["stopped"]
-    assert result["measurement"]["concurrency"] == 2
-    assert_within_2_percent(rate, result)
+    how = result["measurement"]
+    assert how["concurrency"] == 2
+    if done["completed"] >= 3:
+        assert_within_2_percent_or_its_stated_error(rate, result)
+    else:
+        assert not how["steady"], how  # marked short, with the reason
+        assert "short" in how["reason"], how
 
 
 def test_the_adaptive_stop_ends_a_steady_batch_early_and_says_why(tmp_path, manager):
@@ -249,7 +257,7 @@ def test_a_proactive_step_down_in_the_bench_reports_the_new_plans_rate(tmp_path,
     assert "bench" in [e["phase"] for e in steps], steps
     rate, result = reported(run, mgr)
     assert result["workers"] == steps[-1]["full_workers"]
-    assert_within_2_percent(rate, result)
+    assert_within_2_percent_or_its_stated_error(rate, result)
 
 
 def test_sigterm_during_a_stretch_leaves_nothing_running(tmp_path, manager):
