@@ -282,7 +282,8 @@ def build_lifecycle(
     )  # fmt: skip
     return Lifecycle(
         s=s, state=state, shipper=shipper, metrics=metrics, memory_policy=memory_policy,
-        bench_policy=policy(BenchPolicy, s, min_rate=bench_min_rate(s, edges.min_rate)),
+        bench_policy=policy(BenchPolicy, s, min_rate=bench_min_rate(s, edges.min_rate),
+                            min_soak_s=s.bench_min_soak_s / s.rate_time_scale),
         progress=progress, signals=signals,
         resources=PlanResources(sampler, gpu),
         fetch_params=ParamsFetch(s, spawn, shipper), daemon=daemon, proofs=proofs,

@@ -23,13 +23,8 @@ from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 from cuzk_supervisor.adapters.proving.batch import Prover
 from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.adapters.state.doc import BenchRecord
-from cuzk_supervisor.core.bench import (
-    BenchPolicy,
-    RateMeasurement,
-    Stretch,
-    late_hearing_s,
-    next_submission,
-)
+from cuzk_supervisor.core.bench import BenchPolicy, Stretch, next_submission
+from cuzk_supervisor.core.benchreport import RateMeasurement
 from cuzk_supervisor.core.bound import Verdict
 from cuzk_supervisor.core.plan import WorkerPlan
 from cuzk_supervisor.core.units import GIB, planned_gib
@@ -94,7 +89,7 @@ class StretchRun:
             # Every proof is its own job: the daemon does not de-duplicate request ids.
             request.request_id = str(uuid.uuid4())
             index = self.stretch.submitted
-            self.stretch = self.stretch.submitted_one()
+            self.stretch = self.stretch.submitted_one(self.clock())
             running[asyncio.ensure_future(prover.prove(request, proof_budget_s))] = index
 
         try:
@@ -120,8 +115,9 @@ class StretchRun:
                     result = task.result()
                     if result.ok:
                         done_at = self.completed_at(result)
-                        late = result.finished_at - done_at > late_hearing_s(self.stretch)
-                        self.stretch = self.stretch.completed(done_at, heard_late=late)
+                        self.stretch = self.stretch.completed(done_at).landed(
+                            index, result.landed_at
+                        )
                     else:
                         self.stretch = self.stretch.failed_one()
                     if on_result is not None:

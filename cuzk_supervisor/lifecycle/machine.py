@@ -31,6 +31,7 @@ from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core import bench
 from cuzk_supervisor.core.benchclock import room_to_measure
+from cuzk_supervisor.core.benchreport import RateMeasurement, choose_measurement
 from cuzk_supervisor.core.bound import Shape, Verdict, judge
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, WorkerPlan, memory_fit, plan_workers
@@ -196,13 +197,13 @@ class Lifecycle:
             await self._enter("restart")
             await self.daemon.replace(plan, plan.full_workers)
 
-    async def _settle_and_bench(self) -> bench.RateMeasurement:
+    async def _settle_and_bench(self) -> RateMeasurement:
         """Settle, then one stretch of proofs sized to the budget as it runs (core.bench).
 
         A daemon restart or a step-down inside the bench ends the stretch: the proofs in flight
         are lost time, not throughput. The daemon is settled again at the current plan and a new
         stretch measures anew, while the budget allows one; the rate comes from
-        :func:`~cuzk_supervisor.core.bench.choose_measurement`."""
+        :func:`~cuzk_supervisor.core.benchreport.choose_measurement`."""
         stretches: list[bench.Stretch] = []
         settle_s = 0.0
         while True:
@@ -229,10 +230,9 @@ class Lifecycle:
             if not room_to_measure(stretches, settle_s, remaining_s, self.bench_policy):
                 log.warning("bench.no_time_to_measure_again", stretches=len(stretches))
                 break
-        pieces = [piece for stretch in stretches for piece in bench.split_at_stalls(stretch)]
-        return bench.choose_measurement(pieces, self.bench_policy)
+        return choose_measurement(stretches, self.bench_policy)
 
-    async def _report(self, measurement: bench.RateMeasurement) -> bool:
+    async def _report(self, measurement: RateMeasurement) -> bool:
         await self._enter("report")
         snapshot = self.monitors.last_memory or self.resources.sample()
         verdict = self._bound(measurement)
@@ -270,7 +270,7 @@ class Lifecycle:
             log.info("bench.passed", rate=rate)
         return True
 
-    def _bound(self, measurement: bench.RateMeasurement) -> Verdict | None:
+    def _bound(self, measurement: RateMeasurement) -> Verdict | None:
         """What bounded the rate, from the status sampled between the first and the last
         completion of the latest stretch (None when sampling is off)."""
         if self.s.bench_status_sample_s <= 0:

@@ -351,17 +351,25 @@ class Settings:
     )  # fmt: skip
     bench_precision: float = setting(
         0.01,
-        "adaptive stop: the batch ends once the rate is known within this fraction (95 % "
-        "interval, from its completions' spread) and its verdict against min_rate is certain "
-        "(99 %), never before bench_min_proofs (and 5) completions; too close to min_rate to "
-        "tell, it goes on past bench_count until the verdict is certain; 0 = off: the whole "
+        "adaptive stop: the rate reported must be known within this fraction (its 95 % interval, "
+        "from batch means of its completions): the batch ends "
+        "early once it is, its verdict against min_rate certain, after bench_min_soak_s on a "
+        "machine that holds still, never before bench_min_proofs (and 5) completions; it goes "
+        "on past bench_count, up to bench_max_proofs, while it is not; 0 = off: the whole "
         "bench_count batch",
         minimum=0, maximum=0.5, group="bench", metavar="FRACTION",
     )  # fmt: skip
+    bench_min_soak_s: float = setting(
+        600.0,
+        "adaptive stop: daemon seconds from the batch's start before it may end early (a GPU "
+        "reaching its power cap, a CPU warming into its throttle, slow down after minutes)",
+        minimum=0, maximum=DAY_S, group="bench",
+    )  # fmt: skip
     bench_max_proofs: int = setting(
         36,
-        "adaptive stop: most proofs the batch goes on to, past bench_count, while the rate is too "
-        "close to min_rate to tell (the budget still bounds it; never fewer than bench_count)",
+        "adaptive stop: most proofs the batch goes on to, past bench_count, while the rate it "
+        "would report is not known within bench_precision (99 %) or too close to min_rate to "
+        "tell (the budget still bounds it; never fewer than bench_count)",
         minimum=1, maximum=10_000, group="bench",
     )  # fmt: skip
     bench_status_sample_s: float = setting(

@@ -4,12 +4,19 @@ The controller is asked at each checkpoint, fires what is due (one WARN line eac
 and humans see it), and does the process-level effects itself. ``fail`` is returned to the
 engine (it ends a proof); ``never-ready``/``addr-in-use`` are returned to the daemon's bind;
 ``cancel`` is returned to the servicer (it answers that call CANCELLED).
+
+Two disturbances of the field run beside the faults (issue 32): :class:`ConnectionChaos` resets
+every client connection again and again at seeded random intervals (a flaky path, a proxy that
+drops connections), and :class:`Throttle` makes synthesis slower once the daemon has completed
+a number of proofs (a GPU or CPU reaching its power cap minutes into the work).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -144,6 +151,125 @@ class Flooder:
             written += due
 
 
+class ConnectionChaos:
+    """Resets every proxied connection, then again after a seeded random pause of ``low_s`` to
+    ``high_s`` real seconds, until the process ends (``--chaos-resets``)."""
+
+    def __init__(
+        self, drop: Callable[[], int], log: logfmt.DaemonLog, low_s: float, high_s: float, seed: int
+    ) -> None:
+        self._drop = drop
+        self._log = log
+        self._low_s, self._high_s = low_s, high_s
+        self._rng = random.Random(seed)
+        self.resets = 0
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(
+        cls, args: argparse.Namespace, drop: Callable[[], int], log: logfmt.DaemonLog
+    ) -> ConnectionChaos | None:
+        """Started, as ``--chaos-resets``/``--chaos-seed`` ask (None without them)."""
+        if not args.chaos_resets:
+            return None
+        low, high = parse_pair(args.chaos_resets, "--chaos-resets")
+        chaos = cls(drop, log, low, high, args.chaos_seed)
+        chaos.task = asyncio.get_running_loop().create_task(chaos._run())
+        return chaos
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._rng.uniform(self._low_s, self._high_s))
+            dropped = self._drop()
+            self.resets += 1
+            self._log.debug(TARGET, "chaos reset connections", connections=dropped, n=self.resets)
+
+
+class Throttle:
+    """Synthesis ``factor`` times slower from the moment the daemon has completed
+    ``after_proofs`` proofs (``--throttle``): the partitions started from then on take longer."""
+
+    def __init__(
+        self, factor: float, after_proofs: int, slow: Callable[[float], None], log: logfmt.DaemonLog
+    ) -> None:
+        self.factor = factor
+        self.after_proofs = after_proofs
+        self._slow = slow
+        self._log = log
+        self.fired = False
+
+    @classmethod
+    def of(
+        cls, args: argparse.Namespace, slow: Callable[[float], None], log: logfmt.DaemonLog
+    ) -> Throttle | None:
+        """As ``--throttle`` asks (None without it)."""
+        if not args.throttle:
+            return None
+        factor, after = parse_pair(args.throttle, "--throttle")
+        return cls(factor, int(after), slow, log)
+
+    def check(self, completed: int) -> None:
+        if self.fired or completed < self.after_proofs:
+            return
+        self.fired = True
+        self._slow(self.factor)
+        self._log.warn(TARGET, "sim throttle: synthesis slower", factor=self.factor,
+                       after_proofs=completed)  # fmt: skip
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The daemon's ``--chaos-resets``, ``--chaos-seed`` and ``--throttle``."""
+    p.add_argument(
+        "--chaos-resets",
+        default=os.environ.get("CUZK_SIM_CHAOS_RESETS") or None,
+        metavar="LOW:HIGH",
+        help="reset every client connection, again and again, after seeded random pauses of "
+        "LOW to HIGH real seconds (a flaky path)",
+    )
+    p.add_argument(
+        "--chaos-seed",
+        type=int,
+        default=int(os.environ.get("CUZK_SIM_CHAOS_SEED") or 0),
+        metavar="N",
+        help="seed of --chaos-resets' pauses",
+    )
+    p.add_argument(
+        "--throttle",
+        default=os.environ.get("CUZK_SIM_THROTTLE") or None,
+        metavar="FACTOR:PROOFS",
+        help="synthesis FACTOR times slower once this daemon has completed PROOFS proofs (a GPU "
+        "or CPU reaching its power cap)",
+    )
+
+
+def problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with those arguments (None: nothing)."""
+    checks = (
+        ("--chaos-resets", args.chaos_resets, lambda a, b: 0 < a <= b),
+        ("--throttle", args.throttle, lambda a, b: 0.01 <= a <= 1000 and b >= 0),
+    )
+    for flag, text, valid in checks:
+        if not text:
+            continue
+        try:
+            if not valid(*parse_pair(text, flag)):
+                return f"{flag} {text} is out of range"
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
+def parse_pair(text: str, what: str) -> tuple[float, float]:
+    """``A:B`` as two numbers (ValueError with ``what`` in it otherwise)."""
+    first, sep, second = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError(text)
+        return float(first), float(second)
+    except ValueError:
+        raise ValueError(f"{what}: expected A:B, got {text!r}") from None
+
+
 class FaultController:
     def __init__(
         self,
@@ -157,8 +283,10 @@ class FaultController:
         freeze: Callable[[float], int] | None = None,
         rules: CallRules | None = None,
         time_scale: float = 1.0,
+        throttle: Throttle | None = None,
     ) -> None:
         self.specs = specs
+        self.throttle = throttle
         self._fired = [0] * len(specs)
         self._log = log
         self._proofs_completed = proofs_completed
@@ -191,6 +319,8 @@ class FaultController:
     ) -> list[FaultSpec]:
         """Fire every fault due at this checkpoint; returns those fired."""
         elapsed = asyncio.get_running_loop().time() - self._started if self._started else 0.0
+        if point == "completed" and self.throttle is not None:
+            self.throttle.check(self._proofs_completed())
         cp = Checkpoint(point, self._proofs_completed(), elapsed, partition, memory_gib, call)
         fired: list[FaultSpec] = []
         for i, spec in enumerate(self.specs):

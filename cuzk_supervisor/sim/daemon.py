@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="divide --strict-keepalive's 5 min floor by F (a client's keepalive divided the "
         "same way is checked against it in seconds)",
     )
+    chaos.add_arguments(p)  # --chaos-resets --chaos-seed --throttle
     p.add_argument(
         "--timeline",
         type=Path,
@@ -186,6 +187,7 @@ class SimDaemon:
         self.gate = HangGate()
         self.rules = CallRules()
         self.proxy: Proxy | None = None
+        self.chaos: chaos.ConnectionChaos | None = None
         self._grpc: grpc.aio.Server | None = None  # referenced for the process lifetime
         if args.release == "budget":
             slots = model.budget_partition_slots(cfg.total_budget_bytes, cfg.max_parallel_synthesis)
@@ -197,6 +199,7 @@ class SimDaemon:
         self.memory = Memory(
             args.memory_scale, on_grow=self._on_memory_grow, on_change=self._on_memory_change
         )
+        throttle = chaos.Throttle.of(args, self._slow_synthesis, log)
         self.faults = FaultController(
             faults,
             log,
@@ -207,6 +210,7 @@ class SimDaemon:
             freeze=lambda window_s: self.proxy.freeze_all(window_s) if self.proxy else 0,
             rules=self.rules,
             time_scale=args.time_scale,
+            throttle=throttle,
         )
         # The GPUs' condition: the machine's (--gpu-dir), so a GPU lost stays lost.
         self.faults.gpus = GpuState.load(args.gpu_dir, max(1, gpus))
@@ -230,6 +234,9 @@ class SimDaemon:
             gpu_cpu_factor=args.gpu_cpu_factor,
         )
         self.engine.gpu_steps = GpuSteps(self.faults.gpus, self.faults, log)
+
+    def _slow_synthesis(self, factor: float) -> None:
+        self.engine.synthesis_factor *= factor
 
     def _on_memory_grow(self, key: object, total_gib: float) -> None:
         partition = None
@@ -288,6 +295,7 @@ class SimDaemon:
             await self.engine.clock.sleep(model.BUDGET_STARTUP_SECONDS)
         self.proxy = Proxy(upstream_path)
         await self._bind()
+        self.chaos = chaos.ConnectionChaos.of(self.args, self.proxy.drop_all, self.log)
         self.faults.start_clock()
         self.faults.check("start")
         await loop.create_future()  # serve until killed
@@ -380,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fatal(log, "invalid arguments", "need 0.01 <= synthesis, GPU and GPU CPU factors <= 1000")
     if args.cpu_share is not None and not 0 < args.cpu_share <= 1:
         fatal(log, "invalid arguments", "need 0 < cpu share <= 1")
+    if (problem := chaos.problem(args)) is not None:
+        fatal(log, "invalid arguments", problem)
     asyncio.run(SimDaemon(args, cfg, listen, faults, log).run())
     return 0
 

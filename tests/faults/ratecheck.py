@@ -10,8 +10,12 @@ asks the two questions the rate is for (issue 10: it must be the pipeline's stea
 (a) **Measurement.** Is the reported rate the steady rate of the proofs the daemon completed?
     The window is found among the bench's completions (the ``proofs`` consecutive ones whose span,
     as the client stamped them, is the reported ``interval_s``); its steady rate on the daemon's
-    clock is the truth. The client stamps a completion at ``min(heard, landed + total_ms)``, the
-    daemon's ``total_ms`` counting from the SubmitProof's arrival: later than the truth by
+    clock is the truth, less the intervals a late submission held up (issue 32: a proof that
+    entered the daemon more than a tenth of an interval after the completion it replaced, where
+    the interval ending at its own completion is longer than usual: the product's
+    ``Stretch.breaks``, here from the daemon's record of arrivals and completions). The client
+    stamps a completion at ``min(heard, landed + total_ms)``, the daemon's ``total_ms`` counting
+    from the SubmitProof's arrival: later than the truth by
     ``U = min(landed - arrived, heard - completed)``, which no client can know (how long its
     submission took to land, how late it heard). The reported rate must lie within the rates of
     the true completions each moved later by anything in ``[0, U]``, widened by
@@ -45,7 +49,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cuzk_supervisor.core.bench import steady_rate_per_s
+from cuzk_supervisor.core.bench import Stretch, steady_rate_per_s
 from cuzk_supervisor.sim.pipeline import Event, JobProved, Pipeline
 from cuzk_supervisor.sim.timeline import JobRecord
 
@@ -85,6 +89,7 @@ class Reported:
     proofs: int
     interval_s: float
     """Real seconds from the first to the last completion counted, on the client's clock."""
+    concurrency: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,9 @@ class Proof:
 class Verdict:
     reported: float
     truth: float = 0.0
+    """(a): the window's steady rate on the daemon's clock, less the intervals held up."""
+    delivered: float = 0.0
+    """(b): the window's rate as the daemon delivered it (every interval)."""
     band: tuple[float, float] = (0.0, 0.0)
     prompt: float = 0.0
     """(b): the window's rate replayed with every reaction within the allowance."""
@@ -122,11 +130,12 @@ class Verdict:
     @property
     def feeding_cost(self) -> float:
         """How far the delivered rate is below a prompt supervisor's (negative: above)."""
-        return 1 - self.truth / self.prompt if self.prompt else 0.0
+        return 1 - self.delivered / self.prompt if self.prompt else 0.0
 
     def describe(self) -> str:
         lines = [
             f"reported {self.reported:.2f}/h, the daemon's own {self.truth:.2f}/h "
+            f"(delivered {self.delivered:.2f}/h) "
             f"({self.error:+.1%}), band {self.band[0]:.2f}..{self.band[1]:.2f}; a prompt "
             f"supervisor {self.prompt:.2f}/h (feeding cost {self.feeding_cost:.1%}, allowance "
             f"{self.allowance_s * 1000:.0f} ms a submission)"
@@ -178,13 +187,30 @@ def _proof(job: JobRecord, view: ClientView | None, reaction: str) -> Proof:
     return Proof(job, stamp, max(0.0, stamp - completed), reaction)
 
 
-def _rate_per_hour(times: Sequence[float], scale: float) -> float:
+def _rate_per_hour(
+    times: Sequence[float], scale: float, breaks: frozenset[int] = frozenset()
+) -> float:
     """Simulated proofs per hour from completion times in real seconds."""
-    rate = steady_rate_per_s(sorted(times))
+    rate = steady_rate_per_s(sorted(times), breaks)
     return rate * HOUR_S / scale if rate is not None else 0.0
 
 
-def rate_band(window: Sequence[Proof]) -> tuple[float, float]:
+def held_up(
+    group: Sequence[JobRecord], window: Sequence[Proof], concurrency: int
+) -> frozenset[int]:
+    """The window's intervals a late submission held up, from the daemon's own record: its
+    completions and when each job arrived, read as the product reads its own stamps."""
+    completed = sorted((j for j in group if j.times.ok), key=_done)
+    stretch = Stretch(workers=1, concurrency=concurrency, started_at=0.0)
+    for job in sorted(group, key=lambda j: j.times.arrived_s):
+        stretch = stretch.submitted_one(job.unix(job.times.arrived_s))
+    for job in completed:
+        stretch = stretch.completed(job.unix(_done(job)))
+    first = [j.times.seq for j in completed].index(window[0].job.times.seq)
+    return frozenset(i - first for i in stretch.breaks if first < i < first + len(window))
+
+
+def rate_band(window: Sequence[Proof], breaks: frozenset[int] = frozenset()) -> tuple[float, float]:
     """The lowest and highest rate of the window's true completions, each moved later by
     anything from 0 to its ``unknown_s``: the rates a client could honestly have measured."""
     scale = window[0].job.time_scale
@@ -198,7 +224,9 @@ def rate_band(window: Sequence[Proof]) -> tuple[float, float]:
         corners = iter([[int(i < half) for i in range(len(window))],
                         [int(i >= half) for i in range(len(window))]])  # fmt: skip
     rates = [
-        _rate_per_hour([t + s * on for t, s, on in zip(truth, shifts, corner, strict=True)], scale)
+        _rate_per_hour(
+            [t + s * on for t, s, on in zip(truth, shifts, corner, strict=True)], scale, breaks
+        )
         for corner in corners
     ]
     return min(rates), max(rates)
@@ -316,8 +344,10 @@ def judge(
         )
         return verdict
     scale = window[0].job.time_scale
-    verdict.truth = _rate_per_hour([p.completed for p in window], scale)
-    low, high = verdict.band = rate_band(window)
+    breaks = held_up(groups[window[0].job.pid], window, reported.concurrency)
+    verdict.truth = _rate_per_hour([p.completed for p in window], scale, breaks)
+    verdict.delivered = _rate_per_hour([p.completed for p in window], scale)
+    low, high = verdict.band = rate_band(window, breaks)
     if not low * (1 - RATE_TOLERANCE) <= reported.rate <= high * (1 + RATE_TOLERANCE):
         verdict.problems.append(
             f"(a) measurement: reported {reported.rate:.2f}/h is outside {low:.2f}..{high:.2f}/h "
@@ -350,6 +380,6 @@ def _judge_feeding(verdict: Verdict, group: Sequence[JobRecord], client_lag_s: f
         verdict.problems.append(
             f"(b) feeding: reacting to each answer within {verdict.allowance_s * 1000:.0f} ms, "
             f"the supervisor would have measured {verdict.prompt:.2f}/h over the same proofs; the "
-            f"daemon delivered {verdict.truth:.2f}/h ({-verdict.feeding_cost:+.1%}, at most "
+            f"daemon delivered {verdict.delivered:.2f}/h ({-verdict.feeding_cost:+.1%}, at most "
             f"+-{FEEDING_COST_MAX:.0%}): it left the pipeline idle"
         )

@@ -650,7 +650,7 @@ def _check_rate(context: Ctx, *, feeding: bool) -> None:
                 views[job] = replace(views.get(job, ClientView()), landed=_unix(event))
             elif name == "proof.completed":
                 views[job] = replace(views.get(job, ClientView()), heard=_unix(event))
-    reported = Reported(result["rate"], how["proofs"], how["interval_s"])
+    reported = Reported(result["rate"], how["proofs"], how["interval_s"], how["concurrency"])
     # How late the supervisor's own loop woke in the bench: the machine's load, on its side.
     lags = [e.get("loop_lag_max_ms", 0.0) for run in context.runs
             for e in run.named("bench.stretch_done")]  # fmt: skip

@@ -19,7 +19,7 @@ from faults.ratecheck import (
     replay,
 )
 
-from cuzk_supervisor.core.bench import steady_rate_per_s
+from cuzk_supervisor.core.bench import Stretch, steady_rate_per_s
 from cuzk_supervisor.sim.logfmt import DaemonLog
 from cuzk_supervisor.sim.pipeline import (
     Event,
@@ -81,7 +81,7 @@ def bench_run(
                     heapq.heappush(
                         arrivals, (answered + react_s * SCALE, len(admitted) + len(arrivals),
                                    event.seq))  # fmt: skip
-    jobs, views, stamps = [], {}, []
+    jobs, views, stamps, fed = [], {}, [], []
     for seq, (at, reply_to) in sorted(admitted.items()):
         answered = done[seq] + answer_late_s * SCALE
         times = JobTimes(seq, f"job-{seq}", "porep-c2", "completed", at, at, reply_to, at,
@@ -91,12 +91,22 @@ def bench_run(
         landed, heard = job.unix(at) + land, job.unix(answered) + 0.001
         view = ClientView(landed=landed, heard=heard)
         stamps.append(min(heard, landed + (done[seq] - at) / SCALE))
+        fed.append(job.unix(at) - land)  # the client launched its submit then
         jobs.append(job)
         views[times.job_id] = view
+    # The rate as the product computes it from its stamps and submission times (Stretch.breaks:
+    # the intervals a late submission held up are left out).
+    stretch = Stretch(workers=slots, concurrency=concurrency, started_at=min(fed))
+    for at in sorted(fed):
+        stretch = stretch.submitted_one(at)
+    for stamp in stamps:
+        stretch = stretch.completed(stamp)
     stamps.sort()
-    rate = steady_rate_per_s(stamps)
+    rate = steady_rate_per_s(stamps, stretch.breaks)
     assert rate is not None
-    reported = Reported(rate * 3600 / SCALE * (1 + skew), proofs, stamps[-1] - stamps[0])
+    reported = Reported(
+        rate * 3600 / SCALE * (1 + skew), proofs, stamps[-1] - stamps[0], concurrency
+    )
     return Run(jobs, views, set(views), reported)
 
 
