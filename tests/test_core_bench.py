@@ -180,6 +180,38 @@ def test_a_stretch_closed_by_the_budget_is_not_refilled_on_a_lower_estimate():
     assert next_submission(dataclasses.replace(stretch, closed=""), 128.35, 243.2, policy).submit
 
 
+def test_the_drain_is_left_out_of_the_rate():
+    """Once submitting ends, each completion is no longer replaced: the intervals after the
+    first such one run with fewer proofs in flight, whose partitions synthesize faster with
+    fewer others beside them (issue 33's simulator, cuzk.md §3), and are left out; a stretch
+    still running has none."""
+    policy = BenchPolicy(max_proofs=24, concurrency=2)
+    pipe = Pipeline(7, 1)
+    stretch = Stretch(workers=7, concurrency=2, started_at=0.0)
+    for seq in range(2):
+        pipe.submit(seq, 0.0)
+        stretch = stretch.submitted_one(0.0)
+    while stretch.in_flight:
+        now = pipe.next_deadline()
+        assert now is not None
+        for event in pipe.advance(now):
+            if isinstance(event, JobProved):
+                stretch = stretch.completed(event.at)
+                if stretch.submitted < policy.max_proofs:
+                    assert stretch.drained == frozenset()  # a stretch still running has none
+                    pipe.submit(stretch.submitted, now)
+                    stretch = stretch.submitted_one(now)
+    done = stretch.completions
+    assert stretch.drained == {len(done) - 1}
+    truth = steady_rate_per_s(simulate_closed_loop(7, 1, 2, 300)[100:])
+    rate = steady_rate_per_s(done, stretch.breaks)
+    assert truth is not None
+    assert rate is not None
+    with_drain = steady_rate_per_s(done)
+    assert with_drain is not None
+    assert abs(rate / truth - 1) < abs(with_drain / truth - 1)
+
+
 def test_waiting_for_an_estimate_does_not_close_the_stretch():
     policy = BenchPolicy(max_proofs=4, concurrency=2)
     stretch = Stretch(workers=7, concurrency=2, started_at=0.0, submitted=2)
@@ -319,10 +351,11 @@ def test_completions_heard_out_of_order_are_kept_in_time_order():
 
 
 def late_stretch(done: list[float], late_by: dict[int, float], concurrency: int = 2) -> Stretch:
-    """A closed loop's stretch: the fill at 0, then each proof submitted when the completion
-    ``concurrency`` before it was done, plus ``late_by`` seconds for the proofs named there."""
+    """A closed loop's stretch still running: the fill at 0, then each proof submitted when the
+    completion ``concurrency`` before it was done, plus ``late_by`` seconds for the proofs named
+    there; every completion replaced (no drain: :attr:`Stretch.drained`)."""
     stretch = Stretch(workers=10, concurrency=concurrency, started_at=0.0)
-    for j in range(len(done)):
+    for j in range(len(done) + concurrency):
         at = 0.0 if j < concurrency else done[j - concurrency] + late_by.get(j, 0.0)
         stretch = stretch.submitted_one(at)
     for t in done:
