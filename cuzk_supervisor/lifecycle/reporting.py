@@ -43,7 +43,7 @@ from cuzk_supervisor.adapters.manager.values import (
     ManagerUnavailable,
     Registration,
 )
-from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState, utc_now_iso
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline, prompt_ack
@@ -99,7 +99,6 @@ class Reporter:
         self._rng = rng if rng is not None else random.Random()
         self._next_ping_at = float("inf")  # after the first /running report, pings follow
         self._next_lookup_at: float | None = None  # the periodic whole-table read, if any
-        self._status_usable = True  # False once GET /status proved unusable (one warning)
 
     @property
     def judged(self) -> bool:
@@ -166,7 +165,7 @@ class Reporter:
         if acked is not None and acked.outcome == OUTCOME_OK:
             await self._start_bench_clock(resumed=True)
         if acked is None:
-            await self.outbox.enqueue(Report(kind=PARAM_DONE, uuid=self._uuid()))
+            await self.outbox.enqueue(self._report(PARAM_DONE))
         self._signals.outbox_kick.set()
 
     def answered_bench(self) -> Report | None:
@@ -185,7 +184,7 @@ class Reporter:
         was killed meanwhile (InstanceGone); returns it with the manager's verdict. In a local
         run nobody gives one: ``bench.unjudged`` says so (the phase machine logs no pass)."""
         await self._check_alive()
-        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self._uuid(), rate=rate)
+        report = self._pending_bench() or self._report(BENCH_DONE, rate)
         done = await self.send(report)
         self.reported = True
         if not self.judged and done.rate:
@@ -193,11 +192,10 @@ class Reporter:
         return done
 
     async def running(self) -> None:
-        await self.send(Report(kind=RUNNING, uuid=self._uuid()))
-        # The steady phase: log lines batched longer, about one request per tab per interval,
-        # after one such interval at the short one (the run phase's first lines show at once).
-        interval = self.s.log_push_interval_s
-        self._shipper.set_flush_interval(interval, after_s=interval)
+        await self.send(self._report(RUNNING))
+        # The steady phase: the run phase's log budget (a push a minute on average, however
+        # chatty the daemon), after one more turn at the earlier one (its first lines show).
+        self._shipper.enter_run_phase()
         # The first ping at a random point of its interval: a fleet reaching the run phase
         # together does not ping together.
         interval = self.s.running_ping_interval_s
@@ -231,7 +229,7 @@ class Reporter:
                 await self.state.update(lambda st: st.with_failure(reason))
         if self.uuid is None or self.reported:
             return
-        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self.uuid, rate=0.0)
+        report = self._pending_bench() or self._report(BENCH_DONE, 0.0)
         try:
             if durable:
                 await self.outbox.send_now(report, deadline_s=60)
@@ -244,6 +242,10 @@ class Reporter:
     def _uuid(self) -> str:
         assert self.uuid is not None
         return self.uuid
+
+    def _report(self, kind: str, rate: float | None = None) -> Report:
+        """A new report, stamped by the injected wall clock (the bench clock reads the stamp)."""
+        return Report(kind=kind, uuid=self._uuid(), rate=rate, created_at=utc_now_iso(self._wall))
 
     def _pending_bench(self) -> Report | None:
         report = self.outbox.latest(BENCH_DONE)
@@ -387,23 +389,21 @@ class Reporter:
             self._signals.mark_gone(reason or f"/running answered: {exc.message}")
             return False
         except ManagerError as exc:
-            log.warning("manager.ping_failed", reason=str(exc))
+            # Weather or an outage (the client's warnings say which), or a 400: never a kill.
+            log.info("manager.ping_failed", reason=str(exc))
         return True
 
     async def _record(self, *, stop_s: float) -> tuple[bool, Mapping[str, Any] | None]:
         """(looked up, this instance's record in GET /status or None when it is not listed);
-        not looked up: no manager, the manager away or answering what cannot be its own (an
-        empty list, a page: counted by the client), or no usable /status (one warning)."""
-        if self.manager.is_local or self.uuid is None or not self._status_usable:
+        not looked up: no manager, the manager away or answering what cannot be its own (a
+        proxy's page, an empty list: weather, counted by the client). Nothing is switched off
+        by an answer: the next look-up asks again."""
+        if self.manager.is_local or self.uuid is None:
             return False, None
         try:
             return True, await self.manager.instance_record(self.uuid, stop_s=stop_s)
-        except ManagerUnavailable:
-            return False, None
-        except ManagerRejected as exc:
-            self._status_usable = False
-            detail = "kills are no longer looked up; reports go on as before"
-            log.warning("manager.status_unusable", reason=str(exc), detail=detail)
+        except (ManagerUnavailable, ManagerRejected) as exc:
+            log.info("manager.status_not_read", reason=str(exc))
             return False, None
 
     async def _check_alive(self) -> None:
