@@ -11,8 +11,8 @@ phase machine lets it.
 from __future__ import annotations
 
 import asyncio
-import time
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path

@@ -57,9 +57,12 @@ def test_nothing_but_those_is_final(status, path, error):
     if 200 <= status < 300:
         assert kind is Meaning.ANSWER
     elif kind is Meaning.GONE:
-        assert status == 404 and error is not None and error.strip() == GONE_TEXTS[path]
+        assert status == 404
+        assert error is not None
+        assert error.strip() == GONE_TEXTS[path]
     elif kind is Meaning.REJECTED:
-        assert status == 400 and error is not None
+        assert status == 400
+        assert error is not None
     else:
         assert kind is Meaning.WEATHER
 
@@ -89,8 +92,10 @@ def test_a_flapping_proxy_is_one_episode_told_once_and_its_end_once():
     assert episodes.sustained
     assert episodes.check(870 + 299.0) is None  # quiet for less than 300 s: still on
     over = episodes.check(870 + 300.0)
-    assert over is not None and over.kind == "over"
-    assert over.answers == 30 and over.by_status == {404: 30}
+    assert over is not None
+    assert over.kind == "over"
+    assert over.answers == 30
+    assert over.by_status == {404: 30}
     assert not episodes.active
     assert episodes.weather(2000.0, 503, "x") is None  # a new episode starts afresh
     assert episodes.episodes == 2
@@ -105,9 +110,9 @@ def test_a_short_episode_is_never_told():
 
 
 def test_a_budget_is_checked():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="positive rates"):
         logbudget.Budget(20, 4, 0, 2, 10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bursts"):
         logbudget.Budget(20, 4, 100, 0.5, 10)
     assert logbudget.BEFORE_RUN.with_bytes(24_000).burst_bytes == 12_000
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -174,14 +175,17 @@ class LogManager:
     lines); ``answer`` says how to answer it (default the manager's 204); ``gate`` holds every
     push until it is opened."""
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # made inside the loop that runs it
         self.pushes: list[tuple[float, str, list[str]]] = []
         self.attempts: list[float] = []
         self.answer: Callable[[HttpRequest], HttpAnswer] = lambda _: HttpAnswer(204)
         self.gate: asyncio.Event | None = None
+        self.attempted = asyncio.Event()
+        self.pushed = asyncio.Event()
 
     async def handler(self, request: HttpRequest) -> HttpAnswer:
         self.attempts.append(asyncio.get_running_loop().time())
+        self.attempted.set()
         if self.gate is not None:
             await self.gate.wait()
         answer = self.answer(request)
@@ -190,6 +194,7 @@ class LogManager:
         if answer.status == 204:
             lines = request.body.decode().splitlines()
             self.pushes.append((self.attempts[-1], headers["X-Log-Source"], lines))
+            self.pushed.set()
         return answer
 
     def lines(self, source: str | None = None) -> list[str]:
@@ -271,8 +276,8 @@ def test_a_line_waits_at_most_one_turn_so_the_dashboard_moves_every_30_s():
         for n in range(30):
             at = loop.time()
             shipper.add_line("setup", f"status {n}")
-            while len(fake.lines()) <= n:
-                await asyncio.sleep(0.5)
+            fake.pushed.clear()
+            await fake.pushed.wait()
             waits.append(loop.time() - at)
         return waits
 
@@ -423,8 +428,7 @@ def test_add_line_never_waits_for_a_stuck_manager():
     async def scenario(shipper: LogShipper, fake: LogManager) -> None:
         fake.gate = asyncio.Event()  # every push hangs until the gate opens
         shipper.add_line("cuzk", "first")
-        while not fake.attempts:
-            await asyncio.sleep(1)
+        await fake.attempted.wait()
         for n in range(20_000):  # the pusher is stuck on the gate; add_line returns regardless
             shipper.add_line("cuzk", f"flood {n}")
         stats = shipper.stats()
@@ -439,9 +443,6 @@ def test_add_line_never_waits_for_a_stuck_manager():
 
 def test_add_line_from_another_thread():
     async def scenario(shipper: LogShipper, fake: LogManager) -> None:
-        while not shipper.running:
-            await asyncio.sleep(0.1)
-
         def add_two() -> None:
             for n in range(2):
                 shipper.add_line("setup", f"t{n}")
@@ -539,6 +540,6 @@ def test_the_run_phase_turns_every_log_push_interval():
 
     _, _, times = shipped(scenario, settings)
     # After the switch's own turn and the first one at the new interval (anywhere in it).
-    gaps = [b - a for a, b in zip(times[3:], times[4:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times[3:])]
     assert all(120 * 0.8 - 1 <= gap <= 120 * 1.2 + 1 for gap in gaps)
     assert len(times) <= 2 + 1200 / 96 + 1

@@ -1,4 +1,5 @@
-"""The manager client's fleet manners (issue 22), against the scripted manager (``scripted``): 429 and 503 transient for every call, ``Retry-After`` honoured in both
+"""The manager client's fleet manners (issue 22), against the scripted manager (``scripted``):
+429 and 503 transient for every call, ``Retry-After`` honoured in both
 forms, one backoff shared by all calls, one probe at a time while the manager fails, no report
 dropped for a 429, and a ``GET /status`` that is empty or lacks our record never taken as a kill.
 """

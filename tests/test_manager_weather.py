@@ -63,7 +63,8 @@ CALLS: dict[str, Callable[[ManagerClient], Awaitable[Any]]] = {
 }
 
 
-def _weather(kind: str, path: str) -> Any:
+def weather_step(kind: str, path: str) -> Any:
+    """The scripted manager's step for the answer ``kind`` on ``path``."""
     if kind == "manager-404-text-of-another-call":
         other = "/running" if path != "/running" else "/param-done"
         return (404, GONE[other])
@@ -75,7 +76,7 @@ def _weather(kind: str, path: str) -> Any:
 async def test_weather_on_a_call_is_retried_and_the_call_applied_once_it_clears(path, kind):
     manager = ScriptedManager()
     manager.record = {"uuid": "u-1", "state": "registered"}
-    manager.fail(path, *[_weather(kind, path)] * 3)
+    manager.fail(path, *[weather_step(kind, path)] * 3)
     async with manager.client() as client:
         with capture_logs() as logs:
             await CALLS[path](client)
@@ -94,7 +95,7 @@ async def test_weather_on_a_call_is_retried_and_the_call_applied_once_it_clears(
 async def test_weather_on_the_log_push_keeps_the_lines(kind):
     """The push is one attempt: the caller (the shipper) keeps its lines for its next turn."""
     manager = ScriptedManager()
-    manager.fail("/api/log-push", _weather(kind, "/api/log-push"))
+    manager.fail("/api/log-push", weather_step(kind, "/api/log-push"))
     async with manager.client() as client:
         with pytest.raises(ManagerUnavailable):
             await client.push_logs("u-1", "setup", ["a line"])
@@ -131,7 +132,7 @@ async def test_the_managers_404_text_on_a_call_that_never_says_it_is_weather(pat
     assert manager.paths()[0] == path
 
 
-@pytest.mark.parametrize("path", sorted(CALLS) + ["/api/log-push"])
+@pytest.mark.parametrize("path", [*sorted(CALLS), "/api/log-push"])
 async def test_the_managers_json_400_is_final_with_its_reason(path):
     manager = ScriptedManager()
     manager.record = {"uuid": "u-1", "state": "registered"}
@@ -160,7 +161,7 @@ async def test_a_queued_report_outlives_weather_and_is_applied_once(tmp_path, ki
     next drain applies it once."""
     manager = ScriptedManager()
     path = {PARAM_DONE: "/param-done", BENCH_DONE: "/bench-done", RUNNING: "/running"}[kind_of]
-    manager.fail(path, *[_weather(kind, path)] * 1000)
+    manager.fail(path, *[weather_step(kind, path)] * 1000)
     retry = dataclasses.replace(FAST, report_stop_s=25.0)
     async with manager.client(retry=retry, clock=TickingClock(manager, 10.0)) as client:
         _, outbox = open_outbox(tmp_path / "state.json", client)
@@ -187,7 +188,12 @@ async def test_a_sustained_episode_is_one_line_and_its_end_another():
             manager.fail(request.url.path, _page("html404"))
 
     clock = TickingClock(manager, 30.0)  # 30 s between requests
-    manager.on_request = lambda request: (clock.tick(), page_every_other(request))
+
+    def on_request(request: Any) -> None:
+        clock.tick()
+        page_every_other(request)
+
+    manager.on_request = on_request
     heard: list[tuple[bool, str]] = []
     retry = dataclasses.replace(FAST, report_stop_s=1000.0)
     async with manager.client(clock=clock, weather_s=600.0, retry=retry) as client:
