@@ -15,6 +15,7 @@ from the requests its machines made (``_fleet.Recorder``), the bytes its TLS pro
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -132,7 +133,7 @@ def progress_gap_s(machines: Sequence[VirtualMachine], requests: Sequence[Reques
     for r in requests:
         if r.path == "/api/log-push" and r.phase in before and r.machine in ids:
             pushes[r.machine].append(r.start)
-    gaps = [b - a for times in pushes.values() for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for times in pushes.values() for a, b in itertools.pairwise(times)]
     return max(gaps, default=math.nan)
 
 

@@ -76,7 +76,7 @@ class Proxy:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             await reader.readuntil(b"\r\n\r\n")
             body = json.dumps([{"port": s.port, "turns": s.turns} for s in self.seen]).encode()
-            head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             writer.write(head.encode() + body)
             await writer.drain()
