@@ -212,3 +212,14 @@ async def test_a_sustained_episode_is_one_line_and_its_end_another():
     assert said[0]["by_status"] == {404: said[0]["answers"]}
     assert [sustained for sustained, _ in heard] == [True, False]
     assert not client.weather_sustained
+
+
+def test_a_sustained_episode_shows_in_the_metrics():
+    from cuzk_supervisor.serve.metrics import SupervisorMetrics
+
+    metrics = SupervisorMetrics()
+    assert b"cuzk_supervisor_manager_weather 0.0" in metrics.render()
+    metrics.manager_weather(True, 'HTTP 404 from nginx: "404 Not Found"')
+    assert b"cuzk_supervisor_manager_weather 1.0" in metrics.render()
+    metrics.manager_weather(False, "")
+    assert b"cuzk_supervisor_manager_weather 0.0" in metrics.render()

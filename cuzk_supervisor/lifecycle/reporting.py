@@ -5,20 +5,14 @@ Durable before visible: every report is queued in the state file before it is se
 that would revive a killed instance is never sent (the manager's record is looked up first);
 once the manager said this instance is gone, ``signals.gone`` is set and nothing more goes out.
 
-How a kill is found, phase by phase, at a cost per machine that does not grow with the fleet
-(DESIGN.md principle 9; the README's manager section gives the figures):
-
-- the run phase: the repeated ``/running`` (every ``running_ping_interval_s``, jittered) is the
-  look-up: it answers 404 once the record is killed;
-- before ``/bench-done`` and at a resume (the outbox): one read of the manager's whole table
-  (``GET /status``); after ``/param-done`` too, for the bench clock, but only when its
-  acknowledgement was slow (retried: the manager may have stamped an earlier try);
-- before the run phase otherwise, nothing unless ``manager_status_lookup_s`` asks for a
-  periodic (jittered) read of the whole table; the bound is then the end of the bench;
-- a report answered 404 "instance not found" ends the instance in any phase.
-
-A kill is concluded only from the manager's positive word about this instance (its record in
-state ``killed``, a 404 on a call about this uuid), never from a record missing in one listing.
+How a kill is found, at a cost per machine that does not grow with the fleet (DESIGN.md
+principle 9; the README's manager section): in the run phase the repeated ``/running`` (every
+``running_ping_interval_s``, jittered) answers the manager's 404 once the record is killed;
+before ``/bench-done`` and at a resume, one read of the whole table (``GET /status``), and after
+``/param-done`` for the bench clock only when its acknowledgement was slow; otherwise nothing
+unless ``manager_status_lookup_s`` asks for a periodic (jittered) read. Only the manager's own
+word ends the instance (its JSON 404 on a report, our record in state ``killed``); a record
+missing from a listing or a proxy's page (weather) never does, nor switches anything off.
 """
 
 from __future__ import annotations
@@ -102,8 +96,7 @@ class Reporter:
 
     @property
     def judged(self) -> bool:
-        """False in a local run (no manager URL): nobody judges the rate against a min_rate,
-        so a rate is never said to have passed."""
+        """False in a local run (no manager URL): nobody judges the rate, nor passes it."""
         return not self.manager.is_local
 
     # --- register -----------------------------------------------------------------------------
@@ -132,10 +125,9 @@ class Reporter:
             )
             self.outbox = Outbox.for_keeper(self.manager, self.state)
         self.uuid = registration.uuid
+        uuid, runner = registration.uuid, registration.runner_id
         await self.state.update(
-            lambda st: dataclasses.replace(
-                st, uuid=registration.uuid, runner_id=registration.runner_id, label=self.label
-            )
+            lambda st: dataclasses.replace(st, uuid=uuid, runner_id=runner, label=self.label)
         )
         self._shipper.set_uuid(registration.uuid)
         observe.bind(uuid=registration.uuid)
@@ -143,8 +135,7 @@ class Reporter:
     def _register_waiting(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         self._register_failed(state.upcoming_sleep)
-        # info: the manager client's own warnings name the URL at a steady cadence
-        # (adapters/manager/away.py); a second warning every register_stop_s would be noise.
+        # info: the client's own warnings name the URL at a steady cadence (away.py).
         log.info("manager.register_waiting", url=self.manager.base_url, reason=str(exc))
 
     def on_manager_retry(self, call: str, attempt: int, pause_s: float) -> None:
@@ -193,11 +184,8 @@ class Reporter:
 
     async def running(self) -> None:
         await self.send(self._report(RUNNING))
-        # The steady phase: the run phase's log budget (a push a minute on average, however
-        # chatty the daemon), after one more turn at the earlier one (its first lines show).
-        self._shipper.enter_run_phase()
-        # The first ping at a random point of its interval: a fleet reaching the run phase
-        # together does not ping together.
+        self._shipper.enter_run_phase()  # the run phase's log budget, after one more turn
+        # The first ping anywhere in its interval: a fleet running together pings apart.
         interval = self.s.running_ping_interval_s
         self._next_ping_at = self._clock() + first_delay(interval, self._rng.random())
 
@@ -295,8 +283,7 @@ class Reporter:
 
     @property
     def _status_read_s(self) -> float:
-        """How long one read of the whole table is retried: the setting, within the retry
-        window of one report."""
+        """How long one read of the whole table is retried (within one report's window)."""
         return min(self.s.manager_status_read_s, self.s.manager_retry_s)
 
     def bench_deadline(self) -> float:
@@ -321,12 +308,10 @@ class Reporter:
         ``resumed``: acknowledged before this process, by a build that kept no clock; the local
         params-done time is the safe (earlier) guess.
 
-        ``queued_at``: when the report was queued (wall clock). The manager stamps the first
-        /param-done that reaches it, never before the report was queued; acknowledged within
-        one request's time of that (:func:`cuzk_supervisor.core.benchclock.prompt_ack`), the
-        queued time is the clock's start, safe (earlier) by at most that, and the manager's
-        whole table is not read for it: a fleet started together would otherwise read it all
-        at once (N rows each, N times)."""
+        ``queued_at``: when the report was queued (wall clock), never after the manager's stamp;
+        acknowledged within one request's time of that (:func:`cuzk_supervisor.core.benchclock.
+        prompt_ack`), it is the clock's start (safe, earlier by at most that) and the whole
+        table is not read: a fleet started together would read it all at once."""
         if self.state.state.bench_clock_start is not None:
             return
         now = self._wall()

@@ -17,7 +17,9 @@ story, whatever the calls:
   away and how many attempts failed meanwhile.
 
 At most a line or two a minute, whatever the failures: every line is also shipped to the
-manager, so a line per retry was a backlog of its own.
+manager, so a line per retry was a backlog of its own. Each line names what answered (an
+answer that is not the manager's word: its status, ``Server`` header and first line of text).
+Weather that lasts (:class:`WeatherLines`) is told once more, as one episode.
 
 The counts are kept for the life of the client (:attr:`AwayWarnings.counts`: the fleet
 benchmark and the metrics read them); listeners hear of every failed attempt

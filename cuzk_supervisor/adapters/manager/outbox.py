@@ -3,9 +3,10 @@
 A report is written to the state file before it is sent and removed only after the manager
 acknowledged it (delivery at least once); a report found queued at start is first looked up in
 the manager's ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`) so that nothing the
-manager already recorded is sent again. A 429 or 503 never drops a report: they are transient
-(the client retries them under its shared backoff), and a report whose send ran out of time
-stays queued, durable, for the next drain.
+manager already recorded is sent again. Only the manager's own word finishes a report (its
+answer, its JSON 404: gone, its JSON 400: rejected); weather (a proxy's page, a 429, a 5xx,
+no answer) never drops one: the client retries it under its shared backoff, and a report whose
+send ran out of time stays queued, durable, for the next drain.
 """
 
 from __future__ import annotations
