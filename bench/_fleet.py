@@ -208,7 +208,7 @@ def route_to_machine(
 def configure_logging() -> None:
     """As ``observe.configure_logging`` at level info, with the shipping processor per machine."""
     structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, route_to_machine],
+        processors=[route_to_machine],  # first: a daemon's child.line event is dropped at once
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=structlog.ReturnLoggerFactory(),
         cache_logger_on_first_use=False,

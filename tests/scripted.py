@@ -43,6 +43,15 @@ GONE = {
     "/running": {"error": "instance not found or already killed"},
 }
 """The manager's own 404 bodies (reference/manager-api.md)."""
+FULL_LOGS = {
+    "log_push_early_interval_s": 0.5,
+    "log_push_interval_s": 0.5,
+    "log_budget_bytes_per_min": 500_000,
+    "log_run_budget_bytes_per_min": 500_000,
+}
+"""Settings under which a run's lines reach the manager's tabs at once and whole: for the
+end-to-end tests that read the dashboard, whose lifecycles last seconds (the budget of a
+real machine, 12 KB a minute in turns every 20 s, would summarise most of their lines)."""
 
 
 class SimulatedCrash(BaseException):

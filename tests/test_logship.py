@@ -340,7 +340,7 @@ def test_the_last_turn_is_one_bounded_flush_never_a_loop():
             shipper.add_line("cuzk" if n % 2 else "setup", f"line {n}")
 
     shipper, fake, _ = shipped(scenario, uuid="u-1")
-    assert len(fake.attempts) <= 2 + 2  # the first turn at start, and the last one
+    assert len(fake.attempts) <= 2  # one failed push at start, one in the last turn: it stops
     stats = shipper.stats()
     assert stats.buffered_lines > 0  # kept, not sent in a loop
 

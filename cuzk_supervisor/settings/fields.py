@@ -114,21 +114,28 @@ class Settings:
     log_push_interval_s: float = setting(
         120.0,
         "in the run phase, how often the log lines waiting are pushed to the manager (one "
-        "push per tab that has lines, within the run phase's log budget; before the run "
-        "phase, every 20 s)",
-        minimum=1, maximum=HOUR_S, group="manager",
+        "push per tab that has lines, 1 push a minute at 120 s; before the run phase: "
+        "log_push_early_interval_s)",
+        minimum=0.1, maximum=HOUR_S, group="manager",
+    )  # fmt: skip
+    log_push_early_interval_s: float = setting(
+        20.0,
+        "before the run phase, how often the log lines waiting are pushed to the manager (one "
+        "push per tab that has lines, 4 pushes a minute at 20 s; the dashboard shows progress "
+        "at least every 30 s with the jitter)",
+        minimum=0.1, maximum=HOUR_S, group="manager",
     )  # fmt: skip
     log_budget_bytes_per_min: float = setting(
         12_000.0,
-        "before the run phase, bytes of log lines pushed to the manager a minute on average (4 "
-        "pushes a minute at most), whatever the fetch and the daemon write: each push sends the "
-        "newest lines that fit, and one line counts the older ones left out",
+        "before the run phase, bytes of log lines pushed to the manager a minute on average, "
+        "whatever the fetch and the daemon write: each push sends the newest lines that fit, "
+        "and one line counts the older ones left out",
         minimum=500, maximum=500_000, group="manager", metavar="BYTES",
     )  # fmt: skip
     log_run_budget_bytes_per_min: float = setting(
         2_400.0,
-        "in the run phase, bytes of log lines pushed to the manager a minute on average (1 "
-        "push a minute at most), whatever the daemon writes; as log_budget_bytes_per_min",
+        "in the run phase, bytes of log lines pushed to the manager a minute on average, "
+        "whatever the daemon writes; as log_budget_bytes_per_min",
         minimum=200, maximum=500_000, group="manager", metavar="BYTES",
     )  # fmt: skip
     manager_weather_s: float = setting(

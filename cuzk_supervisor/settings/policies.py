@@ -75,6 +75,7 @@ FROM_SETTINGS: Final[Mapping[str, Mapping[str, str]]] = {
         "bytes_per_min": "log_budget_bytes_per_min",
         "run_bytes_per_min": "log_run_budget_bytes_per_min",
         "run_interval_s": "log_push_interval_s",
+        "interval_s": "log_push_early_interval_s",
         "jitter": "manager_jitter",
     },
     "DaemonSettings": {

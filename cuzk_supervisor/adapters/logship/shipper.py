@@ -95,8 +95,8 @@ class ShipperSettings:
     """Bytes kept while waiting; beyond it the oldest are dropped (and counted)."""
     final_flush_s: float = 5.0
     """Time given to the last turn when the shipper stops."""
-    final_requests: int = 2
-    """Pushes at most in that last turn."""
+    final_requests: int = 4
+    """Pushes at most in that last turn (one per tab: the dashboard has five)."""
     final_bytes: int = 8000
     """Bytes of lines at most in that last turn."""
     jitter: float = DEFAULT_SPREAD
@@ -115,12 +115,13 @@ class ShipperSettings:
         require_relation(self, "max_buffer_bytes", ">", "max_line_bytes")
 
     def budget(self, run_phase: bool) -> logbudget.Budget:
-        """The phase's budget, with these settings' byte rate and turn interval."""
-        if run_phase:
-            run = logbudget.RUN.with_bytes(self.run_bytes_per_min)
-            return dataclasses.replace(run, interval_s=self.run_interval_s)
-        before = logbudget.BEFORE_RUN.with_bytes(self.bytes_per_min)
-        return dataclasses.replace(before, interval_s=self.interval_s)
+        """The phase's budget with these settings' byte rate and turn interval (its requests
+        a minute scaled with the interval: the same pushes a turn)."""
+        base = logbudget.RUN if run_phase else logbudget.BEFORE_RUN
+        interval = self.run_interval_s if run_phase else self.interval_s
+        budget = base.with_bytes(self.run_bytes_per_min if run_phase else self.bytes_per_min)
+        per_min = base.requests_per_min * base.interval_s / interval
+        return dataclasses.replace(budget, interval_s=interval, requests_per_min=per_min)
 
 
 # --- the shipper --------------------------------------------------------------------------------
