@@ -43,7 +43,7 @@ GONE = {
     "/running": {"error": "instance not found or already killed"},
 }
 """The manager's own 404 bodies (reference/manager-api.md)."""
-FULL_LOGS = {
+FULL_LOGS: dict[str, Any] = {
     "log_push_early_interval_s": 0.5,
     "log_push_interval_s": 0.5,
     "log_budget_bytes_per_min": 500_000,

@@ -32,6 +32,13 @@ from cuzk_supervisor.sim.manager_proxy import PROXY_PAGES, RESET, proxy_page
 NGINX = {"Server": "nginx/1.25.3"}
 
 
+class Top:
+    """A random source that always draws the top of the range: the longest pauses."""
+
+    def random(self) -> float:
+        return 0.999999
+
+
 def _page(kind: str) -> Any:
     """A proxy page as the scripted manager's step (a reset: the connection dropped)."""
     if kind == RESET:
@@ -96,15 +103,16 @@ async def test_weather_on_the_log_push_keeps_the_lines(kind):
     """The push is one attempt: the caller (the shipper) keeps its lines for its next turn."""
     manager = ScriptedManager()
     manager.fail("/api/log-push", weather_step(kind, "/api/log-push"))
-    async with manager.client() as client:
+    # The first pause of the shared backoff: 1,000 s (full jitter, the top draw).
+    retry = dataclasses.replace(FAST, backoff_base_s=1000.0, backoff_max_s=1000.0)
+    async with manager.client(retry=retry, rng=Top()) as client:
         with pytest.raises(ManagerUnavailable):
             await client.push_logs("u-1", "setup", ["a line"])
         assert manager.paths() == ["/api/log-push"]
         # Not again before the shared backoff allows it: no request at all.
-        if client.backoff.wait_s(client.clock()) > 0:
-            with pytest.raises(ManagerUnavailable, match="backoff"):
-                await client.push_logs("u-1", "setup", ["a line"])
-            assert manager.paths() == ["/api/log-push"]
+        with pytest.raises(ManagerUnavailable, match="backoff"):
+            await client.push_logs("u-1", "setup", ["a line"])
+        assert manager.paths() == ["/api/log-push"]
 
 
 @pytest.mark.parametrize("path", ["/param-done", "/bench-done", "/running"])

@@ -11,13 +11,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cuzk_supervisor.adapters.manager.http import HttpAnswer
 from cuzk_supervisor.adapters.manager.values import (
     BadAnswer,
     InstanceGone,
     ManagerRejected,
     Weather,
 )
+from cuzk_supervisor.adapters.manager.wire import HttpAnswer
 from cuzk_supervisor.core.answers import Meaning, describe_answer, first_text_line, meaning
 from cuzk_supervisor.core.backoff import parse_retry_after
 

@@ -23,7 +23,6 @@ from collections.abc import Callable
 
 from cuzk_supervisor.adapters.manager.answers import read_answer
 from cuzk_supervisor.adapters.manager.away import AwayWarnings, WeatherLines
-from cuzk_supervisor.adapters.manager.http import HttpAnswer, HttpRequest, Transport
 from cuzk_supervisor.adapters.manager.values import (
     BadAnswer,
     InstanceGone,
@@ -35,6 +34,7 @@ from cuzk_supervisor.adapters.manager.values import (
     describe_failure,
     is_transient,
 )
+from cuzk_supervisor.adapters.manager.wire import HttpAnswer, HttpRequest, Transport
 from cuzk_supervisor.core.backoff import SharedBackoff
 
 __all__ = ["Attempts", "Check"]
@@ -138,7 +138,7 @@ class Attempts:
             reason = describe_failure(last)
         self.away.gave_up(call, attempts, clock() - started, reason)
         raise ManagerUnavailable(call, attempts, reason, weather=isinstance(last, Weather),
-                                 bad_answer=isinstance(last, BadAnswer))  # fmt: skip
+                                 bad_answer=_answers_for_it(last))  # fmt: skip
 
     async def _once(
         self,
@@ -170,3 +170,10 @@ class Attempts:
         self.backoff.answered()
         self.away.answered(call)
         self.weather.check()
+
+
+def _answers_for_it(exc: BaseException | None) -> bool:
+    """Something in front of the manager answers for it (see ``ManagerUnavailable``)."""
+    if isinstance(exc, BadAnswer):
+        return True
+    return isinstance(exc, Weather) and 400 <= exc.status < 500 and exc.status not in (408, 429)

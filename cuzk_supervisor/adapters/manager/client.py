@@ -37,10 +37,8 @@ Rules (DESIGN.md principles 5, 6 and 9, incidents I2 and I5):
   registered instance: it is a bad answer, retried and counted; a list without our record is
   no evidence of anything (:func:`cuzk_supervisor.core.reconcile.gone_reason`).
 - The log push is one attempt (``once``): its lines stay in the shipper's buffer for its next
-  turn, so a failed push never brings the next one sooner.
-
-Retrying a POST whose answer was lost (a read timeout) may apply it twice for the same reasons
-above; that is why read timeouts are retried too.
+  turn, so a failed push never brings the next one sooner. A POST whose answer was lost (a read
+  timeout) is retried: applying it twice is safe for the reasons above.
 """
 
 from __future__ import annotations
@@ -66,7 +64,7 @@ from cuzk_supervisor.adapters.logship.push import (
 from cuzk_supervisor.adapters.manager.answers import json_list, json_object
 from cuzk_supervisor.adapters.manager.attempts import Attempts
 from cuzk_supervisor.adapters.manager.away import FailureCounts
-from cuzk_supervisor.adapters.manager.http import HttpAnswer, HttpRequest, HttpTransport, Transport
+from cuzk_supervisor.adapters.manager.http import HttpTransport
 from cuzk_supervisor.adapters.manager.outbox import DrainResult, Outbox, SaveOutbox
 from cuzk_supervisor.adapters.manager.values import (
     BadAnswer,
@@ -80,6 +78,12 @@ from cuzk_supervisor.adapters.manager.values import (
     ManagerUnavailable,
     Registration,
     is_transient,
+)
+from cuzk_supervisor.adapters.manager.wire import (
+    FunctionTransport,
+    HttpAnswer,
+    HttpRequest,
+    Transport,
 )
 from cuzk_supervisor.adapters.state.doc import Report, utc_now_iso
 from cuzk_supervisor.core.backoff import SharedBackoff
@@ -166,7 +170,7 @@ class ManagerClient:
                 self.base_url, ssl_context=ssl_context, clock=clock
             )
         self._calls = Attempts(
-            self.transport or HttpTransport("http://local.invalid"), self.base_url,
+            self.transport or FunctionTransport(_no_manager), self.base_url,
             self.timeouts, self.retry, clock=clock, wall_clock=wall_clock,
             rng=rng if rng is not None else random.Random(), weather_s=weather_s,
         )  # fmt: skip
@@ -376,6 +380,10 @@ class ManagerClient:
             check=lambda a: json_object(a, require),
         )  # fmt: skip
         return json_object(answer, require)
+
+
+def _no_manager(request: HttpRequest) -> HttpAnswer:
+    raise AssertionError("a local run sends nothing")  # pragma: no cover - never called
 
 
 def _pushed(answer: HttpAnswer) -> None:

@@ -217,10 +217,10 @@ class Outbox:
         try:
             record = await self.client.instance_record(report.uuid, stop_s=budget_s)
         except ManagerUnavailable as exc:
-            if not exc.weather:
-                raise  # away: the report stays queued, looked up when it is back
-            # It answers, but never with a listing that can be the manager's (a proxy's page,
-            # an empty list, a 403 on the dashboard's API): no evidence either way, so
+            if not exc.bad_answer:
+                raise  # away, down or busy: the report stays queued, looked up when it is back
+            # Something answers for the manager, never with a listing that can be its own (an
+            # empty list, a 403 page on the dashboard's API): no evidence either way, so
             # at-least-once delivery, which is safe. Nothing is switched off: the next report
             # queued by an earlier process is looked up again.
             log.warning(

@@ -124,7 +124,10 @@ class ManagerUnavailable(ManagerError):
     """No word from the manager until the call's retry stop (or the caller's deadline) ran out:
     no answer at all, or only weather. ``weather``: the last attempt got an answer that was not
     the manager's word (a proxy's page, an empty 404, a 5xx, a 2xx that is not the API's
-    answer), not a refused connection or a timeout. ``bad_answer``: that answer was a 2xx."""
+    answer), not a refused connection or a timeout. ``bad_answer``: that answer was one that
+    says something in front of the manager answers for it, not that the manager is down or
+    busy: a 2xx that is not the API's answer, or a 4xx page other than 408 and 429 (a 403 on
+    the dashboard's API, say)."""
 
     def __init__(
         self, call: str, attempts: int, reason: str, *, weather: bool = False,
