@@ -64,14 +64,12 @@ CPU is not); a proxy in front can be simulated that throttles a share of request
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import json
 import os
 import re
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -102,7 +100,12 @@ from cuzk_supervisor.sim.manager_faults import (
 )
 from cuzk_supervisor.sim.manager_gojson import BadJSON, decode_struct, go_dumps
 from cuzk_supervisor.sim.manager_listener import Listener, ManagerHTTPServer
-from cuzk_supervisor.sim.manager_proxy import BAD_BODY_KINDS, RESET, retry_after_value
+from cuzk_supervisor.sim.manager_proxy import (
+    BAD_BODY_KINDS,
+    RESET,
+    reset_on_close,
+    retry_after_value,
+)
 from cuzk_supervisor.sim.manager_records import (
     DEFAULT_LOG_SOURCE,
     DEFAULT_TAIL,
@@ -1060,8 +1063,7 @@ class ManagerRequestHandler(BaseHTTPRequestHandler):
         """A proxy's reset: the connection dropped (RST), nothing answered, nothing applied."""
         entry.faulted, entry.fault, entry.status = True, RESET, 0
         self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        reset_on_close(self.connection)
         entry.duration = time.monotonic() - start
         app.journal.record(entry)
         self._count(app, entry, body)

@@ -18,8 +18,11 @@ None of them is the manager's word: the real manager's 404 is JSON
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import socket
+import struct
 from email.utils import formatdate
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "check_proxy_page",
     "proxy_error_page",
     "proxy_page",
+    "reset_on_close",
     "retry_after_value",
 ]
 
@@ -121,3 +125,9 @@ def retry_after_value(form: str, seconds: float, now: float) -> str | None:
     if form == "date":
         return formatdate(math.ceil(now + seconds), usegmt=True)
     return str(math.ceil(seconds))
+
+
+def reset_on_close(sock: socket.socket) -> None:
+    """Make closing ``sock`` reset the connection (RST, SO_LINGER 0), as a proxy's reset."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

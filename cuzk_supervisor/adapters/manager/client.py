@@ -116,8 +116,7 @@ __all__ = [
 
 log = structlog.get_logger("supervisor.manager")
 
-WEATHER_S = 600.0
-"""Weather this long is one ``manager.weather`` line (the ``manager_weather_s`` setting)."""
+WEATHER_S = 600.0  # weather this long is one manager.weather line (manager_weather_s)
 PATHS = {"register": "/register", PARAM_DONE: "/param-done", BENCH_DONE: "/bench-done",
          RUNNING: "/running", "status": "/status", "log_push": "/api/log-push"}  # fmt: skip
 
