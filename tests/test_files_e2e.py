@@ -92,7 +92,7 @@ def test_under_umask_0_nothing_the_supervisor_creates_is_world_writable(tmp_path
 def test_a_full_disk_under_a_folder_ends_with_its_exit_code(tmp_path, manager, folder, code,
                                                             reason):  # fmt: skip
     mgr = manager()
-    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=2)
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=2, **FULL_LOGS)
     with full_tmpfs(tmp_path / folder):
         run = start_run(env)
         try:
