@@ -72,6 +72,13 @@ def rows_of(run: Run, quick: bool) -> list[Row]:
             at_most(f"{group}: busiest 1 s / the phase's average, over "
                     f"{cost.stretch_s:.0f} s ({tag})", cost.busiest_1s, "x", 3.0),
         ]  # fmt: skip
+        if group != "run":
+            # GET /status is the manager's whole table (about 290 B a row): its one read before
+            # /bench-done (the dashboard-kill look-up) grows with the fleet; shown apart.
+            rest = phase_cost(group, main, [r for r in requests if r.path != "/status"],
+                              phases, end, window)  # fmt: skip
+            name = f"{group}: KB/min per machine with TLS, without GET /status (the whole table)"
+            rows.append(info(f"{name} ({tag})", rest.raw_kb_per_min, "KB/min"))
     rows.append(at_most(f"dashboard: longest wait between two log pushes before the run phase "
                         f"({tag})", progress_gap_s(main, requests), "s", 30.0))  # fmt: skip
     minutes = (run.marks["steady_end"] - run.marks["steady_start"]) / 60
