@@ -8,116 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
-import structlog
+from logshipfakes import KB, LogManager, away, chatty, nginx_404, shipped
 
-from cuzk_supervisor.adapters.logship.lines import shipping_processor
 from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
-from cuzk_supervisor.adapters.manager.client import (
-    ManagerClient,
-    ManagerRetry,
-)
-from cuzk_supervisor.adapters.manager.wire import (
-    ConnectFailed,
-    FunctionTransport,
-    HttpAnswer,
-    HttpRequest,
-)
-from cuzk_supervisor.sim import vtime
-from cuzk_supervisor.sim.manager_proxy import proxy_error_page
-
-URL = "http://manager.test"
-FAST = ManagerRetry(backoff_base_s=0.001, backoff_max_s=0.005)
-KB = 1000.0
-
-
-# --- the shipper, on virtual time -----------------------------------------------------------
-
-
-class LogManager:
-    """Fake ``/api/log-push``: records each push (its time on the loop's clock, source and
-    lines); ``answer`` says how to answer it (default the manager's 204); ``gate`` holds every
-    push until it is opened."""
-
-    def __init__(self) -> None:  # made inside the loop that runs it
-        self.pushes: list[tuple[float, str, list[str]]] = []
-        self.attempts: list[float] = []
-        self.answer: Callable[[HttpRequest], HttpAnswer] = lambda _: HttpAnswer(204)
-        self.gate: asyncio.Event | None = None
-        self.attempted = asyncio.Event()
-        self.pushed = asyncio.Event()
-
-    async def handler(self, request: HttpRequest) -> HttpAnswer:
-        self.attempts.append(asyncio.get_running_loop().time())
-        self.attempted.set()
-        if self.gate is not None:
-            await self.gate.wait()
-        answer = self.answer(request)
-        headers = dict(request.headers)
-        assert headers["X-Instance-UUID"] == "u-1"
-        if answer.status == 204:
-            lines = request.body.decode().splitlines()
-            self.pushes.append((self.attempts[-1], headers["X-Log-Source"], lines))
-            self.pushed.set()
-        return answer
-
-    def lines(self, source: str | None = None) -> list[str]:
-        return [line for _, src, lines in self.pushes if source in (None, src) for line in lines]
-
-    def bytes(self, source: str | None = None) -> int:
-        return sum(len(line.encode()) + 1 for line in self.lines(source))
-
-
-def away(_: HttpRequest) -> HttpAnswer:
-    raise ConnectFailed("refused")
-
-
-def nginx_404(_: HttpRequest) -> HttpAnswer:
-    return HttpAnswer.of_text(404, proxy_error_page(404), "text/html", {"Server": "nginx"})
-
-
-Scenario = Callable[[LogShipper, LogManager], Awaitable[Any]]
-
-
-def shipped(
-    scenario: Scenario, settings: ShipperSettings | None = None, uuid: str | None = "u-1",
-) -> tuple[LogShipper, LogManager, Any]:  # fmt: skip
-    """Run ``scenario`` beside a running shipper on virtual time; the shipper stopped after."""
-    fake = LogManager()
-
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        client = ManagerClient(URL, retry=FAST, transport=FunctionTransport(fake.handler),
-                               clock=loop.time)  # fmt: skip
-        shipper = LogShipper(client, settings or ShipperSettings(), uuid=uuid)
-        task = asyncio.create_task(shipper.run())
-        try:
-            result = await scenario(shipper, fake)
-        finally:
-            shipper.stop()
-            if fake.gate is not None:
-                fake.gate.set()
-            await asyncio.wait_for(task, 60.0)
-        holder.append(shipper)
-        return result
-
-    holder: list[LogShipper] = []
-    result = vtime.run(main())
-    return holder[0], fake, result
-
-
-async def chatty(shipper: LogShipper, source: str, per_s: int, seconds: float) -> None:
-    """A child writing ``per_s`` lines a second for ``seconds`` (a tenth of a second at a time)."""
-    n = 0
-    for _ in range(int(seconds * 10)):
-        for _ in range(per_s // 10):
-            n += 1
-            shipper.add_line(source, f"{source} line {n:07d} " + "x" * 60)
-        await asyncio.sleep(0.1)
+from cuzk_supervisor.adapters.manager.wire import HttpAnswer
 
 
 def test_lines_go_per_source_in_order_the_supervisors_tab_first():
@@ -305,71 +201,6 @@ def test_add_line_never_waits_for_a_stuck_manager():
     assert fake.lines("cuzk")[0] == "first"
 
 
-def test_add_line_from_another_thread():
-    async def scenario(shipper: LogShipper, fake: LogManager) -> None:
-        def add_two() -> None:
-            for n in range(2):
-                shipper.add_line("setup", f"t{n}")
-
-        worker = threading.Thread(target=add_two)
-        worker.start()
-        worker.join()
-        await asyncio.sleep(25)
-
-    _, fake, _ = shipped(scenario)
-    assert fake.lines() == ["t0", "t1"]
-
-
-def _with_processor(shipper: LogShipper) -> dict[str, Any]:
-    old = structlog.get_config()
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            shipping_processor(shipper),
-            structlog.processors.KeyValueRenderer(),
-        ],
-        logger_factory=structlog.ReturnLoggerFactory(),
-    )
-    return old
-
-
-def test_structlog_events_are_shipped_as_supervisor_lines():
-    async def scenario(shipper: LogShipper, fake: LogManager) -> None:
-        old = _with_processor(shipper)
-        try:
-            structlog.get_logger().info("daemon.ready", calls=3)
-        finally:
-            structlog.configure(**old)
-        await asyncio.sleep(25)
-
-    _, fake, _ = shipped(scenario)
-    assert fake.lines("setup") == ["info daemon.ready calls=3"]
-
-
-def test_a_daemon_line_is_shipped_once_under_its_own_tab():
-    """Before issue 22 every daemon line went twice: raw under its tab, and again as a
-    ``child.line`` event under ``setup``."""
-    from cuzk_supervisor.daemon.output import OutputPump
-
-    async def scenario(shipper: LogShipper, fake: LogManager) -> None:
-        old = _with_processor(shipper)
-        try:
-            pump = OutputPump("cuzk", None)
-            pump.add_listener(shipper.listener("cuzk"))
-            reader = asyncio.StreamReader()
-            reader.feed_data(b"\x1b[32mready\x1b[0m\nproving 1\n")
-            reader.feed_eof()
-            await pump.pump(reader, "stdout")
-            structlog.get_logger().info("daemon.ready")
-        finally:
-            structlog.configure(**old)
-        await asyncio.sleep(25)
-
-    _, fake, _ = shipped(scenario)
-    assert fake.lines("cuzk") == ["ready", "proving 1"]
-    assert fake.lines("setup") == ["info daemon.ready"]
-
-
 def test_the_run_phase_turns_every_log_push_interval():
     settings = ShipperSettings(run_interval_s=120.0)
 
@@ -387,3 +218,26 @@ def test_the_run_phase_turns_every_log_push_interval():
     gaps = [b - a for a, b in itertools.pairwise(times[3:])]
     assert all(120 * 0.8 - 1 <= gap <= 120 * 1.2 + 1 for gap in gaps)
     assert len(times) <= 2 + 1200 / 96 + 1
+
+
+def test_a_flush_pushes_the_supervisors_reason_first_and_says_whether_it_was_taken():
+    """A reason that must reach the manager before a report (the run phase's health watch):
+    one turn out of turn, the ``setup`` tab first; True when the manager took it, even with a
+    chatty tab's older lines left out; False when it did not."""
+
+    async def scenario(shipper: LogShipper, fake: LogManager) -> tuple[bool, bool]:
+        shipper.enter_run_phase(after_s=0)
+        await asyncio.sleep(1)
+        for n in range(5000):
+            shipper.add_line("cuzk", f"daemon {n}")
+        shipper.add_line("setup", "health: GPU 0 fell off the bus")
+        taken = await shipper.flush(30.0)
+        fake.answer = nginx_404
+        shipper.add_line("setup", "health: again")
+        refused = await shipper.flush(30.0)
+        fake.answer = lambda _: HttpAnswer(204)
+        return taken, refused
+
+    _, fake, (taken, refused) = shipped(scenario)
+    assert (taken, refused) == (True, False)
+    assert fake.lines("setup")[0] == "health: GPU 0 fell off the bus"

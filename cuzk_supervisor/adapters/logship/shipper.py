@@ -258,16 +258,17 @@ class LogShipper:
         self._wake.set()
 
     async def flush(self, deadline_s: float | None = None) -> bool:
-        """One last turn (the exit's): at most ``final_requests`` pushes and ``final_bytes``,
-        one attempt each, within ``deadline_s``; True when nothing is left waiting."""
+        """One turn out of turn (the exit's, or a reason that must reach the manager before a
+        report): the supervisor's tab first, at most ``final_requests`` pushes and
+        ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
+        every body the turn sent (the older lines of a chatty tab may be summarised)."""
         if not self.enabled:
             return True
         deadline = None if deadline_s is None else self._clock() + deadline_s
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(deadline_s):
-                await self._turn(final=True, deadline=deadline)
-        with self._lock:
-            return not self._buffer.waiting()
+                return await self._turn(final=True, deadline=deadline)
+        return False
 
     def _switch(self, budget: logbudget.Budget) -> None:
         now = self._clock()
@@ -282,12 +283,13 @@ class LogShipper:
         self._requests.tokens = min(self._requests.tokens, budget.burst_requests)
         self._bytes.tokens = min(self._bytes.tokens, budget.burst_bytes)
 
-    async def _turn(self, *, final: bool, deadline: float | None) -> None:
-        """Push what this turn's budget allows (see the module docstring)."""
+    async def _turn(self, *, final: bool, deadline: float | None) -> bool:
+        """Push what this turn's budget allows (see the module docstring); False when a push
+        was not taken (the turn ends there)."""
         assert self.client is not None
         uuid = self._uuid
         if uuid is None:
-            return
+            return True
         async with self._turn_lock:
             now = self._clock()
             with self._lock:
@@ -305,7 +307,8 @@ class LogShipper:
                 if shares[source] < min(MIN_PUSH_BYTES, pending[source]):
                     continue
                 if not await self._push(uuid, source, shares[source], final, deadline):
-                    return
+                    return False
+        return True
 
     async def _push(
         self, uuid: str, source: str, room: int, final: bool, deadline: float | None
