@@ -25,6 +25,8 @@ from typing import Any
 from _fleet import Request, VirtualMachine
 
 KB = 1000.0
+CLOSE_BYTES = 40
+"""A turn this small is a TLS alert (close_notify: 24 bytes), not an HTTP exchange's."""
 GROUPS = {
     "params": ("register", "params"),
     "bench": ("plan", "warmup", "restart", "settle", "bench", "report"),
@@ -172,9 +174,12 @@ def split_turns(turns: Sequence[Sequence[int]], n: int) -> list[int]:
     sizes = [size for _, size in turns]
     sides = [side for side, _ in turns]
     tail = 0
-    if sides and sides[-1] == 0:  # a close, or a request with no answer: to the last exchange
-        tail = sizes.pop()
-        sides.pop()
+    # TLS close_notify alerts (24 bytes each way in TLS 1.3), then a request with no answer:
+    # to the last exchange. No HTTP exchange's turn is that small.
+    while sizes and (sizes[-1] <= CLOSE_BYTES or (sides[-1] == 0 and tail == 0)):
+        tail += sizes.pop()
+        if sides.pop() == 0 and sizes and sizes[-1] > CLOSE_BYTES:
+            break
     pairs: list[int] = []
     while len(sizes) >= 2 and len(pairs) < n and sides[-1] == 1 and sides[-2] == 0:
         pairs.append(sizes.pop() + sizes.pop())

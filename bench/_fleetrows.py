@@ -178,6 +178,15 @@ def describe(run: Run) -> None:
         for m in run.machines
     ]
     print("machines:", {k: outcomes.count(k) for k in sorted(set(outcomes))})
+    for group, phases in GROUPS.items():  # where the bytes of each phase group went
+        by_path: dict[str, list[int]] = {}
+        for r in run.recorder.requests:
+            if r.phase in phases:
+                row = by_path.setdefault(f"{r.path} {r.status}", [0, 0, 0])
+                row[0] += 1
+                row[1] += r.bytes_in + r.bytes_out
+                row[2] += r.raw or 0
+        print(f"{group}: requests, HTTP bytes, bytes on the wire by path and status:", by_path)
     print("marks (s from start):", {k: round(v - run.marks["start"]) for k, v in
                                     run.marks.items()})  # fmt: skip
     if run.recorder.errors:
