@@ -19,7 +19,7 @@ machine with its probes. Read top to bottom, it is how one run is put together:
 5. **the servers** (``run``): the state file and the outbox opened, the health server and the
    metrics when the health server is on, then the lifecycle run.
 
-What would load gRPC, protobuf, httpx or prometheus_client is imported where it is built, not
+What would load gRPC, protobuf or prometheus_client is imported where it is built, not
 at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never prove.
 """
 
@@ -179,6 +179,7 @@ def open_edges(s: Settings, environ: Mapping[str, str]) -> Edges:
         timeouts=policy(ManagerTimeouts, s),
         retry=policy(ManagerRetry, s),
         headers={"Authorization": f"Bearer {s.manager_token}"} if s.manager_token else None,
+        weather_s=s.manager_weather_s,
     )
     shipper = LogShipper(manager if s.log_push else None, policy(ShipperSettings, s))
     return Edges(label, min_rate, manager, shipper)
@@ -248,6 +249,7 @@ def build_lifecycle(
     )  # fmt: skip
     manager.add_retry_listener(reporter.on_manager_retry)
     manager.add_retry_listener(lambda call, *_: metrics.manager_request_failed(call))
+    manager.add_weather_listener(metrics.manager_weather)
     client_factory = functools.partial(
         ProvingClient,
         parse_address(daemon_listen(s)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -118,8 +119,9 @@ class FakeShipper:
     def set_uuid(self, uuid: str) -> None:
         self.uuid = uuid
 
-    def set_flush_interval(self, seconds: float, *, after_s: float = 0.0) -> None:
-        self.flush_interval_s = (seconds, after_s)
+    def enter_run_phase(self, *, after_s: float | None = None) -> None:
+        self.run_phase_after_s = after_s
+        self.run_phase = True
 
     async def run(self) -> None:
         await self._stopped.wait()
@@ -150,6 +152,11 @@ class FakeManager:
         self.sent: list[Report] = []
         self.pings = 0
         self.listeners: list[Callable[[str, int, float], None]] = []
+        self.clock = time.monotonic  # the outbox reads the client's clocks
+        self.wall_clock = time.time
+
+    def add_weather_listener(self, listener: Callable[[bool, str], None]) -> None:
+        pass
 
     def add_retry_listener(self, listener: Callable[[str, int, float], None]) -> None:
         self.listeners.append(listener)

@@ -18,6 +18,7 @@ from daemonhelpers import Supervisor
 from fshelpers import full_tmpfs
 from leftoverhelpers import careful_fetch_command, files_whole, journal_lines, kill_marked, marked
 from lifecyclehelpers import lifecycle_env, start_run
+from scripted import FULL_LOGS
 from simhelpers import poll_until
 
 from cuzk_supervisor import exitcodes
@@ -91,7 +92,7 @@ def test_under_umask_0_nothing_the_supervisor_creates_is_world_writable(tmp_path
 def test_a_full_disk_under_a_folder_ends_with_its_exit_code(tmp_path, manager, folder, code,
                                                             reason):  # fmt: skip
     mgr = manager()
-    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=2)
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=2, **FULL_LOGS)
     with full_tmpfs(tmp_path / folder):
         run = start_run(env)
         try:
@@ -111,7 +112,7 @@ def test_a_full_disk_under_a_folder_ends_with_its_exit_code(tmp_path, manager, f
 
 def test_a_fifo_as_the_state_file_is_moved_aside_and_the_run_completes(tmp_path, manager):
     mgr = manager()
-    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=2)
+    env = lifecycle_env(tmp_path, mgr.url, exit_after_run="true", bench_count=2, **FULL_LOGS)
     (tmp_path / "state").mkdir()
     os.mkfifo(tmp_path / "state" / "state.json")
     run = start_run(env)

@@ -9,6 +9,7 @@ import sys
 import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
+from scripted import FULL_LOGS
 from simhelpers import QUICK_SIM, free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
@@ -35,7 +36,7 @@ def test_lifecycle_reports_each_phase_once_in_order_with_the_true_rate(tmp_path,
     mgr = manager()
     env = lifecycle_env(
         tmp_path, mgr.url, time_scale=100, workers=5, warmup_workers=2, bench_count=12,
-        exit_after_run="true",
+        exit_after_run="true", **FULL_LOGS,
     )  # fmt: skip
     run = start_run(env)
     assert _finish(run) == exitcodes.OK
@@ -60,7 +61,8 @@ def test_instance_logs_fill_the_dashboards_tabs(tmp_path, manager):
     (bench progress and result), cuzk (the daemon after it); no tab-less "supervisor"."""
     mgr = manager()
     # The idle simulator is quiet: from its 5th proof (settle, 4 bench) it writes lines.
-    env = lifecycle_env(tmp_path, mgr.url, bench_count=4, sim_faults=("flood:5,after_proofs=5",))
+    env = lifecycle_env(tmp_path, mgr.url, bench_count=4, sim_faults=("flood:5,after_proofs=5",),
+                        **FULL_LOGS)  # fmt: skip
     run = start_run(env)
     try:
         poll_until(lambda: "run" in run.phases() or run.proc.poll() is not None, 60, what="run")
@@ -206,7 +208,7 @@ def test_worker_commands_are_kept_up_in_the_run_phase(tmp_path, manager):
     env = lifecycle_env(
         tmp_path, mgr.url,
         worker_commands=f"'echo started >> {marker}; echo worker-alive; sleep 600' 'exit 3'",
-        crash_loop_failures=3,
+        crash_loop_failures=3, **FULL_LOGS,
     )  # fmt: skip
     run = start_run(env)
     try:

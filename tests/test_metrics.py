@@ -37,6 +37,7 @@ FAMILIES = {
     "cuzk_supervisor_grpc_reconnects": "counter",
     "cuzk_supervisor_manager_outbox_depth": "gauge",
     "cuzk_supervisor_manager_failed_requests": "counter",
+    "cuzk_supervisor_manager_weather": "gauge",
     "cuzk_supervisor_health_connections_dropped": "counter",
     "cuzk_supervisor_health_level": "gauge",
     "cuzk_supervisor_health_finding": "gauge",

@@ -148,11 +148,12 @@ async def test_the_status_loop_first_ticks_at_a_random_point_and_looks_up_only_w
     assert lookups == 0  # manager_status_lookup_s is 0: no read of the whole table
 
 
-async def test_the_run_phase_lengthens_the_log_flush():
+async def test_the_run_phase_switches_the_log_budget():
     rep, _ = reporter(random.Random(1), log_push_interval_s=90.0)
     await rep.running()
-    # 90 s between pushes, after the run phase's first 90 s at the short interval.
-    assert rep._shipper.flush_interval_s == (90.0, 90.0)  # type: ignore[attr-defined]
+    # The run phase's budget, after one more turn at the earlier one (its default).
+    assert rep._shipper.run_phase  # type: ignore[attr-defined]
+    assert rep._shipper.run_phase_after_s is None  # type: ignore[attr-defined]
 
 
 def param_done_acked(created_at: str) -> Report:

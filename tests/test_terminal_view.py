@@ -287,6 +287,24 @@ def test_an_outage_of_the_manager_is_its_start_and_a_summary_a_minute():
     ]
 
 
+def test_a_proxys_weather_that_lasts_is_one_clear_line_and_its_end_a_note():
+    model = ViewModel()
+    model.feed(ev("phase.entered", 0, phase="run"))
+    last = 'HTTP 404 from nginx/1.25.3: "404 Not Found"'
+    weather = ev("manager.weather", 601, "warning", url="http://m", minutes=10.0, answers=24,
+                 by_status={404: 24}, last=last)  # fmt: skip
+    over = ev("manager.weather_over", 900, url="http://m", minutes=14.5, answers=30, last="")
+    assert [(x.kind, x.text) for x in lines(model.feed(weather))] == [(
+        "warning",
+        "for 10.0 min the manager's URL has answered with pages that are not the manager's "
+        '(24 answers, the last HTTP 404 from nginx/1.25.3: "404 Not Found"): nothing is ended '
+        "by them, reports are kept and retried",
+    )]  # fmt: skip
+    assert [x.text for x in lines(model.feed(over))] == [
+        "the manager's own answers are back after 14.5 min of a proxy's pages"
+    ]
+
+
 def test_an_unknown_warning_shows_its_reason_and_a_few_fields():
     line = lines(ViewModel().feed(ev("gpu.odd", 0, "error", reason="lost", gpu=1, exception="tb")))
     assert [(x.kind, x.text) for x in line] == [("error", "gpu.odd: lost (gpu 1)")]

@@ -254,6 +254,10 @@ def _ignore(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
+def _weather_over(e: Mapping[str, Any]) -> str:
+    return f"the manager's own answers are back after {e.get('minutes')} min of a proxy's pages"
+
+
 def _said(template: str) -> Any:
     """A warning or error in words: ``template`` formatted with the event's fields."""
 
@@ -332,6 +336,13 @@ HANDLERS: dict[str, Handler] = {
     "manager.still_away": _said(
         "manager at {url} still away after {away_s}s: {failed} more failed requests ({reason})"
     ),
+    # A proxy's weather (adapters/manager/away.py): never a kill; one line when it lasts.
+    "manager.weather": _said(
+        "for {minutes} min the manager's URL has answered with pages that are not the "
+        "manager's ({answers} answers, the last {last}): nothing is ended by them, reports are "
+        "kept and retried"
+    ),
+    "manager.weather_over": lambda m, e: [Line("info", _weather_over(e))],
     "memory.risk_changed": _said("memory risk changed (was {previous}): {reason}"),
     "memory.risk_critical": _said("memory critical: {reason}"),
     "pid1.tree_killed": _said("processes left at the end needed SIGKILL: pids {killed}"),

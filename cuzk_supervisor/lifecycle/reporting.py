@@ -5,20 +5,14 @@ Durable before visible: every report is queued in the state file before it is se
 that would revive a killed instance is never sent (the manager's record is looked up first);
 once the manager said this instance is gone, ``signals.gone`` is set and nothing more goes out.
 
-How a kill is found, phase by phase, at a cost per machine that does not grow with the fleet
-(DESIGN.md principle 9; the README's manager section gives the figures):
-
-- the run phase: the repeated ``/running`` (every ``running_ping_interval_s``, jittered) is the
-  look-up: it answers 404 once the record is killed;
-- before ``/bench-done`` and at a resume (the outbox): one read of the manager's whole table
-  (``GET /status``); after ``/param-done`` too, for the bench clock, but only when its
-  acknowledgement was slow (retried: the manager may have stamped an earlier try);
-- before the run phase otherwise, nothing unless ``manager_status_lookup_s`` asks for a
-  periodic (jittered) read of the whole table; the bound is then the end of the bench;
-- a report answered 404 "instance not found" ends the instance in any phase.
-
-A kill is concluded only from the manager's positive word about this instance (its record in
-state ``killed``, a 404 on a call about this uuid), never from a record missing in one listing.
+How a kill is found, at a cost per machine that does not grow with the fleet (DESIGN.md
+principle 9; the README's manager section): in the run phase the repeated ``/running`` (every
+``running_ping_interval_s``, jittered) answers the manager's 404 once the record is killed;
+before ``/bench-done`` and at a resume, one read of the whole table (``GET /status``), and after
+``/param-done`` for the bench clock only when its acknowledgement was slow; otherwise nothing
+unless ``manager_status_lookup_s`` asks for a periodic (jittered) read. Only the manager's own
+word ends the instance (its JSON 404 on a report, our record in state ``killed``); a record
+missing from a listing or a proxy's page (weather) never does, nor switches anything off.
 """
 
 from __future__ import annotations
@@ -43,7 +37,7 @@ from cuzk_supervisor.adapters.manager.values import (
     ManagerUnavailable,
     Registration,
 )
-from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
+from cuzk_supervisor.adapters.state.doc import Report, SupervisorState, utc_now_iso
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline, prompt_ack
@@ -99,12 +93,10 @@ class Reporter:
         self._rng = rng if rng is not None else random.Random()
         self._next_ping_at = float("inf")  # after the first /running report, pings follow
         self._next_lookup_at: float | None = None  # the periodic whole-table read, if any
-        self._status_usable = True  # False once GET /status proved unusable (one warning)
 
     @property
     def judged(self) -> bool:
-        """False in a local run (no manager URL): nobody judges the rate against a min_rate,
-        so a rate is never said to have passed."""
+        """False in a local run (no manager URL): nobody judges the rate, nor passes it."""
         return not self.manager.is_local
 
     # --- register -----------------------------------------------------------------------------
@@ -133,10 +125,9 @@ class Reporter:
             )
             self.outbox = Outbox.for_keeper(self.manager, self.state)
         self.uuid = registration.uuid
+        uuid, runner = registration.uuid, registration.runner_id
         await self.state.update(
-            lambda st: dataclasses.replace(
-                st, uuid=registration.uuid, runner_id=registration.runner_id, label=self.label
-            )
+            lambda st: dataclasses.replace(st, uuid=uuid, runner_id=runner, label=self.label)
         )
         self._shipper.set_uuid(registration.uuid)
         observe.bind(uuid=registration.uuid)
@@ -144,8 +135,7 @@ class Reporter:
     def _register_waiting(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         self._register_failed(state.upcoming_sleep)
-        # info: the manager client's own warnings name the URL at a steady cadence
-        # (adapters/manager/away.py); a second warning every register_stop_s would be noise.
+        # info: the client's own warnings name the URL at a steady cadence (away.py).
         log.info("manager.register_waiting", url=self.manager.base_url, reason=str(exc))
 
     def on_manager_retry(self, call: str, attempt: int, pause_s: float) -> None:
@@ -166,7 +156,7 @@ class Reporter:
         if acked is not None and acked.outcome == OUTCOME_OK:
             await self._start_bench_clock(resumed=True)
         if acked is None:
-            await self.outbox.enqueue(Report(kind=PARAM_DONE, uuid=self._uuid()))
+            await self.outbox.enqueue(self._report(PARAM_DONE))
         self._signals.outbox_kick.set()
 
     def answered_bench(self) -> Report | None:
@@ -185,7 +175,7 @@ class Reporter:
         was killed meanwhile (InstanceGone); returns it with the manager's verdict. In a local
         run nobody gives one: ``bench.unjudged`` says so (the phase machine logs no pass)."""
         await self._check_alive()
-        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self._uuid(), rate=rate)
+        report = self._pending_bench() or self._report(BENCH_DONE, rate)
         done = await self.send(report)
         self.reported = True
         if not self.judged and done.rate:
@@ -193,13 +183,9 @@ class Reporter:
         return done
 
     async def running(self) -> None:
-        await self.send(Report(kind=RUNNING, uuid=self._uuid()))
-        # The steady phase: log lines batched longer, about one request per tab per interval,
-        # after one such interval at the short one (the run phase's first lines show at once).
-        interval = self.s.log_push_interval_s
-        self._shipper.set_flush_interval(interval, after_s=interval)
-        # The first ping at a random point of its interval: a fleet reaching the run phase
-        # together does not ping together.
+        await self.send(self._report(RUNNING))
+        self._shipper.enter_run_phase()  # the run phase's log budget, after one more turn
+        # The first ping anywhere in its interval: a fleet running together pings apart.
         interval = self.s.running_ping_interval_s
         self._next_ping_at = self._clock() + first_delay(interval, self._rng.random())
 
@@ -231,7 +217,7 @@ class Reporter:
                 await self.state.update(lambda st: st.with_failure(reason))
         if self.uuid is None or self.reported:
             return
-        report = self._pending_bench() or Report(kind=BENCH_DONE, uuid=self.uuid, rate=0.0)
+        report = self._pending_bench() or self._report(BENCH_DONE, 0.0)
         try:
             if durable:
                 await self.outbox.send_now(report, deadline_s=60)
@@ -244,6 +230,10 @@ class Reporter:
     def _uuid(self) -> str:
         assert self.uuid is not None
         return self.uuid
+
+    def _report(self, kind: str, rate: float | None = None) -> Report:
+        """A new report, stamped by the injected wall clock (the bench clock reads the stamp)."""
+        return Report(kind=kind, uuid=self._uuid(), rate=rate, created_at=utc_now_iso(self._wall))
 
     def _pending_bench(self) -> Report | None:
         report = self.outbox.latest(BENCH_DONE)
@@ -293,8 +283,7 @@ class Reporter:
 
     @property
     def _status_read_s(self) -> float:
-        """How long one read of the whole table is retried: the setting, within the retry
-        window of one report."""
+        """How long one read of the whole table is retried (within one report's window)."""
         return min(self.s.manager_status_read_s, self.s.manager_retry_s)
 
     def bench_deadline(self) -> float:
@@ -319,12 +308,10 @@ class Reporter:
         ``resumed``: acknowledged before this process, by a build that kept no clock; the local
         params-done time is the safe (earlier) guess.
 
-        ``queued_at``: when the report was queued (wall clock). The manager stamps the first
-        /param-done that reaches it, never before the report was queued; acknowledged within
-        one request's time of that (:func:`cuzk_supervisor.core.benchclock.prompt_ack`), the
-        queued time is the clock's start, safe (earlier) by at most that, and the manager's
-        whole table is not read for it: a fleet started together would otherwise read it all
-        at once (N rows each, N times)."""
+        ``queued_at``: when the report was queued (wall clock), never after the manager's stamp;
+        acknowledged within one request's time of that (:func:`cuzk_supervisor.core.benchclock.
+        prompt_ack`), it is the clock's start (safe, earlier by at most that) and the whole
+        table is not read: a fleet started together would read it all at once."""
         if self.state.state.bench_clock_start is not None:
             return
         now = self._wall()
@@ -387,23 +374,21 @@ class Reporter:
             self._signals.mark_gone(reason or f"/running answered: {exc.message}")
             return False
         except ManagerError as exc:
-            log.warning("manager.ping_failed", reason=str(exc))
+            # Weather or an outage (the client's warnings say which), or a 400: never a kill.
+            log.info("manager.ping_failed", reason=str(exc))
         return True
 
     async def _record(self, *, stop_s: float) -> tuple[bool, Mapping[str, Any] | None]:
         """(looked up, this instance's record in GET /status or None when it is not listed);
-        not looked up: no manager, the manager away or answering what cannot be its own (an
-        empty list, a page: counted by the client), or no usable /status (one warning)."""
-        if self.manager.is_local or self.uuid is None or not self._status_usable:
+        not looked up: no manager, the manager away or answering what cannot be its own (a
+        proxy's page, an empty list: weather, counted by the client). Nothing is switched off
+        by an answer: the next look-up asks again."""
+        if self.manager.is_local or self.uuid is None:
             return False, None
         try:
             return True, await self.manager.instance_record(self.uuid, stop_s=stop_s)
-        except ManagerUnavailable:
-            return False, None
-        except ManagerRejected as exc:
-            self._status_usable = False
-            detail = "kills are no longer looked up; reports go on as before"
-            log.warning("manager.status_unusable", reason=str(exc), detail=detail)
+        except (ManagerUnavailable, ManagerRejected) as exc:
+            log.info("manager.status_not_read", reason=str(exc))
             return False, None
 
     async def _check_alive(self) -> None:

@@ -226,6 +226,13 @@ class SupervisorMetrics:
             ["call"],
             registry=r,
         )
+        self._weather = Gauge(
+            "cuzk_supervisor_manager_weather",
+            "1 while the manager's URL has answered with pages that are not the manager's (a "
+            "proxy's HTML or plain 404, 403, 5xx ...) for manager_weather_s or more: nothing is "
+            "ended by them, reports are kept and retried; 0 otherwise",
+            registry=r,
+        )
         self._health_dropped = Counter(
             "cuzk_supervisor_health_connections_dropped",
             "Health server connections closed without an answer, by reason (disconnect: the "
@@ -332,6 +339,10 @@ class SupervisorMetrics:
     def manager_request_failed(self, call: str) -> None:
         """One failed request to the manager (``ManagerClient.add_retry_listener``)."""
         self._manager_failed.labels(call=call).inc()
+
+    def manager_weather(self, sustained: bool, answer: str) -> None:
+        """A sustained weather episode began or ended (``ManagerClient.add_weather_listener``)."""
+        self._weather.set(1 if sustained else 0)
 
     def health_connection_dropped(self, reason: str) -> None:
         self._health_dropped.labels(reason=reason).inc()

@@ -42,6 +42,8 @@ class MetricsSink(Protocol):
 
     def manager_request_failed(self, call: str) -> None: ...
 
+    def manager_weather(self, sustained: bool, answer: str) -> None: ...
+
     def health_connection_dropped(self, reason: str) -> None: ...
 
     def health(self, level: int, kinds: Iterable[str]) -> None: ...
@@ -86,6 +88,9 @@ class NoMetrics:
         pass
 
     def manager_request_failed(self, call: str) -> None:
+        pass
+
+    def manager_weather(self, sustained: bool, answer: str) -> None:
         pass
 
     def health_connection_dropped(self, reason: str) -> None:

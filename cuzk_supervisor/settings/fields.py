@@ -113,16 +113,37 @@ class Settings:
     )  # fmt: skip
     log_push_interval_s: float = setting(
         120.0,
-        "in the run phase (from this long after it began), the longest a log line waits before "
-        "it is pushed (each tab's lines batched: about one request per tab per interval, "
-        "however chatty the daemon; before, 2 s; a full body of 500 lines goes at once)",
-        minimum=1, maximum=HOUR_S, group="manager",
+        "in the run phase, how often the log lines waiting are pushed to the manager (one "
+        "push per tab that has lines, 1 push a minute at 120 s; before the run phase: "
+        "log_push_early_interval_s)",
+        minimum=0.1, maximum=HOUR_S, group="manager",
     )  # fmt: skip
-    log_push_lines_per_s: float = setting(
+    log_push_early_interval_s: float = setting(
         20.0,
-        "pace of the log drain: lines pushed to the manager per second on average (at most "
-        "500 in one body); a backlog left by an outage drains at this pace, never all at once",
-        minimum=1, maximum=100_000, group="manager", metavar="LINES",
+        "before the run phase, how often the log lines waiting are pushed to the manager (one "
+        "push per tab that has lines, 4 pushes a minute at 20 s; the dashboard shows progress "
+        "at least every 30 s with the jitter)",
+        minimum=0.1, maximum=HOUR_S, group="manager",
+    )  # fmt: skip
+    log_budget_bytes_per_min: float = setting(
+        12_000.0,
+        "before the run phase, bytes of log lines pushed to the manager a minute on average, "
+        "whatever the fetch and the daemon write: each push sends the newest lines that fit, "
+        "and one line counts the older ones left out",
+        minimum=500, maximum=500_000, group="manager", metavar="BYTES",
+    )  # fmt: skip
+    log_run_budget_bytes_per_min: float = setting(
+        2_400.0,
+        "in the run phase, bytes of log lines pushed to the manager a minute on average, "
+        "whatever the daemon writes; as log_budget_bytes_per_min",
+        minimum=200, maximum=500_000, group="manager", metavar="BYTES",
+    )  # fmt: skip
+    manager_weather_s: float = setting(
+        600.0,
+        "how long the manager's URL may answer with pages that are not the manager's own word "
+        "(a proxy's HTML, plain or empty 404, 401, 403, 413, 5xx ...) before one clear warning "
+        "says so (setup tab, terminal, /metrics); such answers never end an instance",
+        minimum=1, maximum=DAY_S, group="manager",
     )  # fmt: skip
 
     # --- logging ------------------------------------------------------------------------------

@@ -72,7 +72,10 @@ FROM_SETTINGS: Final[Mapping[str, Mapping[str, str]]] = {
     },
     "ShipperSettings": {
         "max_buffer_lines": "log_buffer_lines",
-        "drain_lines_per_s": "log_push_lines_per_s",
+        "bytes_per_min": "log_budget_bytes_per_min",
+        "run_bytes_per_min": "log_run_budget_bytes_per_min",
+        "run_interval_s": "log_push_interval_s",
+        "interval_s": "log_push_early_interval_s",
         "jitter": "manager_jitter",
     },
     "HealthPolicy": {

@@ -48,7 +48,9 @@ Fault switches (``manager_faults``): ``--fail-rate``, ``--fail-status``, ``--fai
 ``--html-rate``, ``--html-status``, ``--bad-body-rate``, ``--bad-body-kind``,
 ``--bad-body-applied``, ``--maintenance-next``, ``--maintenance-path``, ``--fault-path``,
 ``--latency``, ``--latency-phase``, ``--throttle-rate``, ``--throttle-status``,
-``--retry-after``, ``--retry-after-form``, ``--throttle-for``, ``--seed``, ``--refuse-for``;
+``--retry-after``, ``--retry-after-form``, ``--throttle-for``, ``--proxy-rate``,
+``--proxy-next``, ``--proxy-page`` (a proxy's own pages: HTML, plain or empty 404s,
+401/403/405/413/429/502/503 pages, resets; ``manager_proxy``), ``--seed``, ``--refuse-for``;
 also the ``CUZK_SIM_MANAGER_FAULTS`` environment variable (flags win). A faulted request is answered
 without being applied (but see ``--bad-body-applied``), and is recorded in ``/sim/requests``
 with ``"faulted": true`` and its ``"fault"`` kind.
@@ -83,10 +85,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from cuzk_supervisor.sim.manager_counters import REPORT_PATHS, Counters
 from cuzk_supervisor.sim.manager_faults import (
-    BAD_BODY_KINDS,
     ENV_VAR,
     ERROR_KIND,
     OUTAGE_MESSAGE,
+    PROXY_KIND,
     RETRY_AFTER_FORMS,
     THROTTLE_KIND,
     Decision,
@@ -94,11 +96,16 @@ from cuzk_supervisor.sim.manager_faults import (
     Faults,
     FaultSettings,
     parse_text,
-    retry_after_value,
     validate,
 )
 from cuzk_supervisor.sim.manager_gojson import BadJSON, decode_struct, go_dumps
 from cuzk_supervisor.sim.manager_listener import Listener, ManagerHTTPServer
+from cuzk_supervisor.sim.manager_proxy import (
+    BAD_BODY_KINDS,
+    RESET,
+    reset_on_close,
+    retry_after_value,
+)
 from cuzk_supervisor.sim.manager_records import (
     DEFAULT_LOG_SOURCE,
     DEFAULT_TAIL,
@@ -1013,6 +1020,9 @@ class ManagerRequestHandler(BaseHTTPRequestHandler):
             url.query,
         )
         decision = Decision() if entry.sim else app.faults.decide(url.path)
+        if decision.kind == PROXY_KIND and decision.body == RESET:
+            self._reset(app, entry, start, body)
+            return
         if decision.delay_before > 0:
             time.sleep(decision.delay_before)
         if decision.apply:
@@ -1031,7 +1041,7 @@ class ManagerRequestHandler(BaseHTTPRequestHandler):
                 response = error(decision.status, OUTAGE_MESSAGE)
             else:
                 status, canned, content_type = decision.response()
-                response = Response(status, canned, content_type)
+                response = Response(status, canned, content_type, decision.headers())
                 if decision.kind == THROTTLE_KIND:
                     value = retry_after_value(
                         decision.retry_after_form, decision.retry_after, time.time()
@@ -1048,6 +1058,15 @@ class ManagerRequestHandler(BaseHTTPRequestHandler):
             entry.duration = time.monotonic() - start
             app.journal.record(entry)
             self._count(app, entry, body)
+
+    def _reset(self, app: App, entry: JournalEntry, start: float, body: bytes) -> None:
+        """A proxy's reset: the connection dropped (RST), nothing answered, nothing applied."""
+        entry.faulted, entry.fault, entry.status = True, RESET, 0
+        self.close_connection = True
+        reset_on_close(self.connection)
+        entry.duration = time.monotonic() - start
+        app.journal.record(entry)
+        self._count(app, entry, body)
 
     def _count(self, app: App, entry: JournalEntry, body: bytes) -> None:
         """The request in the counters (not a ``/sim/`` one): its bytes both ways, how it was
@@ -1271,6 +1290,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="throttle this long from start, then stop (default: as long as the rate is set)",
     )
+    g.add_argument(
+        "--proxy-rate", type=float,
+        help="share of requests a proxy answers with its own page, drawn among --proxy-page (0..1)",
+    )  # fmt: skip
+    g.add_argument("--proxy-next", type=int, help="the next N requests get a proxy page")
+    g.add_argument(
+        "--proxy-page", action="append", dest="proxy_pages", metavar="PAGE",
+        help="a proxy page: html<status> (html404, html403 …), go404, empty404, json404 or reset "
+        "(repeatable; default html404, html403)",
+    )  # fmt: skip
     g.add_argument("--seed", type=int, help="seed of the fault RNG (default random, shown)")
     g.add_argument(
         "--refuse-for",
@@ -1322,6 +1351,9 @@ FAULT_FLAGS = (
     "retry_after",
     "retry_after_form",
     "throttle_for",
+    "proxy_rate",
+    "proxy_next",
+    "proxy_pages",
     "seed",
     "refuse_for",
 )

@@ -1,6 +1,8 @@
 """Fault switches of the simulated manager: 5xx answers, a proxy's HTML answers (502/503 pages,
 a 200 maintenance page), 200s whose body is not the expected JSON, a proxy's throttling (429 or
-503 with or without ``Retry-After``, in seconds or as an HTTP-date), added latency, refused
+503 with or without ``Retry-After``, in seconds or as an HTTP-date), a proxy's own pages
+(``proxy_rate``/``proxy_next``, the kinds of ``proxy_pages``: HTML, plain and empty 404s,
+401/403/405/413/429/502/503 pages, resets; ``manager_proxy``), added latency, refused
 connections.
 
 Settings come from ``CUZK_SIM_MANAGER_FAULTS`` (JSON, or ``key=value,key=value``), then the
@@ -21,67 +23,25 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from email.utils import formatdate
 from typing import Any
+
+from cuzk_supervisor.sim.manager_proxy import (
+    BAD_BODY_KINDS,
+    MAINTENANCE_PAGE,
+    bad_body,
+    check_proxy_page,
+    proxy_error_page,
+    proxy_page,
+)
 
 ENV_VAR = "CUZK_SIM_MANAGER_FAULTS"
 OUTAGE_MESSAGE = "simulated outage"
 LATENCY_PHASES = ("before", "after")
-# What a bad 200 body can be: a proxy's HTML page, nothing, JSON cut short, a JSON object
-# without the expected fields, a plain-text "OK".
-BAD_BODY_KINDS = ("html", "empty", "truncated", "wrong_json", "plain")
 HTML_STATUSES = (502, 503)
 # How a throttled answer says when to come back: ``Retry-After: 30``, ``Retry-After: <HTTP-date>``
 # (RFC 9110: IMF-fixdate, whole seconds, rounded up so it is never earlier than the delay), or
 # no header at all.
 RETRY_AFTER_FORMS = ("seconds", "date", "none")
-
-_HTML_TITLES = {
-    429: "429 Too Many Requests",
-    500: "500 Internal Server Error",
-    502: "502 Bad Gateway",
-    503: "503 Service Temporarily Unavailable",
-    504: "504 Gateway Time-out",
-}
-MAINTENANCE_PAGE = (
-    "<!DOCTYPE html>\n<html>\n<head><title>Down for maintenance</title></head>\n<body>\n"
-    "<h1>Down for maintenance</h1>\n<p>We&rsquo;ll be back shortly.</p>\n</body>\n</html>\n"
-)
-
-
-def proxy_error_page(status: int) -> str:
-    """The HTML a reverse proxy (nginx) answers for an upstream it cannot reach."""
-    title = _HTML_TITLES.get(status, f"{status} Error")
-    return (
-        f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n"
-        f"<center><h1>{title}</h1></center>\r\n<hr><center>nginx</center>\r\n"
-        "</body>\r\n</html>\r\n"
-    )
-
-
-def bad_body(kind: str) -> tuple[bytes, str]:
-    """A 200's body that is not the expected JSON, and its Content-Type."""
-    if kind == "html":
-        return proxy_error_page(502).encode(), "text/html"
-    if kind == "empty":
-        return b"", "application/json"
-    if kind == "truncated":
-        return b'{"ok":tr', "application/json"
-    if kind == "wrong_json":
-        return b'{"status":"ok","message":"accepted"}\n', "application/json"
-    if kind == "plain":
-        return b"OK\n", "text/plain; charset=utf-8"
-    raise FaultError(f"bad_body_kinds: unknown kind {kind!r}")
-
-
-def retry_after_value(form: str, seconds: float, now: float) -> str | None:
-    """The ``Retry-After`` header of a throttled answer given at ``now`` (unix seconds): whole
-    seconds (rounded up), an HTTP-date no earlier than ``now + seconds``, or None (no header)."""
-    if form == "none":
-        return None
-    if form == "date":
-        return formatdate(math.ceil(now + seconds), usegmt=True)
-    return str(math.ceil(seconds))
 
 
 class FaultError(ValueError):
@@ -116,10 +76,15 @@ class FaultSettings:
     throttle_status: int = 429
     retry_after: float = 30.0
     retry_after_form: str = "seconds"
+    # a proxy's own pages (manager_proxy): this share, or the next N, answered with one drawn
+    # among ``proxy_pages``
+    proxy_rate: float = 0.0
+    proxy_next: int = 0
+    proxy_pages: tuple[str, ...] = ("html404", "html403")
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("paths", "html_statuses", "bad_body_kinds"):
+        for key in ("paths", "html_statuses", "bad_body_kinds", "proxy_pages"):
             out[key] = list(getattr(self, key))
         return out
 
@@ -182,7 +147,7 @@ def validate(changes: Mapping[str, Any]) -> dict[str, Any]:
     ``throttle_for`` in seconds, actions rather than settings). Unknown keys are an error."""
     out: dict[str, Any] = {}
     for key, value in changes.items():
-        if key in ("fail_rate", "html_rate", "bad_body_rate", "throttle_rate"):
+        if key in ("fail_rate", "html_rate", "bad_body_rate", "throttle_rate", "proxy_rate"):
             out[key] = _number(key, value, maximum=1.0)
         elif key == "html_statuses":
             statuses = tuple(
@@ -197,6 +162,14 @@ def validate(changes: Mapping[str, Any]) -> dict[str, Any]:
             if unknown or not kinds:
                 raise FaultError(f"{key}: expected some of {', '.join(BAD_BODY_KINDS)}")
             out[key] = kinds
+        elif key == "proxy_pages":
+            try:
+                pages = tuple(check_proxy_page(str(item)) for item in _items(key, value))
+            except ValueError as exc:
+                raise FaultError(f"{key}: {exc}") from None
+            if not pages:
+                raise FaultError(f"{key}: expected at least one page")
+            out[key] = pages
         elif key == "bad_body_applied":
             out[key] = _boolean(key, value)
         elif key == "maintenance_next":
@@ -213,7 +186,7 @@ def validate(changes: Mapping[str, Any]) -> dict[str, Any]:
             if value not in RETRY_AFTER_FORMS:
                 raise FaultError(f"{key}: expected one of {RETRY_AFTER_FORMS}, got {value!r}")
             out[key] = value
-        elif key in ("fail_next",):
+        elif key in ("fail_next", "proxy_next"):
             out[key] = _integer(key, value)
         elif key == "paths":
             out[key] = _paths(value)
@@ -259,6 +232,7 @@ HTML_KIND = "html"  # a proxy's HTML error page
 BAD_BODY_KIND = "bad_body"  # a 200 whose body is not the expected JSON
 MAINTENANCE_KIND = "maintenance"  # a 200 HTML maintenance page
 THROTTLE_KIND = "throttle"  # a proxy's 429 (or 503) page, with Retry-After as set
+PROXY_KIND = "proxy"  # a proxy's own page (manager_proxy), ``body`` names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +251,12 @@ class Decision:
     retry_after: float = 0.0  # THROTTLE_KIND: the delay asked for, in seconds
     retry_after_form: str = "none"  # THROTTLE_KIND: how it is written (RETRY_AFTER_FORMS)
 
-    def response(self) -> tuple[int, bytes, str]:
+    def response(self) -> tuple[int, bytes, str | None]:
         """Status, body and Content-Type of a faulted answer (not for ``error``, which the
-        server writes as its own JSON error)."""
+        server writes as its own JSON error, nor a proxy's reset)."""
+        if self.kind == PROXY_KIND:
+            status, body, content_type, _ = proxy_page(self.body)
+            return status, body, content_type
         if self.kind in (HTML_KIND, THROTTLE_KIND):
             return self.status, proxy_error_page(self.status).encode(), "text/html"
         if self.kind == MAINTENANCE_KIND:
@@ -288,6 +265,10 @@ class Decision:
             body, content_type = bad_body(self.body)
             return 200, body, content_type
         raise ValueError(f"no canned answer for {self.kind!r}")
+
+    def headers(self) -> dict[str, str]:
+        """Headers of a faulted answer beyond its type (a proxy page's ``Server``)."""
+        return proxy_page(self.body)[3] if self.kind == PROXY_KIND else {}
 
 
 PASS = Decision()
@@ -354,9 +335,9 @@ class Faults:
 
     def decide(self, path: str) -> Decision:
         """The fate of one request to ``path``: a maintenance page first (its own path and
-        count, whatever ``paths`` says), then ``fail_next``, then one draw shared by the rates
-        (``fail_rate``, then ``html_rate``, then ``bad_body_rate``, then ``throttle_rate``,
-        stacked in that order)."""
+        count, whatever ``paths`` says), then ``fail_next``, then ``proxy_next``, then one draw
+        shared by the rates (``fail_rate``, then ``html_rate``, then ``bad_body_rate``, then
+        ``throttle_rate``, then ``proxy_rate``, stacked in that order)."""
         with self._lock:
             self._expire_throttle()
             s = self._settings
@@ -369,7 +350,10 @@ class Faults:
             if s.fail_next > 0:
                 self._settings = replace(s, fail_next=s.fail_next - 1)
                 kind = ERROR_KIND
-            elif s.fail_rate > 0 or s.html_rate > 0 or s.bad_body_rate > 0 or s.throttle_rate > 0:
+            elif s.proxy_next > 0:
+                self._settings = replace(s, proxy_next=s.proxy_next - 1)
+                kind, body = PROXY_KIND, self._rng.choice(s.proxy_pages)
+            elif s.fail_rate or s.html_rate or s.bad_body_rate or s.throttle_rate or s.proxy_rate:
                 draw = self._rng.random()
                 if draw < s.fail_rate:
                     kind = ERROR_KIND
@@ -380,10 +364,15 @@ class Faults:
                     body = self._rng.choice(s.bad_body_kinds)
                 elif draw < s.fail_rate + s.html_rate + s.bad_body_rate + s.throttle_rate:
                     kind, status = THROTTLE_KIND, s.throttle_status
+                elif draw < (s.fail_rate + s.html_rate + s.bad_body_rate + s.throttle_rate
+                             + s.proxy_rate):  # fmt: skip
+                    kind, body = PROXY_KIND, self._rng.choice(s.proxy_pages)
         before = s.latency if s.latency_phase == "before" else 0.0
         after = s.latency if s.latency_phase == "after" else 0.0
         fail = kind != PASS_KIND
         apply = not fail or (kind == BAD_BODY_KIND and s.bad_body_applied)
+        if kind == PROXY_KIND:  # a proxy answers at once, and never applies it
+            return Decision(True, 0, 0.0, 0.0, kind, False, body)
         if kind == THROTTLE_KIND:  # a proxy answers at once: no latency of the manager's
             return Decision(
                 True, status, 0.0, 0.0, kind, False, "", s.retry_after, s.retry_after_form

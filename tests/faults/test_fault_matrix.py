@@ -300,6 +300,33 @@ def health_run(text: str, stop: Stop | None = None) -> Action:
     return act
 
 
+def proxy_pages_in_run(ctx: Ctx) -> int:
+    """Issue 31: a proxy answers every request with its own 404 pages (nginx's HTML, Go's plain
+    text, an empty one) for several ping intervals of the run phase, then lets the manager
+    through again. Before, this ended the instance (exit 7) and its exit pushed logs in a loop;
+    now the instance stays up until it is told to stop, and its pushes stay few."""
+    run = ctx.start()
+    ctx.wait_phase("run")
+    mgr = ctx.manager
+    start = max((r["seq"] for r in mgr.requests()), default=0)
+    mgr.faults(proxy_rate=1.0, proxy_pages=["html404", "go404", "empty404"], seed=1)
+    poll_until(lambda: sum(r["path"] == "/running" and r.get("faulted", False)
+                           for r in mgr.requests(since=start)) >= 3, 60,
+               what="three /running pings answered by the proxy")  # fmt: skip
+    mgr.faults(proxy_rate=0.0)
+    back = max(r["seq"] for r in mgr.requests())
+    poll_until(lambda: any(r["path"] == "/running" and r["status"] == 200
+                           for r in mgr.requests(since=back)), 60,
+               what="a /running answered by the manager again")  # fmt: skip
+    assert run.proc.poll() is None, "the proxy's pages ended the run"
+    run.signal(signal.SIGTERM)
+    code = finish(ctx)
+    assert not run.named("manager.instance_gone")
+    pushes = [r for r in mgr.requests(since=start) if r["path"] == "/api/log-push"]
+    assert len(pushes) <= 20, f"{len(pushes)} log pushes"
+    return code
+
+
 # --- the rows -------------------------------------------------------------------------------
 
 
@@ -503,6 +530,21 @@ ROWS = [
     Row("run-phase-throttled", SIGTERM_EXIT, setup=run_phase_demand,
         sim_faults=("throttle:0.4,after_proofs=12",),
         action=health_run("held at 40% of its SM clock", stop=said("degraded"))),
+    # Issue 31: a proxy's own pages (HTML, plain and empty 404s, 401/403/405/413/429/502/503,
+    # a JSON 404 not the manager's, resets) for half the requests through every phase: nothing
+    # ends the instance, every report is applied once (the row's own checks).
+    Row("manager-behind-a-proxy-answering-its-own-pages", 0,
+        manager_args=("--proxy-rate", "0.5", "--seed", "11",
+                      *(arg for page in ("html404", "go404", "empty404", "json404", "html400",
+                                         "html401", "html403", "html405", "html413", "html429",
+                                         "html502", "html503", "reset")
+                        for arg in ("--proxy-page", page))),
+        settings={"manager_retry_s": 300, "manager_backoff_initial_s": 0.1,
+                  "manager_backoff_max_s": 0.5}),
+    Row("proxy-404-pages-in-run-never-end-it", SIGTERM_EXIT, action=proxy_pages_in_run,
+        settings={"exit_after_run": False, "status_interval_s": 0.5,
+                  "running_ping_interval_s": 1, "manager_backoff_initial_s": 0.1,
+                  "manager_backoff_max_s": 0.5}),
 ]  # fmt: skip
 
 

@@ -221,3 +221,61 @@ def test_bad_proxy_fault_settings_are_400(start: ManagerFactory, body: dict[str,
     assert r.status_code == 400
     assert next(iter(body)) in r.json()["error"]
     assert mgr.faults() == before
+
+
+# --- a proxy's own pages (issue 31) ---------------------------------------------------------
+PAGES = {
+    "html404": (404, "text/html", "404 Not Found", "nginx/1.25.3"),
+    "html403": (403, "text/html", "403 Forbidden", "nginx/1.25.3"),
+    "html401": (401, "text/html", "401 Authorization Required", "nginx/1.25.3"),
+    "html413": (413, "text/html", "413 Request Entity Too Large", "nginx/1.25.3"),
+    "go404": (404, "text/plain; charset=utf-8", "404 page not found", None),
+    "json404": (404, "application/json; charset=utf-8", "no Route matched", "kong/3.6.1"),
+}
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_proxy_next_answers_with_the_page_never_applied(start: ManagerFactory, page: str) -> None:
+    mgr = start("--proxy-page", page)
+    reg = mgr.register("C.1")
+    mgr.faults(proxy_next=1, proxy_pages=[page])
+    r = mgr.post("/running", json={"uuid": reg["uuid"]})
+    status, content_type, text, server = PAGES[page]
+    assert (r.status_code, r.headers.get("content-type")) == (status, content_type)
+    assert text in r.text
+    assert r.headers.get("server") == server
+    assert (mgr.instance(reg["uuid"]) or {}).get("state") == "registered"  # not applied
+    entry = journal(mgr, "/running")[-1]
+    assert (entry["faulted"], entry["fault"], entry["applied"]) == (True, "proxy", False)
+    assert mgr.post("/running", json={"uuid": reg["uuid"]}).status_code == 200
+
+
+def test_an_empty_404_and_a_reset(start: ManagerFactory) -> None:
+    mgr = start()
+    reg = mgr.register("C.1")
+    mgr.faults(proxy_next=1, proxy_pages=["empty404"])
+    r = mgr.post("/param-done", json={"uuid": reg["uuid"]})
+    assert (r.status_code, r.content) == (404, b"")
+    mgr.faults(proxy_next=1, proxy_pages=["reset"])
+    with mgr.client() as client, pytest.raises(httpx.TransportError):
+        client.post("/param-done", json={"uuid": reg["uuid"]})
+    assert journal(mgr, "/param-done")[-1]["fault"] == "reset"
+    assert (mgr.instance(reg["uuid"]) or {}).get("state") == "registered"
+
+
+def test_proxy_rate_answers_a_share_drawn_among_the_pages(start: ManagerFactory) -> None:
+    mgr = start("--proxy-rate", "0.5", "--proxy-page", "html404", "--proxy-page", "html403",
+                "--seed", "5")  # fmt: skip
+    answers = registers(mgr, 200)
+    pages = [r for r in answers if r.status_code in (403, 404)]
+    assert 70 <= len(pages) <= 130, len(pages)
+    assert {r.status_code for r in pages} == {403, 404}
+    assert sum(expected_register(r) for r in answers) == 200 - len(pages)
+
+
+def test_an_unknown_proxy_page_is_refused(start: ManagerFactory) -> None:
+    mgr = start()
+    with mgr.client() as client:
+        r = client.post("/sim/faults", json={"proxy_pages": ["html200"]})
+    assert r.status_code == 400
+    assert "unknown proxy page" in r.text

@@ -24,9 +24,9 @@ from cuzk_supervisor.sim.manager_faults import (
     FaultError,
     Faults,
     FaultSettings,
-    retry_after_value,
     validate,
 )
+from cuzk_supervisor.sim.manager_proxy import retry_after_value
 
 
 @pytest.fixture

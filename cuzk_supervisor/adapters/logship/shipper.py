@@ -1,41 +1,43 @@
-"""Ship log lines to the manager's ``/api/log-push`` without ever holding up the supervisor.
+"""Ship log lines to the manager's ``/api/log-push`` without ever holding up the supervisor, and
+at a cost to the manager that does not depend on what the children write.
 
-- ``add_line`` is synchronous and cheap (no await, no I/O): it normalises the line and appends it
-  to a bounded buffer. One background task (:meth:`LogShipper.run`) sends.
-- Lines are batched per source (one body carries one ``X-Log-Source``), sent every
-  ``flush_interval_s`` (2 s; in the run phase the lifecycle lengthens it with
-  :meth:`LogShipper.set_flush_interval`, so a chatty daemon costs the manager about one request
-  per tab per interval; jittered: the first wait anywhere in it, and again the first at a
-  new interval, each later one varied by ``± jitter``, :mod:`cuzk_supervisor.core.jitter`)
-  or as soon as a source has ``batch_bytes``/``batch_lines`` waiting.
-- The drain is paced (DESIGN.md principle 9): at most ``drain_lines_per_s`` lines a second on
-  average and ``batch_lines`` in one body (:class:`cuzk_supervisor.core.pace.Pace`), so a
-  backlog left by an outage goes out over minutes, in full bodies, never back to back. The
-  last flush when the shipper stops is bounded by its own deadline instead.
-- No body exceeds 256 KiB (the manager silently drops the rest); a longer line is cut with a
-  marker (:func:`cuzk_supervisor.adapters.logship.push.normalize_line`).
+- ``add_line`` is synchronous and cheap (no await, no I/O): it normalises the line (cut at
+  ``max_line_bytes`` with a marker) and appends it to a bounded buffer. One background task
+  (:meth:`LogShipper.run`) pushes.
+- It pushes in **turns**, one every ``interval_s`` of the phase's budget (jittered: the first
+  anywhere in it, each later one varied by ``± jitter``, :mod:`cuzk_supervisor.core.jitter`):
+  20 s before the run phase (the dashboard moves at least every 30 s), ``log_push_interval_s``
+  (120 s) in the run phase (:meth:`LogShipper.enter_run_phase`). Each turn spends from a budget
+  of requests and bytes a minute (:mod:`cuzk_supervisor.core.logbudget`): the supervisor's own
+  tab first, then the other sources; each source's **newest** lines that fit, the older ones
+  summarised by one line with their count. Before the run phase 4 pushes and
+  ``log_budget_bytes_per_min`` (12 KB) a minute, in it 1 push and
+  ``log_run_budget_bytes_per_min`` (2.4 KB): whatever a fetch or a daemon writes (1,000 lines a
+  second included), the pushes of a machine stay within that.
+- A push is one attempt (the manager client's ``once``), none while the client's shared backoff
+  holds requests back; a push that fails spends its tokens all the same and its lines go back
+  to the buffer for the next turn: weather, an outage or a 404 page never bring the next push
+  sooner, and never loop.
 - The backlog is bounded to what the manager keeps for an instance (10,000 lines; and
-  ``max_buffer_bytes``): past it the OLDEST lines are dropped and counted (the manager would
-  drop them on arrival anyway). The next successful send first delivers one line saying how
-  many were dropped (and logs a warning event).
+  ``max_buffer_bytes``): past it the OLDEST lines are dropped and counted with the rest.
+- Stopping (:meth:`LogShipper.stop`) ends with **one** last turn (:meth:`flush`): the
+  supervisor's tab first, at most ``final_requests`` pushes and ``final_bytes``, one attempt
+  each, within ``final_flush_s``; never a loop, whatever the manager answers.
 - Each line is shipped once: a child's output goes raw under its own tab (a listener); its
   ``child.line`` events are not shipped again under ``setup``
   (:func:`~cuzk_supervisor.adapters.logship.lines.shipping_processor`).
-- A send uses the manager client's retry rules (its one shared backoff) with the short
-  log-push stop; when it still fails, the batch goes back to the buffer and the task pauses
-  ``retry_pause_s`` (jittered): one task, so a dead manager never piles up work.
 - No manager configured: the shipper is a no-op sink.
 
-This module is the shipper (its settings, the producer side and the sending task). The pieces
-that decide are pure and tested without I/O: the buffer and the dropped-lines warning
-(:mod:`~cuzk_supervisor.adapters.logship.buffer`), the event-to-line rendering and the structlog
-processor (:mod:`~cuzk_supervisor.adapters.logship.lines`).
+The pieces that decide are pure and tested without I/O: the budget (:mod:`cuzk_supervisor.core.
+logbudget`), the buffer (:mod:`~cuzk_supervisor.adapters.logship.buffer`), the rendering
+(:mod:`~cuzk_supervisor.adapters.logship.lines`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import random
 import threading
@@ -45,11 +47,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from cuzk_supervisor.adapters.logship.buffer import LogBuffer, dropped_warning
+from cuzk_supervisor.adapters.logship.buffer import Entry, LogBuffer
 from cuzk_supervisor.adapters.logship.lines import SUPERVISOR_SOURCE
 from cuzk_supervisor.adapters.logship.push import MAX_BODY_BYTES, normalize_line
 from cuzk_supervisor.adapters.manager.client import ManagerClient
 from cuzk_supervisor.adapters.manager.values import ManagerRejected, ManagerUnavailable
+from cuzk_supervisor.core import logbudget
 from cuzk_supervisor.core.checks import (
     POSITIVE,
     in_range,
@@ -57,7 +60,7 @@ from cuzk_supervisor.core.checks import (
     require_fields,
     require_relation,
 )
-from cuzk_supervisor.core.jitter import DEFAULT_SPREAD, MAX_SPREAD, JitteredSchedule, next_delay
+from cuzk_supervisor.core.jitter import DEFAULT_SPREAD, MAX_SPREAD, JitteredSchedule
 from cuzk_supervisor.core.pace import Pace
 
 __all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
@@ -65,6 +68,9 @@ __all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
 log = structlog.get_logger("supervisor.logship")
 
 MIB = 1024 * 1024
+MIN_PUSH_BYTES = 200
+"""A source whose share of a turn is smaller waits for a later turn (no push of a summary
+alone, nor of a line cut to nothing)."""
 
 
 # --- settings -----------------------------------------------------------------------------------
@@ -72,40 +78,50 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ShipperSettings:
-    flush_interval_s: float = 2.0
-    """Longest time a line waits before a send is attempted."""
-    batch_bytes: int = 64 * 1024
-    """A source with this many bytes waiting is sent at once, not at the next interval."""
-    batch_lines: int = 500
-    """Same, counted in lines."""
-    max_body_bytes: int = MAX_BODY_BYTES
-    """Largest body sent (the manager reads 256 KiB at most)."""
+    bytes_per_min: float = logbudget.BEFORE_RUN.bytes_per_min
+    """Before the run phase: bytes of lines pushed a minute, on average."""
+    run_bytes_per_min: float = logbudget.RUN.bytes_per_min
+    """In the run phase: the same."""
+    run_interval_s: float = logbudget.RUN.interval_s
+    """In the run phase: a turn this often."""
+    interval_s: float = logbudget.BEFORE_RUN.interval_s
+    """Before the run phase: a turn this often."""
+    max_line_bytes: int = 2000
+    """A longer line is cut, with a marker saying how much (the budget is bytes)."""
     max_buffer_lines: int = 10_000
-    """Lines kept while the manager is away (what the manager keeps of an instance); beyond it
-    the oldest are dropped."""
+    """Lines kept while waiting (what the manager keeps of an instance); beyond it the oldest
+    are dropped (and counted)."""
     max_buffer_bytes: int = 16 * MIB
-    """Bytes kept while the manager is away; beyond it the oldest are dropped."""
-    retry_pause_s: float = 5.0
-    """Pause after a send that failed (after its own retries) before trying again."""
+    """Bytes kept while waiting; beyond it the oldest are dropped (and counted)."""
     final_flush_s: float = 5.0
-    """Time given to the last flush when the shipper stops."""
-    drain_lines_per_s: float = 20.0
-    """Pace of the drain: lines a second on average (``batch_lines`` at most at once)."""
+    """Time given to the last turn when the shipper stops."""
+    final_requests: int = 4
+    """Pushes at most in that last turn (one per tab: the dashboard has five)."""
+    final_bytes: int = 8000
+    """Bytes of lines at most in that last turn."""
     jitter: float = DEFAULT_SPREAD
-    """Each wait (flush interval, retry pause) varied by up to this fraction either way."""
+    """Each turn's wait varied by up to this fraction either way."""
 
     def __post_init__(self) -> None:
         require_fields(
-            self, ("flush_interval_s", "retry_pause_s", "final_flush_s", "drain_lines_per_s"),
-            POSITIVE,
+            self, ("bytes_per_min", "run_bytes_per_min", "run_interval_s", "interval_s",
+                   "final_flush_s"), POSITIVE,
         )  # fmt: skip
         require_fields(self, ("jitter",), in_range(0, MAX_SPREAD))
-        require_fields(self, ("max_body_bytes",), in_range(256, MAX_BODY_BYTES))
-        require_fields(self, ("batch_bytes",), int_at_least(1))
-        require_relation(self, "batch_bytes", "<=", "max_body_bytes")
-        require_fields(self, ("batch_lines", "max_buffer_lines"), int_at_least(1))
-        # One line (up to a whole body) must always fit in the buffer.
-        require_relation(self, "max_buffer_bytes", ">=", "max_body_bytes")
+        require_fields(self, ("max_line_bytes",), in_range(256, MAX_BODY_BYTES - 1))
+        require_fields(self, ("max_buffer_lines", "final_requests"), int_at_least(1))
+        require_fields(self, ("final_bytes",), int_at_least(MIN_PUSH_BYTES))
+        # One line must always fit in the buffer.
+        require_relation(self, "max_buffer_bytes", ">", "max_line_bytes")
+
+    def budget(self, run_phase: bool) -> logbudget.Budget:
+        """The phase's budget with these settings' byte rate and turn interval (its requests
+        a minute scaled with the interval: the same pushes a turn)."""
+        base = logbudget.RUN if run_phase else logbudget.BEFORE_RUN
+        interval = self.run_interval_s if run_phase else self.interval_s
+        budget = base.with_bytes(self.run_bytes_per_min if run_phase else self.bytes_per_min)
+        per_min = base.requests_per_min * base.interval_s / interval
+        return dataclasses.replace(budget, interval_s=interval, requests_per_min=per_min)
 
 
 # --- the shipper --------------------------------------------------------------------------------
@@ -118,17 +134,21 @@ class ShipperStats:
     sent_lines: int
     sent_bodies: int
     dropped_total: int
-    dropped_unreported: int
+    """Lines dropped past the buffer's bounds."""
+    skipped_total: int
+    """Lines dropped past a turn's budget (summarised)."""
     rejected_lines: int
+    failed_pushes: int
 
 
 class LogShipper:
-    """Buffers lines (``add_line``) and sends them from one task (``run``).
+    """Buffers lines (``add_line``) and pushes them from one task (``run``).
 
     Lines added before the instance's uuid is known (:meth:`set_uuid`) wait in the buffer.
     ``add_line`` may be called from any thread; the rest belongs to the event loop. ``rng``
-    draws the jitter (seeded in tests); ``clock`` paces the drain. Nothing is global: a process
-    may run many shippers (the fleet benchmark).
+    draws the jitter (seeded in tests); ``clock`` (the manager client's, by default) fills
+    the budget's buckets. Nothing is global: a process may run many shippers (the fleet
+    benchmark).
     """
 
     def __init__(
@@ -138,67 +158,52 @@ class LogShipper:
         *,
         uuid: str | None = None,
         rng: random.Random | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.client = client
         self.settings = settings if settings is not None else ShipperSettings()
         self._rng = rng if rng is not None else random.Random()
-        self._clock = clock
-        self._pace = Pace(self.settings.drain_lines_per_s, self.settings.batch_lines)
-        self._flush_interval_s = self.settings.flush_interval_s
-        self._next_interval: tuple[float, float] | None = None  # (from when, the interval)
+        self._clock = clock or (client.clock if client is not None else time.monotonic)
         self.enabled = client is not None and not client.is_local
         self._uuid = uuid
         self._buffer = LogBuffer(self.settings.max_buffer_lines, self.settings.max_buffer_bytes)
-        self._max_line = self.settings.max_body_bytes - 1
         self._lock = threading.Lock()  # add_line may come from a worker thread's log event
         self._wake = asyncio.Event()
-        self._wake_requested = False
         self._stopped = asyncio.Event()
-        self._send_lock = asyncio.Lock()
+        self._turn_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._sent_lines = 0
-        self._sent_bodies = 0
-        self._rejected_lines = 0
+        self._run_from: float | None = None  # the run phase's budget from then on
+        self.budget = self.settings.budget(run_phase=False)
+        self._requests = Pace(self.budget.requests_per_min / 60, self.budget.burst_requests)
+        self._bytes = Pace(self.budget.bytes_per_min / 60, self.budget.burst_bytes)
+        self._sent_lines = self._sent_bodies = self._rejected_lines = self._failed = 0
 
     # -- producer side: synchronous, never waits --
 
     def add_line(self, source: str, line: str) -> None:
         if not self.enabled:
             return
-        text, size = normalize_line(line, self._max_line)
+        text, size = normalize_line(line, self.settings.max_line_bytes)
         if not size:
             return
         with self._lock:
             self._buffer.add(source, text, size)
-            wake = not self._wake_requested and (
-                self._buffer.source_bytes(source) >= self.settings.batch_bytes
-                or self._buffer.source_lines(source) >= self.settings.batch_lines
-            )
-            if wake:
-                self._wake_requested = True
-        if wake:
-            self._signal()
 
     def listener(self, source: str) -> Callable[[str], None]:
         """A line callback for one source (e.g. ``OutputPump.add_listener``)."""
         return functools.partial(self.add_line, source)
 
-    def set_flush_interval(self, seconds: float, *, after_s: float = 0.0) -> None:
-        """``after_s`` from now, a line waits at most about ``seconds`` (jittered) before it is
-        sent, or until a full body of its source is waiting (the run phase: see the module
-        docstring)."""
-        if not seconds > 0:
-            raise ValueError(f"flush interval must be > 0, got {seconds!r}")
-        self._next_interval = (self._clock() + max(after_s, 0.0), seconds)
+    def enter_run_phase(self, *, after_s: float | None = None) -> None:
+        """``after_s`` from now (by default one turn of the earlier budget, so the run phase's
+        first lines show soon), the run phase's budget: a turn every ``run_interval_s``."""
+        wait = self.settings.interval_s if after_s is None else max(after_s, 0.0)
+        self._run_from = self._clock() + wait
 
     def set_uuid(self, uuid: str) -> None:
-        """The instance is registered: buffered lines can go now."""
+        """The instance is registered: buffered lines go at the next turn (not at once: a
+        fleet registering in the same second does not push in that second too)."""
         self._uuid = uuid
-        with self._lock:
-            self._wake_requested = True
-        self._signal()
 
     @property
     def running(self) -> bool:
@@ -208,19 +213,17 @@ class LogShipper:
     def stats(self) -> ShipperStats:
         with self._lock:
             return ShipperStats(
-                buffered_lines=self._buffer.lines,
-                buffered_bytes=self._buffer.bytes,
-                sent_lines=self._sent_lines,
-                sent_bodies=self._sent_bodies,
+                buffered_lines=self._buffer.lines, buffered_bytes=self._buffer.bytes,
+                sent_lines=self._sent_lines, sent_bodies=self._sent_bodies,
                 dropped_total=self._buffer.dropped_total,
-                dropped_unreported=self._buffer.dropped,
-                rejected_lines=self._rejected_lines,
-            )
+                skipped_total=self._buffer.skipped_total,
+                rejected_lines=self._rejected_lines, failed_pushes=self._failed,
+            )  # fmt: skip
 
     def _signal(self) -> None:
         loop = self._loop
         if loop is None:
-            return  # run() has not started; it sends what is waiting when it does
+            return  # run() has not started; its first turn comes at once when it does
         if threading.get_ident() == self._loop_thread:
             self._wake.set()
         else:
@@ -229,36 +232,25 @@ class LogShipper:
     # -- sender side: the event loop --
 
     async def run(self) -> None:
-        """The sending task; returns after :meth:`stop` and a last flush (``final_flush_s``)."""
+        """The pushing task; returns after :meth:`stop` and one last turn (:meth:`flush`)."""
         if not self.enabled:
             await self._stopped.wait()
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        with self._lock:
-            if self._wake_requested:
-                self._wake.set()  # asked for before this task started
-        settings = self.settings
-        flush = JitteredSchedule(self._flush_interval_s, settings.jitter, self._rng.random)
+        schedule = JitteredSchedule(self.budget.interval_s, self.settings.jitter, self._rng.random)
+        wait = 0.0  # the first turn at once: what was logged before the start goes
         while not self._stopped.is_set():
-            upcoming = self._next_interval
-            if upcoming is not None and self._clock() >= upcoming[0]:
-                self._flush_interval_s, self._next_interval = upcoming[1], None
-            flush.set_interval(self._flush_interval_s)  # a new one starts anywhere in it
-            await _wait(self._wake, flush.delay())
+            await _wait(self._wake, wait)
             self._wake.clear()
-            with self._lock:
-                self._wake_requested = False
             if self._stopped.is_set():
                 break
-            shipped = await self._ship(None, paced=True)
-            if shipped is False:
-                # The manager is away: size wakes are ignored until the pause is over.
-                pause = next_delay(settings.retry_pause_s, settings.jitter, self._rng.random())
-                await _wait(self._stopped, pause)
-            elif shipped is not True:
-                # Paced: the next body once the pace allows it (a stop still ends the wait).
-                await _wait(self._stopped, shipped)
+            if self._run_from is not None and self._clock() >= self._run_from:
+                self._run_from = None
+                self._switch(self.settings.budget(run_phase=True))
+                schedule.set_interval(self.budget.interval_s)  # the first anywhere in it
+            await self._turn(final=False, deadline=None)
+            wait = schedule.delay()
         await self.flush(self.settings.final_flush_s)
 
     def stop(self) -> None:
@@ -266,96 +258,110 @@ class LogShipper:
         self._wake.set()
 
     async def flush(self, deadline_s: float | None = None) -> bool:
-        """Send everything waiting now; True when the buffer is empty (or nothing to do)."""
+        """One turn out of turn (the exit's, or a reason that must reach the manager before a
+        report): the supervisor's tab first, at most ``final_requests`` pushes and
+        ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
+        every body the turn sent (the older lines of a chatty tab may be summarised)."""
         if not self.enabled:
             return True
-        deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        return await self._ship(deadline) is True
+        deadline = None if deadline_s is None else self._clock() + deadline_s
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(deadline_s):
+                return await self._turn(final=True, deadline=deadline)
+        return False
 
-    async def _ship(self, deadline: float | None, *, paced: bool = False) -> bool | float:
-        """Send the dropped-lines warning, then batches oldest source first, until empty.
+    def _switch(self, budget: logbudget.Budget) -> None:
+        now = self._clock()
+        self._requests.available(now)  # what was earned until now, at the old rate
+        self._bytes.available(now)
+        self.budget = budget
+        self._requests.rate_per_s, self._requests.burst = (
+            budget.requests_per_min / 60,
+            budget.burst_requests,
+        )
+        self._bytes.rate_per_s, self._bytes.burst = budget.bytes_per_min / 60, budget.burst_bytes
+        self._requests.tokens = min(self._requests.tokens, budget.burst_requests)
+        self._bytes.tokens = min(self._bytes.tokens, budget.burst_bytes)
 
-        Returns True when the buffer is empty, False when the manager stayed away (the batch is
-        back in the buffer), and, ``paced``, the seconds to wait before the pace allows the
-        next full body.
-        """
+    async def _turn(self, *, final: bool, deadline: float | None) -> bool:
+        """Push what this turn's budget allows (see the module docstring); False when a push
+        was not taken (the turn ends there)."""
         assert self.client is not None
-        client = self.client
-        async with self._send_lock:
-            uuid = self._uuid
-            if uuid is None:
-                return True
-            while True:
-                if deadline is None:
-                    if self._stopped.is_set():
-                        return True  # run() takes over with its bounded final flush
-                    stop_s = None
-                else:
-                    stop_s = deadline - time.monotonic()
-                    if stop_s <= 0:
-                        return False
-                with self._lock:
-                    dropped = self._buffer.dropped
-                if dropped:
-                    if not await self._send_dropped_warning(client, uuid, dropped, stop_s):
-                        return False
-                    continue
-                with self._lock:
-                    sources = self._buffer.sources_by_age()
-                    if not sources:
-                        return True
-                    source = sources[0]
-                    if paced:
-                        # A full body's worth (or all there is), at the drain's pace.
-                        want = min(self._buffer.source_lines(source), self.settings.batch_lines)
-                        wait = self._pace.wait_s(self._clock(), want)
-                        if wait > 0:
-                            return wait
-                    batch = self._buffer.take(
-                        source, self.settings.max_body_bytes, self.settings.batch_lines
-                    )
-                if paced:
-                    self._pace.spend(self._clock(), len(batch))
-                try:
-                    await client.push_logs(uuid, source, [e[1] for e in batch], stop_s=stop_s)
-                except ManagerUnavailable:
-                    with self._lock:
-                        self._buffer.restore(source, batch)
-                    return False
-                except ManagerRejected as exc:
-                    # A 4xx will not change on retry: drop this batch, keep shipping the rest.
-                    with self._lock:
-                        self._rejected_lines += len(batch)
-                    log.warning(
-                        "logship.rejected",
-                        source=source,
-                        lines=len(batch),
-                        status=exc.status,
-                        detail=exc.message,
-                    )
-                else:
-                    with self._lock:
-                        self._sent_lines += len(batch)
-                        self._sent_bodies += 1
-
-    async def _send_dropped_warning(
-        self, client: ManagerClient, uuid: str, count: int, stop_s: float | None
-    ) -> bool:
-        try:
-            await client.push_logs(uuid, SUPERVISOR_SOURCE, [dropped_warning(count)], stop_s=stop_s)
-        except ManagerUnavailable:
-            return False
-        except ManagerRejected:
-            pass  # counted as reported: retrying a 4xx would loop
-        else:
+        uuid = self._uuid
+        if uuid is None:
+            return True
+        async with self._turn_lock:
+            now = self._clock()
             with self._lock:
-                self._sent_lines += 1
-                self._sent_bodies += 1
-        with self._lock:
-            self._buffer.acknowledge_dropped(count)
-        # Logged after the lock is released: this event comes back through add_line.
-        log.warning("logship.dropped_lines", count=count, detail=dropped_warning(count))
+                waiting = self._buffer.waiting()
+                order = logbudget.order_sources(waiting, SUPERVISOR_SOURCE)
+                pending = {s: self._buffer.source_bytes(s) + _reserve(self._buffer, s)
+                           for s in order}  # fmt: skip
+            if final:
+                pushes, room = self.settings.final_requests, float(self.settings.final_bytes)
+            else:
+                pushes, room = self._requests.available(now), self._bytes.available(now)
+            chosen = order[: max(0, pushes)]
+            shares = logbudget.share({s: pending[s] for s in chosen}, room)
+            for source in chosen:
+                if shares[source] < min(MIN_PUSH_BYTES, pending[source]):
+                    continue
+                if not await self._push(uuid, source, shares[source], final, deadline):
+                    return False
         return True
+
+    async def _push(
+        self, uuid: str, source: str, room: int, final: bool, deadline: float | None
+    ) -> bool:
+        """One body of ``source``; False when the manager did not take it (the turn ends)."""
+        assert self.client is not None
+        with self._lock:
+            reserve = _reserve(self._buffer, source, room)
+            entries = self._buffer.take_newest(source, max(0, room - reserve))
+            skipped = self._buffer.take_skipped(source)
+        lines = [entry[1] for entry in entries]
+        if skipped[0]:
+            rate = self.budget.bytes_per_min
+            lines.insert(0, logbudget.summary_line(skipped[0], skipped[1], rate))
+        if not lines:
+            return True
+        size = sum(len(line.encode()) + 1 for line in lines)
+        if not final:
+            now = self._clock()
+            self._requests.spend(now, 1)
+            self._bytes.spend(now, size)
+        stop_s = None if deadline is None else max(0.001, deadline - self._clock())
+        try:
+            await self.client.push_logs(uuid, source, lines, stop_s=stop_s)
+        except ManagerUnavailable:
+            self._put_back(source, entries, skipped)
+            return False
+        except ManagerRejected as exc:
+            # The manager's JSON 400 (a request of ours it cannot take): sending it again cannot
+            # help. Counted, not logged per batch: a line logged here would be pushed too.
+            with self._lock:
+                self._rejected_lines += len(entries)
+            log.debug("logship.rejected", source=source, lines=len(entries), detail=exc.message)
+            return True
+        except BaseException:
+            self._put_back(source, entries, skipped)  # cancelled (the exit's deadline)
+            raise
+        with self._lock:
+            self._sent_lines += len(lines)
+            self._sent_bodies += 1
+        return True
+
+    def _put_back(self, source: str, entries: list[Entry], skipped: tuple[int, int]) -> None:
+        with self._lock:
+            self._failed += 1
+            self._buffer.restore(source, entries, skipped)
+
+
+def _reserve(buffer: LogBuffer, source: str, room: int | None = None) -> int:
+    """Bytes kept for the summary line: when lines were dropped, or will be (``room`` is less
+    than what waits)."""
+    will_drop = room is not None and buffer.source_bytes(source) > room
+    return 160 if buffer.skipped(source)[0] or will_drop else 0
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:

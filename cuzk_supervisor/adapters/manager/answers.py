@@ -1,7 +1,8 @@
-"""What counts as the manager's answer (pure checks of an HTTP response).
-
-A 2xx whose body is not the answer the API defines (reference/manager-api.md) is a
-``BadAnswer``: a proxy's page, not the manager's word, retried like an outage.
+"""What an HTTP answer from the manager's URL is (:mod:`cuzk_supervisor.core.answers` decides,
+this reads the body): the manager's answer, its word that the instance is gone
+(:class:`InstanceGone`), its word that our request is wrong (:class:`ManagerRejected`), or
+weather (:class:`Weather`, retried). A 2xx whose body is not the answer the API defines
+(reference/manager-api.md) is a :class:`BadAnswer`: a proxy's page, weather too.
 """
 
 from __future__ import annotations
@@ -10,49 +11,83 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
+from cuzk_supervisor.adapters.manager.values import (
+    BadAnswer,
+    InstanceGone,
+    ManagerRejected,
+    Weather,
+)
+from cuzk_supervisor.adapters.manager.wire import HttpAnswer
+from cuzk_supervisor.core.answers import Meaning, describe_answer, first_text_line, meaning
+from cuzk_supervisor.core.backoff import parse_retry_after
 
-from cuzk_supervisor.adapters.manager.values import BadAnswer
-
-__all__ = ["error_message", "json_body", "json_list", "json_object"]
+__all__ = ["described", "json_body", "json_list", "json_object", "manager_error", "read_answer"]
 
 
-def error_message(response: httpx.Response) -> str:
+def manager_error(answer: HttpAnswer) -> str | None:
+    """The text of the manager's JSON error ``{"error": "<msg>"}`` (an object with that one
+    field, as its handlers write it), or None when the body is anything else."""
     try:
-        data = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        data = None
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, str):
-        return error
-    text = response.text.strip()
-    return text[:200] if text else response.reason_phrase
+        data = json.loads(answer.body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(data, dict) and len(data) == 1 and isinstance(data.get("error"), str):
+        return str(data["error"])
+    return None
 
 
-def json_body(response: httpx.Response) -> Any:
+def described(answer: HttpAnswer) -> str:
+    """Who answered and how: status, ``Server`` header, the body's first line of text."""
+    text = answer.body[:4096].decode("utf-8", "replace")
+    return describe_answer(answer.status, answer.header("server"), first_text_line(text))
+
+
+def read_answer(
+    call: str, path: str, uuid: str | None, answer: HttpAnswer, now_wall: float
+) -> HttpAnswer:
+    """``answer`` when it is a 2xx; else raise what it means: InstanceGone, ManagerRejected
+    (final: the manager's own word) or Weather (retried)."""
+    error = manager_error(answer)
+    kind = meaning(path, answer.status, error)
+    if kind is Meaning.ANSWER:
+        return answer
+    if kind is Meaning.GONE:
+        assert error is not None
+        raise InstanceGone(call, uuid or "?", error)
+    if kind is Meaning.REJECTED:
+        assert error is not None
+        raise ManagerRejected(call, answer.status, error)
+    after = parse_retry_after(answer.header("retry-after"), now_wall)
+    raise Weather(answer.status, described(answer), after)
+
+
+def json_body(answer: HttpAnswer) -> Any:
     try:
-        return response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadAnswer(response.status_code, "not JSON", response.content) from None
+        return json.loads(answer.body)
+    except (ValueError, UnicodeDecodeError):
+        raise BadAnswer(answer.status, "not JSON", answer.body) from None
 
 
-def json_object(response: httpx.Response, require: Mapping[str, type]) -> None:
-    """The body is a JSON object with each required field of its type (bool is not an int)."""
-    data = json_body(response)
+def json_object(answer: HttpAnswer, require: Mapping[str, type]) -> dict[str, Any]:
+    """The body as a JSON object with each required field of its type (bool is not an int)."""
+    data = json_body(answer)
     if not isinstance(data, dict):
-        raise BadAnswer(response.status_code, "not a JSON object", response.content)
+        raise BadAnswer(answer.status, "not a JSON object", answer.body)
     if "ok" in require and data.get("ok") is not True:
         # param-done, running and bench-done answer {"ok": true, ...}; anything else (a proxy's
         # own JSON, {"ok": false}) is not the manager applying the report.
-        raise BadAnswer(response.status_code, "no ok: true", response.content)
+        raise BadAnswer(answer.status, "no ok: true", answer.body)
     for name, kind in require.items():
         value = data.get(name)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise BadAnswer(response.status_code, f"no {kind.__name__} {name}", response.content)
+            raise BadAnswer(answer.status, f"no {kind.__name__} {name}", answer.body)
         if kind is str and not value:
-            raise BadAnswer(response.status_code, f"empty {name}", response.content)
+            raise BadAnswer(answer.status, f"empty {name}", answer.body)
+    return data
 
 
-def json_list(response: httpx.Response) -> None:
-    if not isinstance(json_body(response), list):
-        raise BadAnswer(response.status_code, "not a JSON list", response.content)
+def json_list(answer: HttpAnswer) -> list[Any]:
+    data = json_body(answer)
+    if not isinstance(data, list):
+        raise BadAnswer(answer.status, "not a JSON list", answer.body)
+    return data

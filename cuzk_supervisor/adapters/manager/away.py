@@ -17,7 +17,9 @@ story, whatever the calls:
   away and how many attempts failed meanwhile.
 
 At most a line or two a minute, whatever the failures: every line is also shipped to the
-manager, so a line per retry was a backlog of its own.
+manager, so a line per retry was a backlog of its own. Each line names what answered (an
+answer that is not the manager's word: its status, ``Server`` header and first line of text).
+Weather that lasts (:class:`WeatherLines`) is told once more, as one episode.
 
 The counts are kept for the life of the client (:attr:`AwayWarnings.counts`: the fleet
 benchmark and the metrics read them); listeners hear of every failed attempt
@@ -32,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
+
+from cuzk_supervisor.core.weather import Told, WeatherEpisodes
 
 log = structlog.get_logger("supervisor.manager")
 
@@ -152,3 +156,44 @@ class AwayWarnings:
         (log.info if told else log.debug)(
             "manager.back", url=self.url, call=call, away_s=away_s, failed=failed
         )
+
+
+class WeatherLines:
+    """Weather answers (not the manager's word: :mod:`cuzk_supervisor.core.answers`) grouped
+    into episodes (:class:`cuzk_supervisor.core.weather.WeatherEpisodes`); a sustained episode
+    is one ``manager.weather`` warning (the ``setup`` tab, the terminal view) and its end one
+    ``manager.weather_over`` line; listeners hear ``(sustained, last answer)`` when that
+    changes (``/metrics``)."""
+
+    def __init__(
+        self, url: str | None, sustained_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.url = url
+        self.episodes = WeatherEpisodes(sustained_s)
+        self._clock = clock
+        self.listeners: list[Callable[[bool, str], None]] = []
+
+    def seen(self, status: int, described: str) -> None:
+        self._say(self.episodes.weather(self._clock(), status, described))
+
+    def check(self) -> None:
+        """Any answer of the manager's own (or a tick): an episode long quiet is over."""
+        self._say(self.episodes.check(self._clock()))
+
+    def _say(self, told: Told | None) -> None:
+        if told is None:
+            return
+        minutes = round(told.lasted_s / 60, 1)
+        if told.kind == "sustained":
+            log.warning(
+                "manager.weather", url=self.url, minutes=minutes, answers=told.answers,
+                by_status=told.by_status, last=told.last,
+                detail=f"for {minutes} min the manager's URL has answered with pages that are "
+                "not the manager's (a proxy in front of it?); nothing is ended by them: reports "
+                "stay queued and are retried",
+            )  # fmt: skip
+        else:
+            log.info("manager.weather_over", url=self.url, minutes=minutes,
+                     answers=told.answers, last=told.last)  # fmt: skip
+        for listener in self.listeners:
+            listener(told.kind == "sustained", told.last)

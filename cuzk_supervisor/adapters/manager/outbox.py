@@ -3,16 +3,16 @@
 A report is written to the state file before it is sent and removed only after the manager
 acknowledged it (delivery at least once); a report found queued at start is first looked up in
 the manager's ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`) so that nothing the
-manager already recorded is sent again. A 429 or 503 never drops a report: they are transient
-(the client retries them under its shared backoff), and a report whose send ran out of time
-stays queued, durable, for the next drain.
+manager already recorded is sent again. Only the manager's own word finishes a report (its
+answer, its JSON 404: gone, its JSON 400: rejected); weather (a proxy's page, a 429, a 5xx,
+no answer) never drops one: the client retries it under its shared backoff, and a report whose
+send ran out of time stays queued, durable, for the next drain.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -64,6 +64,7 @@ class Outbox:
     acknowledgement, or after an answer that retrying cannot change (404: the instance is gone;
     another 4xx: rejected); it then joins ``acked``, the last ``keep_acked`` finished reports,
     kept in the state file too so that a verdict acknowledged just before a crash is not lost.
+    Its deadlines and stamps read the client's clocks (``client.clock``, ``client.wall_clock``).
     """
 
     def __init__(
@@ -149,19 +150,19 @@ class Outbox:
         recorded outcome is returned (or raised).
         """
         await self.enqueue(report)
-        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        deadline = None if deadline_s is None else self.client.clock() + deadline_s
         async with self._send_lock:
             while True:
                 done = self.find(report.id)
                 if done is not None and not done.pending:
                     return _raise_for(done)
                 head = self._pending[0]
-                await self._deliver(head, _remaining(deadline))
+                await self._deliver(head, self._remaining(deadline))
 
     async def drain(self, deadline_s: float | None = None) -> DrainResult:
         """Send queued reports in order until none is left, the manager is away, or
         ``deadline_s`` passes. Errors are returned, not raised (except StateWriteError)."""
-        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        deadline = None if deadline_s is None else self.client.clock() + deadline_s
         sent: list[Report] = []
         error: ManagerError | None = None
         async with self._send_lock:
@@ -170,7 +171,7 @@ class Outbox:
                 if head.id not in self._durable:
                     break  # still being written by its enqueue: its sender will send it
                 try:
-                    sent.append(await self._deliver(head, _remaining(deadline)))
+                    sent.append(await self._deliver(head, self._remaining(deadline)))
                 except ManagerUnavailable as exc:
                     error = exc
                     break
@@ -180,17 +181,18 @@ class Outbox:
         """Send the head report; record how it ended. ManagerUnavailable leaves it queued."""
         if budget_s is not None and budget_s <= 0:
             raise ManagerUnavailable(report.kind, 0, "deadline passed before sending")
-        started = time.monotonic()
+        clock = self.client.clock
+        started = clock()
         try:
             done = await self._recorded(report, budget_s)
             if done is None:
-                left = None if budget_s is None else budget_s - (time.monotonic() - started)
+                left = None if budget_s is None else budget_s - (clock() - started)
                 done = await self.client.send(report, stop_s=left)
         except InstanceGone as exc:
-            done = _finished(report, OUTCOME_GONE, exc.message)
+            done = self._ended(report, OUTCOME_GONE, exc.message)
             log.warning("manager.report_gone", kind=report.kind, id=report.id, detail=exc.message)
         except ManagerRejected as exc:
-            done = _finished(report, OUTCOME_REJECTED, f"{exc.status} {exc.message}")
+            done = self._ended(report, OUTCOME_REJECTED, f"{exc.status} {exc.message}")
             log.error(
                 "manager.report_rejected",
                 kind=report.kind,
@@ -216,9 +218,11 @@ class Outbox:
             record = await self.client.instance_record(report.uuid, stop_s=budget_s)
         except ManagerUnavailable as exc:
             if not exc.bad_answer:
-                raise  # away: the report stays queued, looked up when it is back
-            # It answers, but never with a listing that can be the manager's (a proxy's empty
-            # list or page): no evidence either way, so at-least-once delivery, which is safe.
+                raise  # away, down or busy: the report stays queued, looked up when it is back
+            # Something answers for the manager, never with a listing that can be its own (an
+            # empty list, a 403 page on the dashboard's API): no evidence either way, so
+            # at-least-once delivery, which is safe. Nothing is switched off: the next report
+            # queued by an earlier process is looked up again.
             log.warning(
                 "manager.reconcile_skipped", kind=report.kind, id=report.id, reason=str(exc)
             )
@@ -231,7 +235,7 @@ class Outbox:
             record = None
         self._unverified.discard(report.id)
         found = recorded_outcome(report, record)
-        done = None if found is None else _reconciled(report, found)
+        done = None if found is None else self._reconciled(report, found)
         if done is not None:
             log.info(
                 "manager.report_reconciled",
@@ -246,24 +250,19 @@ class Outbox:
     async def _persist(self) -> None:
         await self._save(tuple(self._pending), tuple(self._acked))
 
+    def _remaining(self, deadline: float | None) -> float | None:
+        return None if deadline is None else deadline - self.client.clock()
 
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else deadline - time.monotonic()
+    def _ended(self, report: Report, outcome: str, detail: str) -> Report:
+        stamp = utc_now_iso(self.client.wall_clock)
+        return dataclasses.replace(report, outcome=outcome, detail=detail, finished_at=stamp)
 
-
-def _finished(report: Report, outcome: str, detail: str) -> Report:
-    return dataclasses.replace(report, outcome=outcome, detail=detail, finished_at=utc_now_iso())
-
-
-def _reconciled(report: Report, found: Recorded) -> Report:
-    """``report`` finished as the manager's records show (:func:`recorded_outcome`)."""
-    return dataclasses.replace(
-        report,
-        outcome=found.outcome,
-        passed=found.passed,
-        detail=found.detail,
-        finished_at=utc_now_iso(),
-    )
+    def _reconciled(self, report: Report, found: Recorded) -> Report:
+        """``report`` finished as the manager's records show (:func:`recorded_outcome`)."""
+        return dataclasses.replace(
+            report, outcome=found.outcome, passed=found.passed, detail=found.detail,
+            finished_at=utc_now_iso(self.client.wall_clock),
+        )  # fmt: skip
 
 
 def _raise_for(report: Report) -> Report:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import httpx
-
+from cuzk_supervisor.adapters.manager.http import Timeouts, TransportError
 from cuzk_supervisor.core.checks import POSITIVE, require_fields, require_relation
 
 __all__ = [
-    "THROTTLED_STATUSES",
     "BadAnswer",
     "BenchVerdict",
     "HttpRetryPolicy",
@@ -26,7 +24,7 @@ __all__ = [
     "ManagerTimeouts",
     "ManagerUnavailable",
     "Registration",
-    "ServerError",
+    "Weather",
     "describe_failure",
     "is_transient",
 ]
@@ -42,23 +40,17 @@ class ManagerTimeouts:
     connect_s: float = 3.0
     read_s: float = 10.0
     write_s: float = 10.0
-    pool_s: float = 3.0
 
     def __post_init__(self) -> None:
         require_fields(self, (f.name for f in dataclasses.fields(self)), POSITIVE)
 
-    def as_httpx(self, cap_s: float | None = None) -> httpx.Timeout:
-        """As an ``httpx.Timeout``; ``cap_s`` shortens every phase (a caller's deadline)."""
+    def limits(self, cap_s: float | None = None) -> Timeouts:
+        """The transport's timeouts; ``cap_s`` shortens every phase (a caller's deadline)."""
 
         def cut(value: float) -> float:
             return value if cap_s is None else max(min(value, cap_s), 0.001)
 
-        return httpx.Timeout(
-            connect=cut(self.connect_s),
-            read=cut(self.read_s),
-            write=cut(self.write_s),
-            pool=cut(self.pool_s),
-        )
+        return Timeouts(cut(self.connect_s), cut(self.write_s), cut(self.read_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +100,8 @@ class ManagerError(Exception):
 
 
 class InstanceGone(ManagerError):
-    """404: the manager has no live instance with this uuid (killed or destroyed). Final."""
+    """The manager's own word that it no longer knows this instance (its JSON 404 on a report,
+    :data:`cuzk_supervisor.core.answers.GONE_TEXTS`, or our record in state ``killed``). Final."""
 
     def __init__(self, call: str, uuid: str, message: str) -> None:
         self.call = call
@@ -118,7 +111,7 @@ class InstanceGone(ManagerError):
 
 
 class ManagerRejected(ManagerError):
-    """A 4xx answer (other than a report's 404): our request is wrong; retrying cannot help."""
+    """The manager's JSON 400: our request is wrong; sending it again cannot help. Final."""
 
     def __init__(self, call: str, status: int, message: str) -> None:
         self.call = call
@@ -128,58 +121,57 @@ class ManagerRejected(ManagerError):
 
 
 class ManagerUnavailable(ManagerError):
-    """Transient failures until the call's retry stop (or the caller's deadline) ran out.
-    ``bad_answer``: the last attempt got an answer that cannot be the manager's (a proxy's page,
-    an empty ``GET /status``), not a refused connection or an error status."""
+    """No word from the manager until the call's retry stop (or the caller's deadline) ran out:
+    no answer at all, or only weather. ``weather``: the last attempt got an answer that was not
+    the manager's word (a proxy's page, an empty 404, a 5xx, a 2xx that is not the API's
+    answer), not a refused connection or a timeout. ``bad_answer``: that answer was one that
+    says something in front of the manager answers for it, not that the manager is down or
+    busy: a 2xx that is not the API's answer, or a 4xx page other than 408 and 429 (a 403 on
+    the dashboard's API, say)."""
 
-    def __init__(self, call: str, attempts: int, reason: str, *, bad_answer: bool = False) -> None:
+    def __init__(
+        self, call: str, attempts: int, reason: str, *, weather: bool = False,
+        bad_answer: bool = False,
+    ) -> None:  # fmt: skip
         self.call = call
         self.attempts = attempts
         self.reason = reason
+        self.weather = weather or bad_answer
         self.bad_answer = bad_answer
         super().__init__(f"{call}: manager unavailable after {attempts} attempt(s): {reason}")
 
 
-THROTTLED_STATUSES = frozenset({408, 429})
-"""4xx answers that say "not now" rather than "wrong request": a proxy's 429 Too Many Requests
-(or its 408). Transient like a 5xx, for every call: no report is ever dropped for them."""
+class Weather(Exception):
+    """An answer that is not the manager's word (:mod:`cuzk_supervisor.core.answers`): retried,
+    never final. ``described`` names what answered (status, ``Server`` header, the body's first
+    line); ``retry_after_s`` is what its ``Retry-After`` asked for (seconds, or an HTTP-date
+    read as seconds from now)."""
 
-
-class ServerError(Exception):
-    """A 5xx, 408 or 429 answer: transient by rule. ``retry_after_s``: what its
-    ``Retry-After`` header asked for (seconds, or an HTTP-date read as seconds from now)."""
-
-    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, status: int, described: str, retry_after_s: float | None = None) -> None:
         self.status = status
-        self.message = message
+        self.described = described
         self.retry_after_s = retry_after_s
-        super().__init__(f"HTTP {status}: {message}")
+        super().__init__(described)
 
 
-class BadAnswer(Exception):
+class BadAnswer(Weather):
     """A 2xx whose body is not the answer the API defines: a proxy's page (a maintenance page
-    is a 200 with HTML), not the manager's word. Transient: the report is not applied as far as
-    we can tell, so it is tried again (GET /status reconciles an answer that was only mangled)."""
+    is a 200 with HTML), not the manager's word. The report is not applied as far as we can
+    tell, so it is tried again (GET /status reconciles an answer that was only mangled)."""
 
     def __init__(self, status: int, detail: str, body: bytes) -> None:
-        self.status = status
-        super().__init__(f"HTTP {status} {detail}: {body[:120]!r}")
-
-
-# Transient by nature: nothing was answered. (Not UnsupportedProtocol, LocalProtocolError, or
-# ProxyError: those are configuration or programming errors.)
-_TRANSIENT_HTTPX = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+        super().__init__(status, f"HTTP {status} {detail}: {body[:120]!r}")
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Connection errors, timeouts, a dropped connection, 5xx, 408 and 429, and a 2xx that is
-    not the API's answer: worth another attempt."""
-    return isinstance(exc, (*_TRANSIENT_HTTPX, ServerError, BadAnswer))
+    """No answer (refused, timed out, dropped), or an answer that is weather: worth another
+    attempt."""
+    return isinstance(exc, TransportError | Weather)
 
 
 def describe_failure(exc: BaseException) -> str:
-    if isinstance(exc, ServerError | BadAnswer):
-        return str(exc)
+    if isinstance(exc, Weather):
+        return exc.described
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

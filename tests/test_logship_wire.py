@@ -1,0 +1,173 @@
+"""The log shipper's pure pieces: the push wire format (normalised lines, bodies within
+256 KiB), the bounded buffer and its counts, the event-to-line rendering, the settings' checks.
+The shipper itself, on virtual time: test_logship.py."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cuzk_supervisor.adapters.logship.buffer import LogBuffer
+from cuzk_supervisor.adapters.logship.lines import event_to_line
+from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
+from cuzk_supervisor.adapters.manager.client import (
+    ManagerClient,
+    encode_body,
+    normalize_line,
+    split_bodies,
+)
+
+# --- pure pieces --------------------------------------------------------------------------------
+
+
+def test_normalize_keeps_a_short_line_and_counts_its_newline():
+    assert normalize_line("proof done\n") == ("proof done", 11)
+    assert normalize_line("é") == ("é", 3)
+    assert normalize_line("") == ("", 0)
+    assert normalize_line("\r\n") == ("", 0)
+
+
+def test_normalize_makes_inner_newlines_visible():
+    text, _ = normalize_line("panic:\n  at foo\r\n  at bar")
+    assert text == "panic:\\n  at foo\\n  at bar"
+
+
+def test_normalize_truncates_a_long_line_on_a_character_boundary_with_a_marker():
+    text, size = normalize_line("é" * 1000, max_bytes=101)
+    assert size <= 102
+    assert len(text.encode()) + 1 == size
+    assert text.startswith("é")
+    cut = 2000 - len(text.split(" …")[0].encode())
+    assert text.endswith(f" …[truncated {cut} bytes]")
+
+
+@given(st.lists(st.text(max_size=300), max_size=40), st.integers(256, 2048))
+def test_split_bodies_fits_the_limit_and_keeps_order(lines, limit):
+    groups = split_bodies(lines, limit)
+    assert all(len(encode_body(group)) <= limit for group in groups)
+    expected = [normalize_line(line, limit - 1)[0] for line in lines]
+    assert [line for group in groups for line in group] == [e for e in expected if e]
+
+
+def add(buffer: LogBuffer, source: str, line: str) -> int:
+    return buffer.add(source, *normalize_line(line))
+
+
+def test_buffer_drops_the_oldest_line_across_sources_and_counts_it_for_its_source():
+    buffer = LogBuffer(max_lines=3, max_bytes=10_000)
+    add(buffer, "setup", "s1")
+    add(buffer, "cuzk", "c1")
+    add(buffer, "setup", "s2")
+    assert add(buffer, "cuzk", "c2") == 1  # s1 goes
+    assert buffer.dropped_total == 1
+    assert buffer.skipped("setup") == (1, 3)
+    assert buffer.waiting() == {"cuzk": 2, "setup": 3}
+    assert [e[1] for e in buffer.take_newest("setup", 1000)] == ["s2"]
+    assert [e[1] for e in buffer.take_newest("cuzk", 1000)] == ["c1", "c2"]
+    assert buffer.lines == buffer.bytes == 0
+    assert buffer.waiting() == {"setup": 5}  # only its count is left to say
+
+
+def test_buffer_is_bounded_in_bytes():
+    buffer = LogBuffer(max_lines=1000, max_bytes=100)
+    for n in range(50):
+        add(buffer, "cuzk", f"line {n:04d}")  # 10 bytes each with the newline
+    assert buffer.lines == 10
+    assert buffer.bytes == 100
+    assert buffer.skipped("cuzk") == (40, 400)
+    assert buffer.take_newest("cuzk", 1000)[0][1] == "line 0040"
+
+
+def test_take_newest_keeps_what_fits_and_counts_the_older_lines():
+    buffer = LogBuffer(max_lines=100, max_bytes=10_000)
+    for n in range(10):
+        add(buffer, "cuzk", f"{n:09d}")  # 10 bytes each
+    batch = buffer.take_newest("cuzk", 35)
+    assert [e[1] for e in batch] == ["000000007", "000000008", "000000009"]
+    assert buffer.lines == 0
+    assert buffer.skipped_total == 7
+    assert buffer.take_skipped("cuzk") == (7, 70)
+    assert buffer.skipped("cuzk") == (0, 0)
+
+
+def test_restore_puts_back_the_lines_first_and_the_count():
+    buffer = LogBuffer(max_lines=100, max_bytes=10_000)
+    add(buffer, "a", "old")
+    add(buffer, "a", "new")
+    batch = buffer.take_newest("a", 4)
+    count = buffer.take_skipped("a")
+    add(buffer, "a", "newer")
+    buffer.restore("a", batch, count)
+    assert buffer.skipped("a") == (1, 4)
+    assert [e[1] for e in buffer.take_newest("a", 1000)] == ["new", "newer"]
+
+
+def test_restored_lines_are_the_oldest_and_dropped_first_when_full():
+    buffer = LogBuffer(max_lines=3, max_bytes=10_000)
+    add(buffer, "a", "old1")
+    add(buffer, "a", "old2")
+    batch = buffer.take_newest("a", 10_000)
+    for n in range(3):
+        add(buffer, "b", f"new{n}")
+    assert buffer.restore("a", batch) == 2
+    assert buffer.skipped("a") == (2, 10)
+    assert buffer.source_lines("a") == 0
+
+
+def test_event_to_line_is_one_readable_line():
+    line = event_to_line(
+        {
+            "timestamp": "2025-01-01T00:00:00Z",
+            "level": "info",
+            "event": "proof.done",
+            "job_id": "abc",
+            "wall_s": 1.5,
+            "detail": 'two words "quoted"',
+            "plan": {"workers": 2},
+            "_record": object(),
+        }
+    )
+    assert line == (
+        "2025-01-01T00:00:00Z info proof.done job_id=abc wall_s=1.5 "
+        'detail="two words \\"quoted\\"" plan={"workers":2}'
+    )
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="max_line_bytes"):
+        ShipperSettings(max_line_bytes=10)
+    with pytest.raises(ValueError, match="jitter"):
+        ShipperSettings(jitter=0.9)
+    with pytest.raises(ValueError, match="bytes_per_min"):
+        ShipperSettings(bytes_per_min=0)
+
+
+# --- the shipper's edges, no time involved ----------------------------------------------
+
+
+def test_add_line_is_synchronous():
+    assert not inspect.iscoroutinefunction(LogShipper.add_line)
+
+
+async def test_without_a_manager_the_shipper_is_a_no_op_sink():
+    for client in (None, ManagerClient(None)):
+        shipper = LogShipper(client)
+        assert not shipper.enabled
+        shipper.add_line("cuzk", "nowhere")
+        assert shipper.stats().buffered_lines == 0
+        assert await shipper.flush(0.1)
+        task = asyncio.create_task(shipper.run())
+        shipper.stop()
+        await asyncio.wait_for(task, 1.0)
+
+
+def test_the_backlog_is_bounded_to_what_the_manager_keeps():
+    """The manager keeps 10,000 lines per instance: more held here would be thrown away."""
+    from cuzk_supervisor.settings import Settings
+
+    assert ShipperSettings().max_buffer_lines == 10_000
+    assert Settings().log_buffer_lines == 10_000
