@@ -10,9 +10,11 @@ import random
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from phasefakes import UUID, FakeManager, FakeShipper, MemoryStore, World
 
 from cuzk_supervisor.adapters.manager.outbox import Outbox
+from cuzk_supervisor.adapters.manager.values import InstanceGone
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.reconcile import manager_time
@@ -199,3 +201,29 @@ async def test_a_slow_param_done_ack_reads_the_manager_stamp():
     await rep._after_drain((param_done_acked("2026-01-01T00:00:00.000Z"),))
     assert reads == 1
     assert rep.state.state.bench_clock_start == epoch + 30.0
+
+
+async def test_before_bench_done_the_whole_table_is_read_only_while_it_is_small():
+    """Issue 31: the one whole-table read before /bench-done costs each machine about 290 bytes
+    per row; the manager's runner ids bound its rows. Past manager_status_read_max_rows the
+    report goes unchecked (the read would grow with the fleet); within it, a killed record is
+    still found."""
+    reads: list[str] = []
+
+    async def killed(uuid: str, *, stop_s: float | None = None) -> Any:
+        reads.append(uuid)
+        return {"uuid": uuid, "state": "killed", "kill_reason": "manually killed via UI"}
+
+    small, rig = reporter(random.Random(1), manager_status_read_max_rows=250)
+    rig.manager.instance_record = killed
+    await small.state.update(lambda st: dataclasses.replace(st, runner_id=250))
+    with pytest.raises(InstanceGone, match="manually killed via UI"):
+        await small._check_alive()
+    assert reads == [UUID]
+
+    large, rig = reporter(random.Random(1), manager_status_read_max_rows=250)
+    rig.manager.instance_record = killed
+    await large.state.update(lambda st: dataclasses.replace(st, runner_id=2_000))
+    await large._check_alive()  # no read: the report goes unchecked
+    assert reads == [UUID]
+    assert not rig.signals.gone.is_set()

@@ -42,7 +42,7 @@ from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline, prompt_ack
 from cuzk_supervisor.core.jitter import first_delay, next_delay
-from cuzk_supervisor.core.reconcile import gone_reason, manager_time
+from cuzk_supervisor.core.reconcile import gone_reason, manager_time, table_read_skipped
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
@@ -392,7 +392,15 @@ class Reporter:
             return False, None
 
     async def _check_alive(self) -> None:
-        """Before a report that would revive a killed instance: is it still alive?"""
+        """Before a report that would revive a killed instance: is it still alive? Asked of
+        the whole table only while it is small (:func:`~cuzk_supervisor.core.reconcile.
+        table_read_skipped`)."""
+        runner_id = self.state.state.runner_id
+        skipped = table_read_skipped(runner_id, self.s.manager_status_read_max_rows)
+        if skipped is not None:
+            log.info("manager.kill_check_skipped", reason=skipped,
+                     detail="the report is sent unchecked")  # fmt: skip
+            return
         reason = await self.look_up_kill(stop_s=self._status_read_s)
         if reason is not None:
             self._signals.mark_gone(reason)

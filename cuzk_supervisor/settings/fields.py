@@ -104,6 +104,14 @@ class Settings:
         "the report is then sent unchecked; for the bench clock, at most 10 s of it",
         minimum=0.1, maximum=DAY_S, group="manager",
     )  # fmt: skip
+    manager_status_read_max_rows: int = setting(
+        250,
+        "the whole table (GET /status) is read before /bench-done, to send no report that "
+        "would revive an instance killed from the dashboard, only while the manager's runner "
+        "ids (a bound on its rows, about 290 bytes each) are at most this many: past it the "
+        "read would cost each machine more as the fleet grows; 0: never",
+        minimum=0, maximum=10_000_000, group="manager", metavar="ROWS",
+    )  # fmt: skip
     log_push: bool = setting(True, "push log lines to the manager's log endpoint", group="manager")
     log_buffer_lines: int = setting(
         10_000,
