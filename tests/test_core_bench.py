@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -405,9 +406,27 @@ def test_rate_from_wall_clock():
     assert proofs_per_hour(3, 0.0) == 0.0
 
 
+def test_a_lumpy_pipelines_longer_intervals_are_not_taken_for_late_submissions():
+    """7 workers on 10-partition proofs run in lumps (46 s, 63 s, 46 s, 63 s, 46 s, ...), and on
+    a loaded machine every submission went in 6 s after the completion it replaced, more than
+    a tenth of an interval: late, but a 6-s wait cannot make a 63-s interval of a 46-s one.
+    The lumps count, and the rate is the pipeline's (leaving them out made it 15 % too high)."""
+    gaps = [46.0, 62.8, 46.1, 62.8, 46.2, 46.4, 62.8] * 3
+    done = list(itertools.accumulate(gaps, initial=100.0))
+    stretch = late_stretch(done, dict.fromkeys(range(2, len(done) + 2), 6.0))
+    assert len(stretch.late) == len(done)  # every replacement went in late
+    assert stretch.breaks == frozenset()
+    rate = steady_rate_per_s(done, stretch.breaks)
+    assert rate == pytest.approx(steady_rate_per_s(done))
+    # A late proof that did hold the pipeline up (its 30-s wait in a 46-s interval) is still out.
+    held = [*done[:10], *(t + 30.0 for t in done[10:])]
+    stretch = late_stretch(held, {**dict.fromkeys(range(2, len(held) + 2), 6.0), 10: 36.0})
+    assert stretch.breaks == {10}
+
+
 def test_a_submit_made_again_lands_when_the_daemon_had_it():
-    """Under connection resets a submit is cut and made again: the proof went in when it
-    landed, not when its first attempt began, and that is what makes it late."""
+    """Under connection resets a submit is cut and made again: the proof went in with the
+    attempt that landed, not when its first attempt began, and that is what makes it late."""
     done = [40.0 * k for k in range(1, 10)]
     stretch = late_stretch(done, {})  # every proof submitted at once
     assert stretch.late == ()

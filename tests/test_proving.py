@@ -199,6 +199,19 @@ async def test_a_lost_submit_answer_bounds_the_landing_by_the_cut_attempts_end()
     assert result.ok, result.error
     assert result.landed_at is not None
     assert result.started_at + 0.3 <= result.landed_at < result.finished_at
+    # It went in with that attempt, which began with the proof.
+    assert result.sent_at is not None
+    assert result.started_at <= result.sent_at < result.started_at + 0.3
+
+
+async def test_a_submit_made_again_went_in_when_its_second_attempt_began():
+    """The first upload never landed: the proof went in with the second attempt, begun after
+    the first was cut (the bench judges its lateness from then: benchrun, Stretch.landed)."""
+    timeouts = replace(FAST, submit_deadline_s=0.3)
+    _, result = await prove_once(Behaviour(proof_s=0.1, submit_hang=1), timeouts)
+    assert result.ok, result.error
+    assert result.sent_at is not None and result.landed_at is not None
+    assert result.started_at + 0.3 <= result.sent_at <= result.landed_at
 
 
 async def test_rejected_submit_is_a_failure_without_retry():

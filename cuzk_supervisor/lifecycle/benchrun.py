@@ -116,7 +116,7 @@ class StretchRun:
                     if result.ok:
                         done_at = self.completed_at(result)
                         self.stretch = self.stretch.completed(done_at).landed(
-                            index, result.landed_at
+                            index, result.sent_at
                         )
                     else:
                         self.stretch = self.stretch.failed_one()

@@ -20,6 +20,9 @@ asks the two questions the rate is for (issue 10: it must be the pipeline's stea
     submission took to land, how late it heard). The reported rate must lie within the rates of
     the true completions each moved later by anything in ``[0, U]``, widened by
     ``RATE_TOLERANCE``. On a quiet machine U is a few milliseconds and the band is the truth.
+    Which intervals a late submission held up is itself judged on such times (a submission
+    near the cut-off is late on one clock and prompt on the other): the band spans the held-up
+    intervals read from the daemon's completions and from the client's stamps.
 
 (b) **Feeding.** Did the supervisor cost the rate by leaving the pipeline idle? The daemon records,
     per job, which answer the submission followed (``reply_to``: a client keeping N proofs in
@@ -196,16 +199,27 @@ def _rate_per_hour(
 
 
 def held_up(
-    group: Sequence[JobRecord], window: Sequence[Proof], concurrency: int
+    group: Sequence[JobRecord],
+    window: Sequence[Proof],
+    concurrency: int,
+    views: Mapping[str, ClientView] | None = None,
 ) -> frozenset[int]:
-    """The window's intervals a late submission held up, from the daemon's own record: its
-    completions and when each job arrived, read as the product reads its own stamps."""
-    completed = sorted((j for j in group if j.times.ok), key=_done)
+    """The window's intervals a late submission held up, read as the product reads its own
+    stamps: from the daemon's own record (its completions and when each job arrived), or, with
+    ``views``, with each completion as the client stamped it."""
+    completed = [j for j in group if j.times.ok]
+
+    def done_at(job: JobRecord) -> float:
+        if views is None:
+            return job.unix(_done(job))
+        return _proof(job, views.get(job.times.job_id), "").stamp
+
+    completed.sort(key=done_at)
     stretch = Stretch(workers=1, concurrency=concurrency, started_at=0.0)
-    for job in sorted(group, key=lambda j: j.times.arrived_s):
-        stretch = stretch.submitted_one(job.unix(job.times.arrived_s))
+    for at in sorted(job.unix(job.times.arrived_s) for job in group):
+        stretch = stretch.submitted_one(at)
     for job in completed:
-        stretch = stretch.completed(job.unix(_done(job)))
+        stretch = stretch.completed(done_at(job))
     first = [j.times.seq for j in completed].index(window[0].job.times.seq)
     return frozenset(i - first for i in stretch.breaks if first < i < first + len(window))
 
@@ -344,10 +358,17 @@ def judge(
         )
         return verdict
     scale = window[0].job.time_scale
-    breaks = held_up(groups[window[0].job.pid], window, reported.concurrency)
+    group = groups[window[0].job.pid]
+    breaks = held_up(group, window, reported.concurrency)
     verdict.truth = _rate_per_hour([p.completed for p in window], scale, breaks)
     verdict.delivered = _rate_per_hour([p.completed for p in window], scale)
-    low, high = verdict.band = rate_band(window, breaks)
+    # Which intervals were held up is judged on times the client cannot know exactly: a
+    # submission near the cut-off (a tenth of an interval) may be late on the daemon's clock and
+    # prompt on the client's, or the other way round. Both readings, and their meet and join,
+    # are honest measurements.
+    seen = held_up(group, window, reported.concurrency, views)
+    bands = [rate_band(window, b) for b in {breaks, seen, breaks & seen, breaks | seen}]
+    low, high = verdict.band = min(b[0] for b in bands), max(b[1] for b in bands)
     if not low * (1 - RATE_TOLERANCE) <= reported.rate <= high * (1 + RATE_TOLERANCE):
         verdict.problems.append(
             f"(a) measurement: reported {reported.rate:.2f}/h is outside {low:.2f}..{high:.2f}/h "

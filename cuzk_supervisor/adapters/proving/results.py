@@ -68,6 +68,9 @@ class ProofResult:
     """``time.monotonic()`` by which the daemon had accepted the job this result is of: when
     its SubmitProof answered or, where that answer was lost and the job then found, when the
     submit attempt that carried it ended; None when neither was seen."""
+    sent_at: float | None = None
+    """``time.monotonic()`` when the submit attempt that carried the job began (None with
+    ``landed_at``): the daemon had it between this and ``landed_at``."""
 
     @property
     def ok(self) -> bool:

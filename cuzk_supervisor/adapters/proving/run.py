@@ -57,6 +57,8 @@ class ProofRun:
         self.uploads_cut = 0
         self.submit_cut = False  # the last submit whose fate is unknown was cut (not dropped)
         self.landed_at: float | None = None
+        self.sent_at: float | None = None
+        self.attempt_started = 0.0
         self.await_attempts = 0
         self.attempt = Attempt()
         self.last_call = "SubmitProof"
@@ -97,7 +99,7 @@ class ProofRun:
                     if self.submit_cut:
                         self.submissions -= 1
                         self.uploads_cut += 1
-                    self.landed_at = None
+                    self.landed_at = self.sent_at = None
                     log.info(
                         "proof.submit_not_landed",
                         job_id=self.job_id,
@@ -131,6 +133,7 @@ class ProofRun:
                 raise OutOfBudget()
             self.submissions += 1
             self.last_call = "SubmitProof"
+            self.attempt_started = time.monotonic()
             try:
                 response: pb.SubmitProofResponse = await self.client.call(
                     "SubmitProof", self.request, timeout=timeout
@@ -153,7 +156,7 @@ class ProofRun:
                 raise
             self.submit_cut = is_cut(exc)
             # If the await then finds the job, this attempt carried it: the daemon had it by now.
-            self.landed_at = time.monotonic()
+            self.landed_at, self.sent_at = time.monotonic(), self.attempt_started
             log.warning(
                 "proof.submit_uncertain",
                 job_id=self.job_id,
@@ -163,7 +166,7 @@ class ProofRun:
                 action="await the job first; NOT_FOUND means it did not land",
             )
             return False
-        self.landed_at = time.monotonic()
+        self.landed_at, self.sent_at = time.monotonic(), self.attempt_started
         if response.job_id and response.job_id != self.job_id:
             # The daemon names the job after the request id; follow it if it ever differs.
             self.job_id = response.job_id
@@ -247,6 +250,7 @@ class ProofRun:
             await_attempts=self.await_attempts,
             uploads_cut=self.uploads_cut,
             landed_at=self.landed_at,
+            sent_at=self.sent_at,
         )
         fields = {
             "job_id": result.job_id,
