@@ -1,6 +1,7 @@
 """Shared test set-up: the helper modules in tests/ import as plain modules from any subfolder."""
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -11,16 +12,45 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# Imported after the path above is set: it is one of those helper modules.
+# Imported after the path above is set: they are helper modules.
 import daemonhelpers
+import pacehelpers
 from managerhelpers import ManagerProcess
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    """The machine's pace, measured once per session (pacehelpers): ``make test`` measured it
+    already and says so in CUZK_TEST_SLOWNESS; a plain ``pytest`` measures it here, in the main
+    process, before the xdist workers start, and hands it to them the same way."""
+    if os.environ.get(pacehelpers.SLOWNESS_ENV):
+        return
+    pace = pacehelpers.measure()
+    os.environ[pacehelpers.SLOWNESS_ENV] = f"{pace.slowness:g}"
+    os.environ[PACE_DESCRIPTION_ENV] = pace.describe()
+
+
+PACE_DESCRIPTION_ENV = "CUZK_TEST_PACE"
+
+
+def pytest_report_header() -> str:
+    described = os.environ.get(PACE_DESCRIPTION_ENV)
+    how = f" ({described})" if described else ""
+    return f"pace: slowness {pacehelpers.slowness():g}{how}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow end-to-end tests first (a stable sort: each group keeps its order): handed out
     in order, the workers start on the long tests together and fill the end with short ones,
-    instead of one worker starting a 20 s test when the others are nearly done."""
+    instead of one worker starting a 20 s test when the others are nearly done.
+
+    On a slow machine each test's hang guard (pytest-timeout, ``timeout`` in pyproject.toml)
+    stretches with the session's slowness, like every deadline the tests wait with."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    timeout = float(config.getini("timeout") or 0)
+    if timeout > 0 and pacehelpers.slowness() > 1:
+        for item in items:
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(pacehelpers.patient(timeout)))
 
 
 @pytest.hookimpl(hookwrapper=True)

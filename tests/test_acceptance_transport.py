@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pacehelpers import scaled
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 from structlog.testing import capture_logs
 
@@ -78,7 +79,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
             listen=f"127.0.0.1:{free_tcp_port()}",
             config=config,
             args=args,
-            time_scale=time_scale,
+            time_scale=scaled(time_scale),
             ready=ready,
         )
         sims.append(sim)

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from daemonhelpers import Supervisor
 from lifecyclehelpers import lifecycle_env, start_run
+from pacehelpers import scaled
 
 from cuzk_supervisor import exitcodes
 
 pytestmark = pytest.mark.slow
 
-TIME_SCALE = 400.0
+TIME_SCALE = scaled(400.0)  # slower on a slow machine (pacehelpers)
 
 
 def bench(tmp_path: Path, mgr: Any, **settings: Any) -> tuple[dict[str, Any], Supervisor]:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from daemonhelpers import Supervisor
 from lifecyclehelpers import fake_cgroup, lifecycle_env, reports, start_run
+from pacehelpers import scaled
 from simhelpers import poll_until
 
 from cuzk_supervisor import exitcodes
@@ -23,7 +24,7 @@ from cuzk_supervisor.sim.pipeline import simulate_closed_loop
 
 pytestmark = pytest.mark.slow
 
-TIME_SCALE = 100.0
+TIME_SCALE = scaled(100.0)  # slower on a slow machine (pacehelpers)
 SIM_GPU_WORKERS = 2  # one simulated GPU, two GPU workers per device (the sim's default)
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
+from pacehelpers import scaled
 from simhelpers import QUICK_SIM, free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
@@ -34,7 +35,7 @@ def _report_order(mgr):
 def test_lifecycle_reports_each_phase_once_in_order_with_the_true_rate(tmp_path, manager):
     mgr = manager()
     env = lifecycle_env(
-        tmp_path, mgr.url, time_scale=100, workers=5, warmup_workers=2, bench_count=12,
+        tmp_path, mgr.url, time_scale=scaled(100), workers=5, warmup_workers=2, bench_count=12,
         exit_after_run="true",
     )  # fmt: skip
     run = start_run(env)

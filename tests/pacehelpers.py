@@ -1,0 +1,197 @@
+"""How fast this machine is for the tests, measured once per test session: the pace that the
+end-to-end tests' scaled time and the test deadlines adapt to, and the pytest worker count.
+
+The end-to-end tests run the supervisor, the simulated daemon and the simulated manager as real
+processes in scaled time: a simulated minute is a fraction of a real second, so the few
+milliseconds of CPU the supervisor spends on each event are simulated seconds. The scales were
+chosen on the reference machine below, at its worker count; on a machine with less CPU to give
+each test (fewer or slower cores, a CPU quota, other work) the same scales leave the processes
+too little real time per simulated second and the tests' rates, budgets and phases bend. So:
+
+- ``make test`` runs ``python tests/pacehelpers.py`` once: it measures the machine (the cores it
+  may use, their speed on a fixed piece of pure-Python work, and how much of them it really gets
+  now: a CPU quota or other work shows as the work taking longer in wall time than in CPU
+  time) and prints the pytest worker count and the session's slowness, which ``make test``
+  hands to every worker in ``CUZK_TEST_SLOWNESS``;
+- a session started without it (a plain ``pytest``) measures the same in ``conftest.py``;
+- tests divide their simulated time scales by :func:`slowness` (``scaled``) and multiply the
+  deadlines they wait with by it (``patient``): a slow machine runs the same tests later, not red.
+
+``CUZK_TEST_SLOWNESS`` set by hand (e.g. ``3``) forces the value. Nothing here is a margin that a
+test asserts: the slowness only stretches how long a test is willing to wait and how slowly its
+simulated time runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from functools import cache
+
+SLOWNESS_ENV = "CUZK_TEST_SLOWNESS"
+LOOP = 3_000_000
+"""Additions in the probe's pure-Python loop (in a function: local variables)."""
+REFERENCE_CPU_S = 0.085
+"""The loop's CPU seconds on the reference machine, one copy on each of its 2 cores at once
+(AMD EPYC VM, Python 3.11): 0.065-0.12 s over quiet runs, typically 0.075-0.09."""
+REFERENCE_CAPACITY = 2.0
+"""The reference machine's capacity in reference cores: the machine the scales were set on."""
+REFERENCE_WORKERS = 8
+"""The pytest workers the suite runs with there (four per core)."""
+TOLERATED = 1.5
+"""How much less capacity than the reference's the tests already take in their stride: the
+reference machine's own spread between runs and the load of the other work it was tuned under.
+The slowness is the capacity's shortfall beyond that."""
+MAX_SLOWNESS = 8.0
+ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class Pace:
+    """One measurement of the machine."""
+
+    cores: int
+    """CPUs this process may run on (its affinity)."""
+    speed: float
+    """CPU seconds of the loop here over the reference's: 2.0 is a core half as fast."""
+    contention: float
+    """Wall over CPU seconds of the loop run on every core at once: 1.0 is every core ours; a
+    CPU quota of a third gives about 3, other work on the machine about (ours + theirs) / ours."""
+    load: float
+    """The 1-minute load average (reported; the probe's contention is what counts: the load
+    average remembers a minute of this suite's own previous run)."""
+
+    @property
+    def capacity(self) -> float:
+        """What the tests get here, in reference cores."""
+        return self.cores / (self.speed * self.contention)
+
+    @property
+    def slowness(self) -> float:
+        """How much less CPU than the reference machine there is, beyond what the tests take in
+        their stride (``TOLERATED``); at least 1."""
+        ratio = REFERENCE_CAPACITY / self.capacity / TOLERATED
+        return min(max(round(ratio, 2), 1.0), MAX_SLOWNESS)
+
+    @property
+    def workers(self) -> int:
+        return workers_for(self.slowness)
+
+    def describe(self) -> str:
+        return (
+            f"{self.cores} cores at {1 / self.speed:.2f}x the reference's speed, "
+            f"{1 / self.contention:.0%} of them ours now (load average {self.load:.1f}): "
+            f"{self.capacity:.2f} reference cores of {REFERENCE_CAPACITY:g}"
+        )
+
+
+def workers_for(slowness: float) -> int:
+    """Pytest workers: the reference's count, fewer in proportion to the slowness (each worker
+    then gets about the CPU it gets on the reference machine), at least 2."""
+    return max(2, min(REFERENCE_WORKERS, round(REFERENCE_WORKERS / slowness)))
+
+
+def _loop(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+def _child() -> None:
+    """One probe process: wait for the start byte, run the loop, print CPU and wall seconds."""
+    sys.stdin.buffer.read(1)
+    cpu, wall = time.process_time(), time.perf_counter()
+    _loop(LOOP)
+    print(f"{time.process_time() - cpu} {time.perf_counter() - wall}", flush=True)
+
+
+def _round(cores: int) -> tuple[float, float]:
+    """The loop on every core at once: (median CPU seconds, worst wall over CPU)."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(cores)
+    ]
+    for proc in procs:  # started together once every interpreter is up
+        assert proc.stdin is not None
+        proc.stdin.write("go")
+        proc.stdin.close()
+    results = []
+    for proc in procs:
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.stdout.close()
+        proc.wait()
+        cpu, wall = (float(x) for x in out.split())
+        results.append((max(cpu, 1e-6), wall))
+    return statistics.median(c for c, _ in results), max(w / c for c, w in results)
+
+
+def measure(rounds: int = ROUNDS) -> Pace:
+    """Measure the machine now (about 0.5 s here; longer where it is slow or busy)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = max(cores or 1, 1)
+    measured = [_round(cores) for _ in range(rounds)]
+    cpu = statistics.median(c for c, _ in measured)
+    contention = statistics.median(k for _, k in measured)
+    return Pace(
+        cores=cores,
+        speed=cpu / REFERENCE_CPU_S,
+        contention=max(contention, 1.0),
+        load=os.getloadavg()[0],
+    )
+
+
+@cache
+def slowness() -> float:
+    """This session's slowness: ``CUZK_TEST_SLOWNESS`` (set by ``make test`` or
+    ``conftest.py``), else measured now."""
+    given = os.environ.get(SLOWNESS_ENV)
+    if given:
+        return max(float(given), 1.0)
+    return measure().slowness
+
+
+def scaled(time_scale: float) -> float:
+    """A simulated time scale for this machine: the reference's divided by the slowness."""
+    return time_scale / slowness()
+
+
+def patient(seconds: float) -> float:
+    """A deadline a test waits with, stretched by the slowness (it only matters on a hang)."""
+    return seconds * slowness()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--make", action="store_true", help="print WORKERS SLOWNESS only")
+    args = parser.parse_args()
+    if args.child:
+        _child()
+        return
+    given = os.environ.get(SLOWNESS_ENV)
+    if args.make and given:  # forced by hand: no measurement
+        forced = max(float(given), 1.0)
+        print(f"{workers_for(forced)} {forced:g} slowness given in {SLOWNESS_ENV}")
+        return
+    pace = measure()
+    if args.make:  # for the Makefile: WORKERS SLOWNESS DESCRIPTION
+        print(f"{pace.workers} {pace.slowness:g} {pace.describe()}")
+        return
+    print(pace.describe())
+    print(f"slowness {pace.slowness:g}, pytest workers {pace.workers}")
+
+
+if __name__ == "__main__":
+    main()
