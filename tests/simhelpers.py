@@ -54,6 +54,8 @@ SIM_ENV_PREFIXES = ("CUZK_SIM_", "RUST_LOG", "NO_COLOR")
 # on a slow machine: pacehelpers), with an eighth of the real memory (as
 # lifecyclehelpers.lifecycle_env).
 QUICK_SIM = ("--time-scale", f"{scaled(400):g}", "--bench-count", "4", "--memory-scale", "0.125")
+# The `sim` command at the demo's own pace (time scale 100), slower on a slow machine.
+DEMO_SIM = ("--time-scale", f"{scaled(100):g}")
 
 
 def _ephemeral_low() -> int:
