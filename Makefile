@@ -58,17 +58,25 @@ test: $(STAMP)
 	wait $$mypy; typed=$$?; echo "mypy:"; cat "$$typing"; rm -f "$$typing"; \
 	exit $$(( tests != 0 ? tests : typed ))
 
-# The end-to-end tests (marked slow) alone, at the machine's pace.
+# The end-to-end tests (marked slow) alone, at the machine's pace; E2E_SELECT narrows them.
+E2E_SELECT ?= -m slow
 test-e2e: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m compileall -q cuzk_supervisor tests bench
-	@$(PACE); $(PYTEST) -n $$workers --dist worksteal --durations=15 -m slow $(TEST_SLOW_ARGS)
+	@$(PACE); $(PYTEST) -n $$workers --dist worksteal --durations=15 $(E2E_SELECT)
 
-# A slow machine in CI: the end-to-end tests again inside a CPU cgroup limited to a third of
-# this machine (.ci/cpu-limited: cgroup v1 cpu.cfs_quota_us or v2 cpu.max; where neither can be
-# made it says why and exits 0). They measure the pace they get there and adapt to it, so a
-# test that depends on the machine's speed fails here before it fails a user.
+# A slow machine in CI: end-to-end tests again inside a CPU cgroup limited to a third of this
+# machine (.ci/cpu-limited: cgroup v1 cpu.cfs_quota_us or v2 cpu.max; where neither can be made
+# it says why and exits 0). They measure the pace they get there and adapt to it, so a test
+# that depends on the machine's speed fails here before it fails a user. Not all of them: all
+# 174 take about 530 s there (300 s of CPU, tripled by the limit) and CI has 900 s for
+# everything. Left out: the fault matrix's 56 lifecycles and the bench scripts' quick runs, a
+# third of that CPU (both run in `make test`, and in `make test-third`), except the fault rows
+# whose rate checks a slow or busy machine broke before (issue 30, at 8 workers under the limit).
+SLOW_ROWS = daemon-crash-during-bench or drop-once-mid-await or manager-5xx-storm \
+	or nvml-missing or manager-behind-a-flaky-proxy
 test-slow: $(STAMP)
-	.ci/cpu-limited --share 1/3 -- $(MAKE) --no-print-directory test-e2e
+	.ci/cpu-limited --share 1/3 -- $(MAKE) --no-print-directory test-e2e \
+		E2E_SELECT='-m slow -k "not test_fault_row and not test_quick_run_measures_every_row or $(SLOW_ROWS)"'
 
 # The whole of `make test` inside a CPU cgroup limited to a third of this machine (issue 30's
 # acceptance; about three times as long).

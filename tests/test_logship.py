@@ -19,6 +19,7 @@ import pytest
 import structlog
 from hypothesis import given
 from hypothesis import strategies as st
+from pacehelpers import patient
 from structlog.testing import capture_logs
 
 from cuzk_supervisor.adapters.logship.buffer import LogBuffer, dropped_warning
@@ -190,7 +191,7 @@ class LogManager:
 
 async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
     """Poll ``condition`` until true or fail after ``timeout_s`` (a deadline, not a sleep)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patient(timeout_s)
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError("condition not met before the deadline")
@@ -435,7 +436,7 @@ async def test_a_backlog_drains_at_the_set_pace_in_bodies_of_at_most_batch_lines
     assert all(len(lines) <= 50 for lines in bodies)
     assert len(bodies) >= 6
     # 300 lines, one burst of 50 at most held: at least 250 lines at 500 a second.
-    assert elapsed >= 0.45
+    assert elapsed >= 0.45  # a lower bound (the pace was kept), not a margin: slow only adds
     assert fake.lines("cuzk") == [f"line {n}" for n in range(300)]
 
 
