@@ -90,7 +90,7 @@ async def test_first_proof_ten_times_longer_than_any_deadline_completes_with_one
         result = await client.prove(request, budget_s=patient(60))
     assert result.ok, result.error
     # The first proof (no PCE yet) outlived every single call's deadline many times over.
-    assert result.wall_s > 10 * LONGEST_CALL_DEADLINE
+    assert result.wall_s > 10 * LONGEST_CALL_DEADLINE  # a lower bound: slow only adds
     assert result.await_attempts >= 10
     assert submissions(sim, "first-proof") == 1
 
@@ -245,7 +245,7 @@ def test_prove_against_a_slow_proof_reports_progress_at_least_every_ten_seconds(
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["completed"] == 1
-    assert summary["wall_s"] > 10  # slow enough for the check to mean something
+    assert summary["wall_s"] > 10  # slow enough for the check to mean something (a lower bound)
     events = json_events(out.stderr)
     names = [e["event"] for e in events]
     assert names[0] == "prove.started"

@@ -132,7 +132,7 @@ async def test_early_cancelled_first_proof_twenty_times_the_await_deadline(
         async with ProvingClient(parse_address(sim.listen), timeouts) as client:
             result = await client.prove(named(c1, "long-first"), budget_s=patient(60))
     assert result.ok, result.error
-    assert result.wall_s > 20 * timeouts.await_deadline_s
+    assert result.wall_s > 20 * timeouts.await_deadline_s  # a lower bound: slow only adds
     assert result.submissions == 1
     assert submissions(sim, "long-first") == 1
     assert retry_codes(events).count("CANCELLED") >= 15

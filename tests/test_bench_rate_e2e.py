@@ -108,7 +108,7 @@ def test_a_settle_proof_ten_times_slower_does_not_shrink_the_batch(tmp_path, man
     assert done["completed"] == 12, done  # the 45-minute budget holds all 12 at 5 workers
     rate, result = reported(run, mgr)
     steady_s = 3600 / steady_rate(5) / TIME_SCALE
-    assert settle["wall_s"] > 5 * steady_s  # it really was slow
+    assert settle["wall_s"] > 5 * steady_s  # it really was slow (a lower bound: slow only adds)
     assert_within_2_percent(rate, result)
 
 

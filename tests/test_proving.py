@@ -308,7 +308,7 @@ async def test_wait_ready_makes_no_more_than_a_few_calls_per_second():
     times = fake.status_call_times
     assert 2 <= len(times) <= deadline / FAST.ready_poll_interval_s + 1
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert min(gaps) >= FAST.ready_poll_interval_s * 0.9
+    assert min(gaps) >= FAST.ready_poll_interval_s * 0.9  # a lower bound: slow only adds
 
 
 async def test_wait_ready_returns_the_status_once_the_daemon_answers():
