@@ -25,15 +25,19 @@ demo: $(STAMP)
 # quota, or other work: the same work taking longer in wall time than in CPU time). Where the
 # machine gives less than the reference (beyond the 1.5x that the tests take in their stride),
 # the workers are fewer in proportion (at least 2) and the tests' simulated time runs slower
-# and their deadlines longer by the same factor (CUZK_TEST_SLOWNESS, handed to every worker):
-# a slow or busy machine gets a green suite later rather than a red one sooner. The 1-minute
-# load average is printed, not used: it remembers a minute of this suite's own previous run.
-# TEST_WORKERS=N or CUZK_TEST_SLOWNESS=S (exported) force either.
+# and their deadlines longer by the same factor, the slowness. While the tests run, pytest's
+# main process keeps the slowness current as other work comes and goes (tests/loadhelpers.py:
+# the machine's busy CPU less this session's, and the cgroup's CPU quota), and each test starts
+# with the value of its moment: a slow or busy machine gets a green suite later rather than a
+# red one sooner. The 1-minute load average is printed, not used: it remembers a minute of this
+# suite's own previous run. TEST_WORKERS=N or CUZK_TEST_SLOWNESS=S (exported: the slowness of
+# the whole session) force either.
 TEST_WORKERS ?=
 PACE = pace=$$($(BIN)/python tests/pacehelpers.py --make) && set -- $$pace && \
-	workers="$(TEST_WORKERS)" && workers=$${workers:-$$1} && \
-	export CUZK_TEST_SLOWNESS=$$2 && shift 2 && export CUZK_TEST_PACE="$$*" && \
-	echo "pace: $$CUZK_TEST_PACE: pytest -n $$workers, slowness $$CUZK_TEST_SLOWNESS"
+	workers="$(TEST_WORKERS)" && workers=$${workers:-$$1} && slowness=$$2 && \
+	{ [ "$$3" = - ] || export CUZK_TEST_MEASURED=$$3; } && shift 3 && \
+	export CUZK_TEST_PACE="$$*" && \
+	echo "pace: $$CUZK_TEST_PACE: pytest -n $$workers, slowness $$slowness (kept current)"
 PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 # Bytecode kept for the tests: where PYTHONDONTWRITEBYTECODE is set (this machine and CI), every

@@ -49,13 +49,19 @@ CHANNEL_OPTIONS = [
 ]
 # Environment the sim reads; cleared for each test process so the host's settings never leak.
 SIM_ENV_PREFIXES = ("CUZK_SIM_", "RUST_LOG", "NO_COLOR")
+
+
 # The `sim` command at a quicker pace than the demo's, for tests that check what a run does, not
 # how it looks at a person's pace: four bench proofs at time scale 400 (about 5 s, not 13; slower
 # on a slow machine: pacehelpers), with an eighth of the real memory (as
 # lifecyclehelpers.lifecycle_env).
-QUICK_SIM = ("--time-scale", f"{scaled(400):g}", "--bench-count", "4", "--memory-scale", "0.125")
-# The `sim` command at the demo's own pace (time scale 100), slower on a slow machine.
-DEMO_SIM = ("--time-scale", f"{scaled(100):g}")
+def quick_sim() -> tuple[str, ...]:
+    return ("--time-scale", f"{scaled(400):g}", "--bench-count", "4", "--memory-scale", "0.125")
+
+
+def demo_sim() -> tuple[str, ...]:
+    """The `sim` command at the demo's own pace (time scale 100), slower on a slow machine."""
+    return ("--time-scale", f"{scaled(100):g}")
 
 
 def _ephemeral_low() -> int:

@@ -33,8 +33,11 @@ SHORT = ProvingTimeouts(
     backoff_max_s=0.3,
 )
 LONGEST_CALL_DEADLINE = max(SHORT.submit_deadline_s, SHORT.await_deadline_s, SHORT.call_deadline_s)
-SIM_SCALE = scaled(100.0)
-"""The sims' time scale: 100 on the reference machine, slower on a slow one (pacehelpers)."""
+
+
+def sim_scale() -> float:
+    """The sims' time scale: 100 on the reference machine, slower on a slow one (pacehelpers)."""
+    return scaled(100.0)
 
 
 def submissions(sim: SimProcess, request_id: str) -> int:
@@ -71,7 +74,7 @@ def started(tmp_path):
             listen=listen or f"127.0.0.1:{free_tcp_port()}",
             config=config,
             args=args,
-            time_scale=SIM_SCALE,
+            time_scale=sim_scale(),
         )
         sims.append(sim)
         return sim
@@ -193,13 +196,13 @@ def test_prove_batch_rate_within_two_percent_of_the_sims_steady_state(started, c
     )  # fmt: skip
     summary = json.loads(out.stdout)
     assert summary["completed"] == 6
-    # The sim's clock runs time_scale (SIM_SCALE) times faster than the wall clock.
-    measured = summary["proofs_per_hour"] / SIM_SCALE
+    # The sim's clock runs time_scale (sim_scale()) times faster than the wall clock.
+    measured = summary["proofs_per_hour"] / sim_scale()
     expected = steady_rate(sim)
     assert measured == pytest.approx(expected, rel=0.02)
     # prove measures that scale itself, from the daemon's own total_ms: the rate in daemon time
     # is the sim's steady state, with no scale given to it.
-    assert summary["daemon_seconds_per_second"] == pytest.approx(SIM_SCALE, rel=0.02)
+    assert summary["daemon_seconds_per_second"] == pytest.approx(sim_scale(), rel=0.02)
     assert summary["daemon_proofs_per_hour"] == pytest.approx(expected, rel=0.02)
 
 

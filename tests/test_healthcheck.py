@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 
 import pytest
-from simhelpers import DEMO_SIM, free_tcp_port, poll_until
+from simhelpers import demo_sim, free_tcp_port, poll_until
 
 from cuzk_supervisor.cli.commands.healthcheck import probe_url
 from cuzk_supervisor.serve.health import HealthServer
@@ -150,7 +150,7 @@ def test_sim_listens_where_the_setting_says_and_startupz_follows_the_phases(tmp_
     with output.open("wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
-             "--health-listen", f"127.0.0.1:{port}", "--log-format", "json", *DEMO_SIM],
+             "--health-listen", f"127.0.0.1:{port}", "--log-format", "json", *demo_sim()],
             stdout=sink, stderr=subprocess.STDOUT, env=clean_env(),
         )  # fmt: skip
     try:

@@ -10,7 +10,7 @@ import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
 from pacehelpers import scaled
-from simhelpers import QUICK_SIM, free_tcp_port, poll_until
+from simhelpers import free_tcp_port, poll_until, quick_sim
 
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.sim import model
@@ -192,7 +192,7 @@ def test_sim_command_completes_the_lifecycle(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
          "--exit-after-run", "--log-format", "json",
-         "--health-listen", f"127.0.0.1:{free_tcp_port()}", *QUICK_SIM],
+         "--health-listen", f"127.0.0.1:{free_tcp_port()}", *quick_sim()],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]

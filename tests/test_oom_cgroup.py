@@ -50,8 +50,13 @@ from cuzk_supervisor.sim.residency import pce_cache_path
 pytestmark = pytest.mark.slow
 
 MEMORY_SCALE = 4  # real MiB per simulated GiB
-# Simulated seconds per real second: one partition time ≈ 2 s (longer on a slow machine).
-TIME_SCALE = scaled(25)
+
+
+def time_scale() -> float:
+    """Simulated seconds per real second: one partition time ≈ 2 s (longer on a slow machine)."""
+    return scaled(25)
+
+
 BASELINE_MIB = 50
 WORKERS = 12
 IDLE_MIB = (model.SRS_GIB["porep-32g"] + model.PCE_GIB) * MEMORY_SCALE + BASELINE_MIB
@@ -146,7 +151,7 @@ def _settings(tmp_path: Path, manager_url: str, **overrides: Any) -> dict[str, s
     return lifecycle_env(
         tmp_path,
         manager_url,
-        time_scale=TIME_SCALE,
+        time_scale=time_scale(),
         memory_scale=MEMORY_SCALE,
         **settings,
     )

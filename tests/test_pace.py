@@ -1,4 +1,5 @@
-"""The tests' own pace (tests/pacehelpers.py) and the slow machine CI makes (.ci/cpu-limited)."""
+"""The tests' own pace (tests/pacehelpers.py, loadhelpers.py) and the slow machine CI makes
+(.ci/cpu-limited)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pacehelpers
 import pytest
+from loadhelpers import MAX_CONTENTION, contention
 from pacehelpers import Pace, workers_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,16 +24,18 @@ def pace(cores: int = 2, speed: float = 1.0, contention: float = 1.0) -> Pace:
 def test_the_reference_machine_and_its_own_spread_are_not_slow():
     assert pace().slowness == 1.0
     assert pace().workers == 8
-    # Half of it (other work, a slower VM's moment) is what the suite takes in its stride.
-    assert pace(contention=1.5).slowness == 1.0
-    assert pace(speed=1.4).workers == 8
+    # A quarter less (other work, a slower VM's moment) is what the suite takes in its stride.
+    assert pace(contention=1.25).slowness == 1.0
+    assert pace(speed=1.2).workers == 8
 
 
 def test_a_third_of_the_machine_runs_fewer_workers_at_a_slower_pace():
     third = pace(contention=3.0)
     assert third.capacity == pytest.approx(2 / 3)
-    assert third.slowness == pytest.approx(2.0)
-    assert third.workers == 4
+    assert third.slowness == pytest.approx(2.4)
+    assert third.workers == 3
+    # ... and with another job taking half of the machine it is slower still.
+    assert third.with_contention(6.0).slowness == pytest.approx(4.8)
 
 
 def test_a_much_slower_machine_gets_two_workers_and_a_bounded_slowness():
@@ -75,6 +79,14 @@ def test_a_command_runs_inside_a_cpu_cgroup_limited_to_its_share_and_the_cgroup_
     assert f"{cores * 100_000 // 4} us of CPU every 100000 us" in made
     assert f"/{folder.name}\n" in done.stdout  # the command ran inside it ...
     assert not folder.exists()  # ... and it is gone
+
+
+def test_what_is_left_is_the_quota_or_what_other_work_leaves_whichever_is_less():
+    assert contention(2, 0.0, None) == 1.0
+    assert contention(2, 1.0, None) == pytest.approx(2.0)
+    assert contention(2, 0.0, 2 / 3) == pytest.approx(3.0)
+    assert contention(2, 1.5, 2 / 3) == pytest.approx(4.0)
+    assert contention(2, 5.0, None) == pytest.approx(MAX_CONTENTION)  # all taken by others
 
 
 def test_a_bad_share_is_a_usage_error():

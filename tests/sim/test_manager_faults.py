@@ -187,11 +187,12 @@ def test_latency_before_delays_the_change_too(start: ManagerFactory) -> None:
 # --- refused connections ---------------------------------------------------------------------
 # The refusing windows are long enough that the requests meant for them land inside, however
 # slow the machine (a window of 0.5 s had passed before the first request on a slow one).
-REFUSE_S = patient(3.0)
+def refuse_s() -> float:
+    return patient(3.0)
 
 
 def test_refuse_for_from_start_refuses_then_serves(start: ManagerFactory) -> None:
-    mgr = start("--refuse-for", f"{REFUSE_S:g}", ready=False)
+    mgr = start("--refuse-for", f"{refuse_s():g}", ready=False)
     assert "refusing connections" in mgr.lines[0]
     with pytest.raises(httpx.ConnectError):
         httpx.get(mgr.url + "/status", timeout=2)
@@ -205,7 +206,7 @@ def test_refuse_at_run_time_closes_open_connections_too(start: ManagerFactory) -
     mgr = start()
     with mgr.client() as pooled:
         assert pooled.get("/status").status_code == 200  # a keep-alive connection is open
-        view = mgr.faults(refuse_for=REFUSE_S)
+        view = mgr.faults(refuse_for=refuse_s())
         assert view["refusing"] is True
         with pytest.raises(httpx.ConnectError):
             httpx.get(mgr.url + "/status", timeout=2)
