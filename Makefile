@@ -23,7 +23,7 @@ demo: $(STAMP)
 # end-to-end tests' time scales were set on, at 8 workers: four per core, since most of them
 # wait on the simulator's scaled time), and how much of the cores it really gets now (a CPU
 # quota, or other work: the same work taking longer in wall time than in CPU time). Where the
-# machine gives less than the reference (beyond the 1.5x that the tests take in their stride),
+# machine gives less than the reference (beyond the 1.25x that the tests take in their stride),
 # the workers are fewer in proportion (at least 2) and the tests' simulated time runs slower
 # and their deadlines longer by the same factor, the slowness. While the tests run, pytest's
 # main process keeps the slowness current as other work comes and goes (tests/loadhelpers.py:
