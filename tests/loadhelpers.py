@@ -30,7 +30,7 @@ PERIOD_S = 1.0
 MAX_CONTENTION = 20.0
 
 
-def _busy_seconds() -> float:
+def busy_seconds() -> float:
     """CPU seconds the whole machine has been busy (everything but idle and iowait; steal, the
     hypervisor's, counts as busy: it is CPU this machine did not get)."""
     with open("/proc/stat") as handle:
@@ -40,7 +40,7 @@ def _busy_seconds() -> float:
     return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _session_seconds(root: psutil.Process) -> float:
+def tree_seconds(root: psutil.Process) -> float:
     """CPU seconds of ``root`` and everything under it, finished and reaped children included."""
     total = 0.0
     for proc in [root, *root.children(recursive=True)]:
@@ -139,10 +139,10 @@ class PaceWatch:
         os.replace(handle.name, self.path)
 
     def _run(self) -> None:
-        busy, ours, at = _busy_seconds(), _session_seconds(self._root), time.monotonic()
+        busy, ours, at = busy_seconds(), tree_seconds(self._root), time.monotonic()
         while not self._stop.wait(PERIOD_S):
             with contextlib.suppress(OSError):
-                busy2, ours2, at2 = _busy_seconds(), _session_seconds(self._root), time.monotonic()
+                busy2, ours2, at2 = busy_seconds(), tree_seconds(self._root), time.monotonic()
                 others = max(0.0, (busy2 - busy) - (ours2 - ours)) / max(at2 - at, 1e-3)
                 busy, ours, at = busy2, ours2, at2
                 weight = 0.5 ** (PERIOD_S / HALF_LIFE_S)

@@ -39,6 +39,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import loadhelpers
+import psutil
+
 SLOWNESS_ENV = "CUZK_TEST_SLOWNESS"
 """A slowness forced by hand for the whole session."""
 MEASURED_ENV = "CUZK_TEST_MEASURED"
@@ -63,6 +66,8 @@ third of the reference machine ran at slowness 1.65, 5 workers, and one fault ro
 failed; at 2.5, 3 workers, it passed.)"""
 MAX_SLOWNESS = 8.0
 ROUNDS = 5
+WATCH_S = 2.0
+"""How long the measurement watches the rest of the machine's CPU (others' work is bursty)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +79,8 @@ class Pace:
     speed: float
     """CPU seconds of the loop here over the reference's: 2.0 is a core half as fast."""
     contention: float
-    """Wall over CPU seconds of the loop run on every core at once: 1.0 is every core ours; a
-    CPU quota of a third gives about 3, other work on the machine about (ours + theirs) / ours."""
+    """The cores over what is left of them to this session (loadhelpers.contention): 1.0 is
+    every core ours; a CPU quota of a third gives 3, other work taking half of them 2."""
     load: float
     """The 1-minute load average (reported; the probe's contention is what counts: the load
     average remembers a minute of this suite's own previous run)."""
@@ -163,13 +168,32 @@ def _round(cores: int) -> tuple[float, float]:
     return statistics.median(c for c, _ in results), max(w / c for c, w in results)
 
 
-def measure(rounds: int = ROUNDS) -> Pace:
-    """Measure the machine now (about 0.5 s here; longer where it is slow or busy)."""
+def measure(rounds: int = ROUNDS, watch_s: float = WATCH_S) -> Pace:
+    """Measure the machine now (about 2 s): the loop's CPU seconds on every core at once (the
+    cores' speed), and over at least ``watch_s`` how much CPU the rest of the machine took and
+    the CPU quota this process runs under (what is left of the cores: loadhelpers.contention,
+    as the watcher computes it while the tests run)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = max(cores or 1, 1)
+    me = psutil.Process()
+    try:
+        busy, ours, began = (
+            loadhelpers.busy_seconds(),
+            loadhelpers.tree_seconds(me),
+            time.monotonic(),
+        )
+    except OSError:  # no /proc/stat: the loop's own wall over CPU seconds says it instead
+        busy = None
     measured = [_round(cores) for _ in range(rounds)]
     cpu = statistics.median(c for c, _ in measured)
-    contention = statistics.median(k for _, k in measured)
+    if busy is None:
+        contention = statistics.median(k for _, k in measured)
+    else:
+        time.sleep(max(0.0, began + watch_s - time.monotonic()))
+        took = time.monotonic() - began
+        others = (loadhelpers.busy_seconds() - busy) - (loadhelpers.tree_seconds(me) - ours)
+        quota = loadhelpers.quota_cores()
+        contention = loadhelpers.contention(cores, max(others, 0.0) / took, quota)
     return Pace(
         cores=cores,
         speed=cpu / REFERENCE_CPU_S,
