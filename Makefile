@@ -18,16 +18,16 @@ demo: $(STAMP)
 	$(BIN)/cuzk-supervisor sim --fresh --exit-after-run
 
 # The pytest worker count and the tests' pace come from the machine, measured when the tests
-# start (tests/pacehelpers.py, about a second): the cores this process may use, their speed on a
+# start (tests/pacehelpers.py, about 2 s): the cores this process may use, their speed on a
 # fixed piece of pure-Python work against the reference machine's (the 2-core machine the
 # end-to-end tests' time scales were set on, at 8 workers: four per core, since most of them
-# wait on the simulator's scaled time), and how much of the cores it really gets now (a CPU
-# quota, or other work: the same work taking longer in wall time than in CPU time). Where the
+# wait on the simulator's scaled time), and how much of the cores is left to it now (the CPU
+# the rest of the machine takes, over 2 s, and the cgroup's CPU quota). Where the
 # machine gives less than the reference (beyond the 1.25x that the tests take in their stride),
 # the workers are fewer in proportion (at least 2) and the tests' simulated time runs slower
 # and their deadlines longer by the same factor, the slowness. While the tests run, pytest's
-# main process keeps the slowness current as other work comes and goes (tests/loadhelpers.py:
-# the machine's busy CPU less this session's, and the cgroup's CPU quota), and each test starts
+# main process keeps the slowness current as other work comes and goes (tests/loadhelpers.py,
+# measured the same way, every second), and each test starts
 # with the value of its moment: a slow or busy machine gets a green suite later rather than a
 # red one sooner. The 1-minute load average is printed, not used: it remembers a minute of this
 # suite's own previous run. TEST_WORKERS=N or CUZK_TEST_SLOWNESS=S (exported: the slowness of
@@ -72,10 +72,11 @@ test-e2e: $(STAMP)
 # machine (.ci/cpu-limited: cgroup v1 cpu.cfs_quota_us or v2 cpu.max; where neither can be made
 # it says why and exits 0). They measure the pace they get there and adapt to it, so a test
 # that depends on the machine's speed fails here before it fails a user. Not all of them: all
-# 174 take about 530 s there (300 s of CPU, tripled by the limit) and CI has 900 s for
-# everything. Left out: the fault matrix's 56 lifecycles and the bench scripts' quick runs, a
-# third of that CPU (both run in `make test`, and in `make test-third`), except the fault rows
-# whose rate checks a slow or busy machine broke before (issue 30, at 8 workers under the limit).
+# 174 took 534 s there (300 s of CPU, tripled by the limit) and CI has 900 s for everything.
+# Left out: the fault matrix's 56 lifecycles and the bench scripts' quick runs, a third of that
+# CPU (both run in `make test`, and in `make test-third`), except the fault rows whose rate
+# checks a slow or busy machine broke before (issue 30, at 8 workers under the limit). The 116
+# left: pytest 323 s there at 4 workers.
 SLOW_ROWS = daemon-crash-during-bench or drop-once-mid-await or manager-5xx-storm \
 	or nvml-missing or manager-behind-a-flaky-proxy
 test-slow: $(STAMP)
