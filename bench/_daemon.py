@@ -150,6 +150,18 @@ def _last_flood_n(path: Path) -> int:
     return int(found[-1]) if found else -1
 
 
+FLOOD_PATIENCE_S = 30.0
+"""How long a flood window waits for its counter to move before it measures nothing."""
+
+
+def _flood_n_past(path: Path, floor: int, within_s: float) -> int:
+    """The flood counter once it is past ``floor`` (polled), or as it is after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while (n := _last_flood_n(path)) <= floor and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return n
+
+
 def log_throughput(
     procs: Processes,
     root: Path,
@@ -168,9 +180,14 @@ def log_throughput(
         procs.note(int(ready["pid"]))
         time.sleep(0.5)  # past the flood's first ticks
         proc = psutil.Process(sup.pid)
-        t1, n1, c1 = time.monotonic(), _last_flood_n(log_path), proc.cpu_times()
+        # The window starts and ends at counters read as they move: on a starved machine (a CPU
+        # quota, other work) nothing may reach the file for a while, and the window then lasts
+        # until something does, rather than measuring nothing.
+        n1 = _flood_n_past(log_path, -1, FLOOD_PATIENCE_S)
+        t1, c1 = time.monotonic(), proc.cpu_times()
         time.sleep(window_s)
-        t2, n2, c2 = time.monotonic(), _last_flood_n(log_path), proc.cpu_times()
+        n2 = _flood_n_past(log_path, n1, FLOOD_PATIENCE_S)
+        t2, c2 = time.monotonic(), proc.cpu_times()
         stop_s, rc = sup.stop()
     except BenchError as exc:
         notes.append(f"log throughput: {exc}")
@@ -187,7 +204,8 @@ def log_throughput(
     missing = top + 1 - len(unique)
     dupes = len(numbers) - len(unique)
     notes.append(
-        f"log throughput: counter {n1} -> {n2} in {t2 - t1:.2f} s; {len(numbers):,} flood lines in"
+        f"log throughput: counter {n1} -> {n2} in {t2 - t1:.2f} s (window {window_s:g} s, longer"
+        f" where the counter stood still); {len(numbers):,} flood lines in"
         f" cuzk.log*, n=0..{top}: {missing} missing, {dupes} duplicated; supervisor CPU"
         f" {cpu_pct:.0f}% of a core while carrying; stopped in {stop_s:.3f} s (rc {rc}); only"
         f" the offered rate can be carried: a figure at the offered rate is a lower bound of the"

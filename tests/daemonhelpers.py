@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pacehelpers import patient, scaled
 from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor.daemon.config import DaemonConfigValues
@@ -28,9 +29,12 @@ SIM_MODULE = ("-m", "cuzk_supervisor.sim.daemon")
 
 
 def sim_args(
-    faults: Iterable[str] = (), time_scale: float = 100.0, extra: Iterable[str] = ()
+    faults: Iterable[str] = (), time_scale: float | None = None, extra: Iterable[str] = ()
 ) -> tuple[str, ...]:
-    args = [*SIM_MODULE, "--time-scale", f"{time_scale:g}", *extra]
+    """The simulated daemon's arguments; ``time_scale`` by default 100 on the reference machine
+    (slower on a slow one: pacehelpers)."""
+    scale = scaled(100.0) if time_scale is None else time_scale
+    args = [*SIM_MODULE, "--time-scale", f"{scale:g}", *extra]
     for fault in faults:
         args += ["--fault", fault]
     return tuple(args)
@@ -148,8 +152,8 @@ class Supervisor:
         self.proc.send_signal(signum)
 
     def wait(self, timeout: float = 30.0) -> int:
-        code = self.proc.wait(timeout)
-        self._reader.join(timeout)
+        code = self.proc.wait(patient(timeout))
+        self._reader.join(patient(timeout))
         return code
 
     def kill(self) -> None:

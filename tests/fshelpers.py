@@ -40,3 +40,14 @@ def fill(folder: Path) -> None:
 
 def make_room(folder: Path) -> None:
     (folder / "filler").unlink()
+
+
+def bytes_read() -> int:
+    """Bytes this process has read so far through read(2) and the like (``rchar`` in
+    /proc/self/io, every thread counted): a test that a file is refused by its size, not read,
+    checks this count, not how long the refusal took."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == "rchar":
+            return int(value)
+    raise RuntimeError("no rchar in /proc/self/io")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from daemonhelpers import Supervisor
+from pacehelpers import scaled
 from simhelpers import free_tcp_port
 
 from cuzk_supervisor.sim.c1 import write_c1
@@ -46,7 +47,7 @@ def lifecycle_env(
     tmp_path: Path,
     manager_url: str,
     *,
-    time_scale: float = 200.0,
+    time_scale: float | None = None,
     sim_faults: tuple[str, ...] = (),
     sim_args: tuple[str, ...] = (),
     fetch_rate_mb: float = 20.0,
@@ -58,7 +59,11 @@ def lifecycle_env(
     its progress lines gives 4 (0.75 s). The simulated daemon really allocates ``memory_scale``
     MiB per simulated GiB (its --memory-scale, planned back with 1024 / memory_scale): an eighth
     of the simulator's default, since faulting in those pages was a third of a lifecycle's CPU;
-    a test whose memory limits or samples are in real bytes gives 1."""
+    a test whose memory limits or samples are in real bytes gives 1. ``time_scale`` is by default
+    200 on the reference machine, slower on a slow one (pacehelpers); a test that gives its own
+    passes it through ``pacehelpers.scaled``."""
+    if time_scale is None:
+        time_scale = scaled(200.0)
     c1 = tmp_path / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=200_000)

@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
+from pacehelpers import patient
 from simhelpers import poll_until
 
 T = TypeVar("T")
@@ -105,6 +106,7 @@ class ManagerProcess:
     def wait_for_line(self, pattern: str, timeout: float = 10.0, after: int = 0) -> str:
         """The first stdout line at index >= ``after`` that ``pattern`` (a regex) matches."""
         regex = re.compile(pattern)
+        timeout = patient(timeout)
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:

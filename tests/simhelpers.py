@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import grpc
+from pacehelpers import patient, scaled
 
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
@@ -48,10 +49,19 @@ CHANNEL_OPTIONS = [
 ]
 # Environment the sim reads; cleared for each test process so the host's settings never leak.
 SIM_ENV_PREFIXES = ("CUZK_SIM_", "RUST_LOG", "NO_COLOR")
+
+
 # The `sim` command at a quicker pace than the demo's, for tests that check what a run does, not
-# how it looks at a person's pace: four bench proofs at time scale 400 (about 5 s, not 13), with an
-# eighth of the real memory (as lifecyclehelpers.lifecycle_env).
-QUICK_SIM = ("--time-scale", "400", "--bench-count", "4", "--memory-scale", "0.125")
+# how it looks at a person's pace: four bench proofs at time scale 400 (about 5 s, not 13; slower
+# on a slow machine: pacehelpers), with an eighth of the real memory (as
+# lifecyclehelpers.lifecycle_env).
+def quick_sim() -> tuple[str, ...]:
+    return ("--time-scale", f"{scaled(400):g}", "--bench-count", "4", "--memory-scale", "0.125")
+
+
+def demo_sim() -> tuple[str, ...]:
+    """The `sim` command at the demo's own pace (time scale 100), slower on a slow machine."""
+    return ("--time-scale", f"{scaled(100):g}")
 
 
 def _ephemeral_low() -> int:
@@ -111,8 +121,10 @@ def poll_until(
     what: str = "condition",
 ) -> T:
     """Call ``check`` until it returns something truthy (returned); AssertionError after
-    ``timeout`` seconds. Exceptions from ``check`` count as "not yet"; the last one is shown.
-    The result is never ``None`` or ``False``: ``lambda: cond and value`` types as ``value``."""
+    ``timeout`` seconds (stretched on a slow machine: pacehelpers.patient). Exceptions from
+    ``check`` count as "not yet"; the last one is shown. The result is never ``None`` or
+    ``False``: ``lambda: cond and value`` types as ``value``."""
+    timeout = patient(timeout)
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -133,8 +145,9 @@ async def apoll_until(
     interval: float = 0.02,
     what: str = "it",
 ) -> T:
-    """``poll_until`` for a coroutine function (deadline ``within`` seconds), without blocking
-    the event loop."""
+    """``poll_until`` for a coroutine function (deadline ``within`` seconds, stretched on a slow
+    machine), without blocking the event loop."""
+    within = patient(within)
     deadline = time.monotonic() + within
     last: BaseException | None = None
     while True:
@@ -262,7 +275,6 @@ class SimProcess:
     def wait_for_line(self, pattern: str, timeout: float = 10.0, after: int = 0) -> str:
         """The first stripped line (at index >= ``after``) that ``pattern`` (a regex) matches."""
         regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
 
         def find() -> str | None:
             lines = self.lines if self.stdout_path is not None else self._lines
@@ -270,6 +282,7 @@ class SimProcess:
 
         if self.stdout_path is not None:
             return poll_until(find, timeout, what=f"a line matching {pattern!r}")
+        deadline = time.monotonic() + patient(timeout)
         with self._cond:
             while (found := find()) is None:
                 left = deadline - time.monotonic()
@@ -330,7 +343,7 @@ class SimProcess:
         self.proc.send_signal(sig)
 
     def wait(self, timeout: float = 10.0) -> int:
-        return self.proc.wait(timeout)
+        return self.proc.wait(patient(timeout))
 
     def kill(self) -> None:
         """SIGKILL and reap (idempotent); closes the channel."""

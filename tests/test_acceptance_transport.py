@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pacehelpers import patient, scaled
 from simhelpers import SimProcess, free_tcp_port, submit_request, write_config
 from structlog.testing import capture_logs
 
@@ -78,7 +79,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
             listen=f"127.0.0.1:{free_tcp_port()}",
             config=config,
             args=args,
-            time_scale=time_scale,
+            time_scale=scaled(time_scale),
             ready=ready,
         )
         sims.append(sim)
@@ -103,9 +104,10 @@ async def test_early_cancelled_on_every_await_a_ten_proof_batch_has_one_submissi
     start: Start, c1: pb.SubmitProofRequest
 ) -> None:
     # The server cuts each await 0.2 s in, as with SHORT and LEAD_S, but 0.3 s before our own
-    # deadline instead of 0.1 s: on a loaded machine its timer can run 100 ms late.
-    sim = start("cancel-early:0.3", time_scale=300)
-    timeouts = dataclasses.replace(SHORT, await_deadline_s=0.5)
+    # deadline instead of 0.1 s: on a loaded machine its timer can run 100 ms late. On a slow
+    # machine the cut, our deadline and the proofs all take longer in proportion (pacehelpers).
+    sim = start(f"cancel-early:{patient(0.3):g}", time_scale=300)
+    timeouts = dataclasses.replace(SHORT, await_deadline_s=patient(0.5))
     with captured_events() as events:
         async with ProvingClient(parse_address(sim.listen), timeouts) as client:
             batch = await run_batch(client, c1, count=10, concurrency=2, budget_s=60)
@@ -122,12 +124,15 @@ async def test_early_cancelled_on_every_await_a_ten_proof_batch_has_one_submissi
 async def test_early_cancelled_first_proof_twenty_times_the_await_deadline(
     start: Start, c1: pb.SubmitProofRequest
 ) -> None:
-    sim = start(f"cancel-early:{LEAD_S}", time_scale=40)  # the first proof: ~9 s
+    # The first proof: ~9 s. On a slow machine it, the server's lead and our deadline all take
+    # longer in proportion (pacehelpers).
+    sim = start(f"cancel-early:{patient(LEAD_S):g}", time_scale=40)
+    timeouts = dataclasses.replace(SHORT, await_deadline_s=patient(SHORT.await_deadline_s))
     with captured_events() as events:
-        async with ProvingClient(parse_address(sim.listen), SHORT) as client:
-            result = await client.prove(named(c1, "long-first"), budget_s=60)
+        async with ProvingClient(parse_address(sim.listen), timeouts) as client:
+            result = await client.prove(named(c1, "long-first"), budget_s=patient(60))
     assert result.ok, result.error
-    assert result.wall_s > 20 * SHORT.await_deadline_s
+    assert result.wall_s > 20 * timeouts.await_deadline_s  # a lower bound: slow only adds
     assert result.submissions == 1
     assert submissions(sim, "long-first") == 1
     assert retry_codes(events).count("CANCELLED") >= 15
@@ -206,7 +211,9 @@ async def test_frozen_connection_mid_proof_result_seen_within_two_deadlines_and_
     assert result.ok, result.error
     assert any("froze client connections" in ln for ln in sim.lines)
     ended = _line_time(sim.wait_for_line(r"proof completed job_id=frozen "))
-    assert seen - ended <= 2 * timeouts.await_deadline_s + 5
+    # The client's bound is two await deadlines (the cut one, then the reconnect's); the 5 s is
+    # a loaded machine's scheduling, stretched on a slow machine (pacehelpers), not the bound.
+    assert seen - ended <= 2 * timeouts.await_deadline_s + patient(5)
     assert reconnects >= 1
     assert any(e.get("event") == "proving.reconnect" for e in events)
     assert submissions(sim, "frozen") == 1
@@ -216,7 +223,10 @@ async def test_a_server_cancelling_every_await_at_once_gets_backoff_not_a_spin(
     start: Start, c1: pb.SubmitProofRequest
 ) -> None:
     sim = start("cancel:await,times=0")
-    async with ProvingClient(parse_address(sim.listen), SHORT) as client:
+    # Our own await deadline far beyond the server's at-once cut, so that on a slow machine the
+    # cut still comes first (an ordering arranged, not raced).
+    timeouts = dataclasses.replace(SHORT, await_deadline_s=patient(5.0))
+    async with ProvingClient(parse_address(sim.listen), timeouts) as client:
         result = await client.prove(named(c1, "spin"), budget_s=2.0)
     assert not result.ok
     assert "CANCELLED: Timeout expired" in result.error

@@ -14,16 +14,20 @@ from typing import Any
 import pytest
 from daemonhelpers import Supervisor
 from lifecyclehelpers import lifecycle_env, start_run
+from pacehelpers import scaled
 
 from cuzk_supervisor import exitcodes
 
 pytestmark = pytest.mark.slow
 
-TIME_SCALE = 400.0
+
+def time_scale(reference: float = 400.0) -> float:
+    """``reference`` on the reference machine, slower on a slow or busy one (pacehelpers)."""
+    return scaled(reference)
 
 
 def bench(
-    tmp_path: Path, mgr: Any, time_scale: float = TIME_SCALE, **settings: Any
+    tmp_path: Path, mgr: Any, scale: float | None = None, **settings: Any
 ) -> tuple[dict[str, Any], Supervisor]:
     """One whole lifecycle; the ``bound`` of its ``bench.result``."""
     values: dict[str, Any] = {
@@ -32,7 +36,7 @@ def bench(
         "bench_status_sample_s": 0.04,
         **settings,
     }
-    run = start_run(lifecycle_env(tmp_path, mgr.url, time_scale=time_scale, **values))
+    run = start_run(lifecycle_env(tmp_path, mgr.url, time_scale=scale or time_scale(), **values))
     try:
         assert run.wait(60) == exitcodes.OK
     finally:
@@ -93,7 +97,7 @@ def test_synthesis_flat_out_is_named_synthesis_bound_with_its_limit(
     read against the workers the plan rendered, not synthesis.max_concurrent (26 there)."""
     # 3 in flight drain over the batch's last 2 proofs (left out): 12 proofs, and at 12 workers
     # (a proof per 42.5 s) a slower clock, so the stretch holds its 8 samples on a busy machine.
-    found, _ = bench(tmp_path, manager(), 200 if workers > 10 else TIME_SCALE, workers=workers,
+    found, _ = bench(tmp_path, manager(), time_scale(200 if workers > 10 else 400), workers=workers,
                      bench_concurrency=3, bench_count=12,
                      sim_args=("--cpu-share", cpu_share))  # fmt: skip
     assert found["bound"] == "synthesis-bound", found
@@ -129,7 +133,7 @@ def test_eight_gpus_proving_with_partitions_waiting_are_named_gpu_bound(tmp_path
 
 def test_sampling_off_reports_no_bound(tmp_path, manager):
     mgr = manager()
-    env = lifecycle_env(tmp_path, mgr.url, time_scale=TIME_SCALE, exit_after_run="true",
+    env = lifecycle_env(tmp_path, mgr.url, time_scale=time_scale(), exit_after_run="true",
                         bench_count=4, bench_status_sample_s=0)  # fmt: skip
     run = start_run(env)
     try:

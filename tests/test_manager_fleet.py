@@ -14,6 +14,7 @@ from email.utils import format_datetime
 from typing import Any
 
 import pytest
+from pacehelpers import patient
 from scripted import FAST, OTHER, URL, ScriptedManager, TickingClock, open_outbox
 from structlog.testing import capture_logs
 
@@ -131,28 +132,35 @@ async def test_one_backoff_is_shared_by_all_calls_and_not_restarted_per_call(man
 
 
 async def test_while_the_manager_fails_one_request_at_a_time_probes_it():
-    in_flight = peak = 0
+    in_flight = peak = failed = 0
     failing = True
 
     async def handler(request: HttpRequest) -> HttpAnswer:
-        nonlocal in_flight, peak
+        nonlocal in_flight, peak, failed
         in_flight += 1
         peak = max(peak, in_flight)
         await asyncio.sleep(0.02)
         in_flight -= 1
         if failing:
+            failed += 1
             return HttpAnswer.of_json(503, {"error": "down"})
         return HttpAnswer.of_json(200, {"ok": True, "passed": True})
 
-    retry = dataclasses.replace(FAST, report_stop_s=0.5, log_stop_s=0.5)
+    # Stops that only a hang reaches: the three calls keep probing until the manager is back.
+    retry = dataclasses.replace(FAST, report_stop_s=patient(30), log_stop_s=patient(30))
     async with ScriptedManagerClient(ScriptedManager(), handler, retry=retry) as client:
         with pytest.raises(ManagerUnavailable):
             await client.param_done("u-1", stop_s=0.05)  # the manager is failing now
-        peak = 0
+        peak = failed = 0
         # (A log push does not wait: held back by the backoff, it says so at once.)
         calls = [client.running("u-1"), client.param_done("u-1"), client.bench_done("u-1", 60)]
         tasks = [asyncio.create_task(call) for call in calls]
-        await asyncio.sleep(0.15)
+        # The manager comes back once the calls have probed it a few times while it failed
+        # (counted, not timed).
+        deadline = time.monotonic() + patient(30)
+        while failed < 6:
+            assert time.monotonic() < deadline, f"only {failed} probes while failing"
+            await asyncio.sleep(0.01)
         failing = False
         await asyncio.gather(*tasks)
     assert peak == 1

@@ -40,6 +40,7 @@ from cgrouphelpers import MIB, MemoryCgroup, cgroups_writable
 from daemonhelpers import Supervisor, processes_mentioning
 from lifecyclehelpers import lifecycle_env, reports
 from managerhelpers import ManagerProcess
+from pacehelpers import scaled
 from simhelpers import poll_until
 
 from cuzk_supervisor import exitcodes
@@ -49,7 +50,13 @@ from cuzk_supervisor.sim.residency import pce_cache_path
 pytestmark = pytest.mark.slow
 
 MEMORY_SCALE = 4  # real MiB per simulated GiB
-TIME_SCALE = 25  # simulated seconds per real second: one partition time ≈ 2 s
+
+
+def time_scale() -> float:
+    """Simulated seconds per real second: one partition time ≈ 2 s (longer on a slow machine)."""
+    return scaled(25)
+
+
 BASELINE_MIB = 50
 WORKERS = 12
 IDLE_MIB = (model.SRS_GIB["porep-32g"] + model.PCE_GIB) * MEMORY_SCALE + BASELINE_MIB
@@ -145,7 +152,7 @@ def _settings(tmp_path: Path, manager_url: str, **overrides: Any) -> dict[str, s
     return lifecycle_env(
         tmp_path,
         manager_url,
-        time_scale=TIME_SCALE,
+        time_scale=time_scale(),
         memory_scale=MEMORY_SCALE,
         **settings,
     )

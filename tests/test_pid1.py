@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+from pacehelpers import patient
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import pid1
@@ -33,7 +34,7 @@ DEADLINE_S = 10.0
 
 
 def _until(condition: Callable[[], Any], timeout: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while not (value := condition()):
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")

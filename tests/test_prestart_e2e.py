@@ -24,6 +24,7 @@ import pytest
 from daemonhelpers import processes_mentioning
 from lifecyclehelpers import fetch_command, lifecycle_env, start_run
 from managerhelpers import ManagerProcess
+from pacehelpers import scaled
 from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes, settings
@@ -95,7 +96,9 @@ def _blocked(tmp_path: Path, name: str) -> Path:
 
 
 def _sim_args(*extra: str) -> str:
-    return shlex.join(["-m", "cuzk_supervisor.sim.daemon", "--time-scale", "200", *extra])
+    return shlex.join(
+        ["-m", "cuzk_supervisor.sim.daemon", "--time-scale", f"{scaled(200):g}", *extra]
+    )
 
 
 # name -> (extra environment built from tmp_path, the fragment the one error line names)

@@ -156,15 +156,14 @@ async def test_failed_proof_is_returned_with_the_daemons_message_and_not_retried
     assert result.submissions == 1
 
 
-async def test_budget_exhaustion_is_a_failed_result_with_a_reason_and_comes_quickly():
-    started = time.monotonic()
+async def test_budget_exhaustion_is_a_failed_result_with_a_reason_before_the_proof_ends():
+    # The proof takes a minute: a result before then is the budget's (an ignored budget would
+    # wait for the proof and return it completed).
     fake, result = await prove_once(Behaviour(proof_s=60.0), budget_s=0.5)
-    elapsed = time.monotonic() - started
     assert result.status is ProofStatus.BUDGET_EXHAUSTED
     assert "budget exhausted after" in result.error
     assert "DEADLINE_EXCEEDED" in result.error
     assert fake.submit_calls == [result.job_id]
-    assert elapsed < 3.0
 
 
 async def test_submit_that_never_landed_is_awaited_first_then_submitted_again():
@@ -304,7 +303,11 @@ async def test_wait_ready_against_nothing_fails_after_its_deadline_naming_the_ad
     elapsed = time.monotonic() - started
     assert str(address) in str(caught.value)
     assert "nothing listening" in str(caught.value)
-    assert deadline - FAST.ready_poll_max_s <= elapsed <= deadline + 1.0
+    # Not a margin: it waited out its deadline before giving up (one poll interval may be left
+    # unused); a slow machine only waits longer. How far past it is not asserted: it stopped
+    # polling at the deadline (an ignored deadline would poll until the test's timeout).
+    assert elapsed >= deadline - FAST.ready_poll_max_s
+    assert caught.value.calls <= deadline / FAST.ready_poll_interval_s + 1
 
 
 async def test_wait_ready_makes_no_more_than_a_few_calls_per_second():
@@ -318,7 +321,7 @@ async def test_wait_ready_makes_no_more_than_a_few_calls_per_second():
     times = fake.status_call_times
     assert 2 <= len(times) <= deadline / FAST.ready_poll_interval_s + 1
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert min(gaps) >= FAST.ready_poll_interval_s * 0.9
+    assert min(gaps) >= FAST.ready_poll_interval_s * 0.9  # a lower bound: slow only adds
 
 
 async def test_wait_ready_returns_the_status_once_the_daemon_answers():

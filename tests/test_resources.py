@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pacehelpers import patient
 
 from cuzk_supervisor.adapters.machine.cgroupfind import (
     CgroupLine,
@@ -514,7 +515,7 @@ def test_daemon_tree_rss_of_a_real_process_tree() -> None:
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "allocated"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patient(10)
         while True:
             after = sampler.sample(child.pid)
             assert after.daemon_rss is not None

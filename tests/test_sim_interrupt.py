@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from ptyhelpers import clean_env
-from simhelpers import QUICK_SIM, free_tcp_port
+from simhelpers import free_tcp_port, quick_sim
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def _in_the_run_phase(line: str) -> bool:
 def test_sigint_in_the_run_phase_exits_130_with_nothing_unheard(tmp_path: Path) -> None:
     health = f"127.0.0.1:{free_tcp_port()}"
     command = [sys.executable, "-c", MAIN, "sim", "--fresh", "--sim-dir", str(tmp_path / "sim"),
-               "--health-listen", health, "--log-format", "json", *QUICK_SIM]  # fmt: skip
+               "--health-listen", health, "--log-format", "json", *quick_sim()]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=clean_env())  # fmt: skip
     assert proc.stderr is not None

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import structlog
 from ptyhelpers import clean_env, emulate, run_on_a_terminal
-from simhelpers import QUICK_SIM, free_tcp_port
+from simhelpers import free_tcp_port, quick_sim
 
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.cli.view import CLEAR, Line, Status, ViewModel, ViewOptions
@@ -722,7 +722,7 @@ def test_the_emulator_follows_a_live_line_and_its_erasure():
 def sim_command(sim_dir: Path) -> list[str]:
     health = f"127.0.0.1:{free_tcp_port()}"
     return [sys.executable, "-m", "cuzk_supervisor", "sim", "--fresh", "--exit-after-run",
-            "--sim-dir", str(sim_dir), "--health-listen", health, *QUICK_SIM]  # fmt: skip
+            "--sim-dir", str(sim_dir), "--health-listen", health, *quick_sim()]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

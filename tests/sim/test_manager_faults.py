@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from managerhelpers import ManagerFactory, ManagerProcess, poll_until
+from pacehelpers import patient
 
 OUTAGE = {"error": "simulated outage"}
 
@@ -156,6 +157,7 @@ def test_latency_is_added_to_each_request(start: ManagerFactory) -> None:
     mgr = start("--latency", "0.3")
     began = time.monotonic()
     assert mgr.get("/status").status_code == 200
+    # Lower bounds, not margins: the latency was added (a slow machine only adds more).
     assert time.monotonic() - began >= 0.3
     assert mgr.requests(path="/status")[-1]["duration"] >= 0.3
 
@@ -183,8 +185,14 @@ def test_latency_before_delays_the_change_too(start: ManagerFactory) -> None:
 
 
 # --- refused connections ---------------------------------------------------------------------
+# The refusing windows are long enough that the requests meant for them land inside, however
+# slow the machine (a window of 0.5 s had passed before the first request on a slow one).
+def refuse_s() -> float:
+    return patient(3.0)
+
+
 def test_refuse_for_from_start_refuses_then_serves(start: ManagerFactory) -> None:
-    mgr = start("--refuse-for", "0.5", ready=False)
+    mgr = start("--refuse-for", f"{refuse_s():g}", ready=False)
     assert "refusing connections" in mgr.lines[0]
     with pytest.raises(httpx.ConnectError):
         httpx.get(mgr.url + "/status", timeout=2)
@@ -198,7 +206,7 @@ def test_refuse_at_run_time_closes_open_connections_too(start: ManagerFactory) -
     mgr = start()
     with mgr.client() as pooled:
         assert pooled.get("/status").status_code == 200  # a keep-alive connection is open
-        view = mgr.faults(refuse_for=0.5)
+        view = mgr.faults(refuse_for=refuse_s())
         assert view["refusing"] is True
         with pytest.raises(httpx.ConnectError):
             httpx.get(mgr.url + "/status", timeout=2)

@@ -56,6 +56,8 @@ def test_push_answers_204_empty_and_stores_lines(mgr: ManagerProcess, uuid: str)
     for line in got:
         assert set(line) == {"src", "text", "ts"}
         assert isinstance(line["ts"], int)  # integer milliseconds
+        # The receive time on the wall clock, in ms (a unit or clock mix-up is hours or years
+        # off), not how fast it came.
         assert abs(line["ts"] / 1000 - time.time()) < 60
 
 

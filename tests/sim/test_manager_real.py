@@ -192,6 +192,7 @@ def test_time_scale_divides_the_sweep_durations(start: ManagerFactory) -> None:
     assert record(mgr, benching["uuid"])["kill_reason"] == "benchmark timeout (45min)"
     assert record(mgr, passed["uuid"])["state"] == "bench_done"  # no timeout after bench_done
     # not before its (scaled) time: killed at least 1.5 s / 0.75 s after the clock started
+    # (lower bounds, not margins: a slow machine only kills later)
     journal = {e["json"]["label"]: e["ts"] for e in mgr.requests(path="/register")}
     param_done = next(e["ts"] for e in mgr.requests(path="/param-done"))
     (stuck_kill,) = kills_of(mgr, stuck["uuid"])
@@ -216,7 +217,7 @@ def test_the_benchmark_clock_starts_when_param_done_arrives(start: ManagerFactor
     arrived = mgr.requests(path="/param-done")[-1]["ts"]
     poll_until(lambda: record(mgr, reg["uuid"])["state"] == "killed", 10, what="bench timeout")
     (event,) = kills_of(mgr, reg["uuid"])
-    assert epoch(event["ts"]) - arrived >= 1.0
+    assert epoch(event["ts"]) - arrived >= 1.0  # a lower bound: never before the budget
 
 
 def monitor_lines(mgr: ManagerProcess) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from managerhelpers import ManagerFactory, ManagerProcess
-from simhelpers import QUICK_SIM
+from simhelpers import quick_sim
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.cli.commands.sim import DEMO_LABEL, SIM_OWNED
@@ -36,7 +36,7 @@ def run_sim(
            "--exit-after-run", "--log-format", "json",
            "--health-listen", "127.0.0.1:0",
            # What these tests check is settled at the start: the demo's pace is not needed.
-           *QUICK_SIM, *args]  # fmt: skip
+           *quick_sim(), *args]  # fmt: skip
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=child_env, check=False
     )

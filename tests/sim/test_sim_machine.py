@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelpers import QUICK_SIM
+from simhelpers import quick_sim
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
@@ -136,7 +136,7 @@ def _sim(tmp_path: Path, *args: str, timeout: float = 180) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}
     cmd = [sys.executable, "-m", "cuzk_supervisor", "sim", "--fresh", "--exit-after-run",
            "--sim-dir", str(tmp_path / "sim"), "--log-format", "json",
-           "--health-listen", "127.0.0.1:0", *QUICK_SIM, *args]  # fmt: skip
+           "--health-listen", "127.0.0.1:0", *quick_sim(), *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 

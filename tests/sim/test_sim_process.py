@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from pacehelpers import scaled
 from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
 
 from cuzk_supervisor.proto import proving_pb2 as pb
@@ -49,15 +50,18 @@ def test_ready_line_comes_before_the_port_is_bound(
 def test_sigint_stops_the_workers_but_not_the_server(
     tmp_path: Path, sim_factory: Callable[..., SimProcess]
 ) -> None:
-    # One worker: the first proof takes 10 x 29 s x 1.75 + 47 s = 554 s, 1.1 s at scale 500.
-    sim = sim_factory(config=workers_config(tmp_path, workers=1), time_scale=500)
+    # One worker: the first proof takes 10 x 29 s x 1.75 + 47 s = 554 s, 2.8 s at scale 200
+    # (longer on a slow machine): seen running before it ends, however loaded the machine (at
+    # 1.1 s a loaded machine's first look came after the end).
+    scale = scaled(200)
+    sim = sim_factory(config=workers_config(tmp_path, workers=1), time_scale=scale)
     stub = sim.stub()
     stub.SubmitProof(submit_request("stuck"), timeout=5)
     poll_until(lambda: sim.status().queues[0].in_progress == 1, 5, what="proof running")
     sim.send(signal.SIGINT)
     sim.wait_for_line("stopping engine workers")
     with pytest.raises(grpc.RpcError) as err:  # it would have finished by now
-        stub.AwaitProof(pb.AwaitProofRequest(job_id="stuck"), timeout=1.5)
+        stub.AwaitProof(pb.AwaitProofRequest(job_id="stuck"), timeout=554 / scale + 0.5)
     # Cut at its deadline, by the client's own timer or by the server's (tonic's CANCELLED).
     assert err.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
     assert sim.proc.poll() is None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from pacehelpers import scaled
 from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
 
 from cuzk_supervisor.proto import proving_pb2 as pb
@@ -58,7 +59,8 @@ def test_await_ignores_timeout_ms_and_blocks_until_done(
     stub.SubmitProof(submit_request("slow"), timeout=5)
     start = time.monotonic()
     result = stub.AwaitProof(pb.AwaitProofRequest(job_id="slow", timeout_ms=1), timeout=30)
-    assert time.monotonic() - start > 0.25  # it held the call far past 1 ms
+    # Not a margin: a lower bound (it held the call far past 1 ms); slow only adds to it.
+    assert time.monotonic() - start > 0.25
     assert result.status == Status.COMPLETED  # never TIMEOUT
     assert len(result.proof) == 1920
 
@@ -102,7 +104,9 @@ def test_prove_with_a_running_id_proves_again_and_the_first_to_finish_answers(
     """The real engine (reference/cuzk.md): a Prove under an id still running enqueues a second
     job; every caller waiting under the id gets the first to finish; the second overwrites the
     stored result. (The simulator used to answer it from the running job: kinder than the field.)"""
-    sim = sim_factory(config=porep_config(tmp_path), time_scale=600)  # first proof ~0.5 s
+    # The first proof ~3 s (longer on a slow machine): still running when the Prove arrives, an
+    # ordering arranged (at ~0.5 s a loaded machine's Prove came after it had finished).
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=scaled(100))
     stub = sim.stub()
     stub.SubmitProof(submit_request("running"), timeout=5)
     proved = stub.Prove(pb.ProveRequest(submit=submit_request("running")), timeout=30)
@@ -201,7 +205,8 @@ def test_preload_srs_blocks_and_unknown_is_internal(
     stub = sim.stub()
     start = time.monotonic()
     loaded = stub.PreloadSRS(pb.PreloadSrsRequest(circuit_id="wpost-32g"), timeout=10)
-    assert time.monotonic() - start > 0.2  # ~58 simulated seconds at scale 200
+    # Not a margin: a lower bound (~58 simulated seconds at scale 200); slow only adds to it.
+    assert time.monotonic() - start > 0.2
     assert not loaded.already_loaded
     assert loaded.load_time_ms > 45_000
     again = stub.PreloadSRS(pb.PreloadSrsRequest(circuit_id="wpost-32g"), timeout=5)
@@ -213,7 +218,8 @@ def test_preload_srs_blocks_and_unknown_is_internal(
 
 
 def test_get_status_fields(tmp_path: Path, sim_factory: Callable[..., SimProcess]) -> None:
-    sim = sim_factory(config=porep_config(tmp_path), time_scale=200, args=["--gpus", "2"])
+    # ~1.5 s a proof (longer on a slow machine): both still queued or running when looked at.
+    sim = sim_factory(config=porep_config(tmp_path), time_scale=scaled(200), args=["--gpus", "2"])
     status = sim.status()
     assert len(status.gpus) == 4  # one per GPU worker: 2 GPUs x 2 workers
     assert sorted({g.ordinal for g in status.gpus}) == [0, 1]

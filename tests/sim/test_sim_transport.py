@@ -60,15 +60,22 @@ def test_by_default_the_server_cuts_a_call_at_the_clients_grpc_timeout(
 def test_cancel_early_answers_cancelled_timeout_expired_before_the_clients_deadline(
     tmp_path: Path, sim_factory: Start
 ) -> None:
-    sim = sim_factory(config=config(tmp_path), time_scale=500, args=["--fault", "cancel-early:0.4"])
+    # The server's deadline 4.5 s before ours (5 s): it cuts 0.5 s in, so far ahead of ours
+    # that no scheduling delay can reorder the two.
+    deadline_s, lead_s = 5.0, 4.5
+    args = ["--fault", f"cancel-early:{lead_s:g}"]
+    sim = sim_factory(config=config(tmp_path), time_scale=500, args=args)
     stuck(sim)
     started = time.monotonic()
     with pytest.raises(grpc.RpcError) as err:
-        sim.stub().AwaitProof(pb.AwaitProofRequest(job_id="stuck"), timeout=1.0)
+        sim.stub().AwaitProof(pb.AwaitProofRequest(job_id="stuck"), timeout=deadline_s)
     elapsed = time.monotonic() - started
+    # The server's cut, before our deadline (ours would say DEADLINE_EXCEEDED) ...
     assert err.value.code() == grpc.StatusCode.CANCELLED
     assert err.value.details() == "Timeout expired"
-    assert 0.5 <= elapsed < 0.9  # 0.4 s before our own 1 s deadline
+    # ... and not a margin: it came no sooner than our deadline less its lead (the deadline
+    # reaches it as the time left when the call was sent, a few ms less than ours).
+    assert elapsed >= 0.9 * (deadline_s - lead_s)
     assert cuts(sim, "await") == 1
 
 
