@@ -10,8 +10,9 @@ too little real time per simulated second and the tests' rates, budgets and phas
 
 - ``make test`` runs ``python tests/pacehelpers.py`` once: it measures the machine (the cores it
   may use, their speed on a fixed piece of pure-Python work, and how much of them is left to it
-  now: the CPU the rest of the machine takes and the cgroup's CPU quota) and prints the pytest worker count and the measurement, which ``make test`` hands to
-  pytest in ``CUZK_TEST_MEASURED``; a session started without it (a plain ``pytest``) measures
+  now: the CPU the rest of the machine takes and the cgroup's CPU quota) and prints the pytest
+  worker count and the measurement, which ``make test`` hands to pytest in
+  ``CUZK_TEST_MEASURED``; a session started without it (a plain ``pytest``) measures
   the same in ``conftest.py``;
 - while the tests run, pytest's main process keeps the slowness current as other work on the
   machine comes and goes (loadhelpers.PaceWatch) in a file every worker reads at the start of

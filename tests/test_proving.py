@@ -209,7 +209,8 @@ async def test_a_submit_made_again_went_in_when_its_second_attempt_began():
     timeouts = replace(FAST, submit_deadline_s=0.3)
     _, result = await prove_once(Behaviour(proof_s=0.1, submit_hang=1), timeouts)
     assert result.ok, result.error
-    assert result.sent_at is not None and result.landed_at is not None
+    assert result.sent_at is not None
+    assert result.landed_at is not None
     assert result.started_at + 0.3 <= result.sent_at <= result.landed_at
 
 

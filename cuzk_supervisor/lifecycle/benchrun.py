@@ -115,9 +115,7 @@ class StretchRun:
                     result = task.result()
                     if result.ok:
                         done_at = self.completed_at(result)
-                        self.stretch = self.stretch.completed(done_at).landed(
-                            index, result.sent_at
-                        )
+                        self.stretch = self.stretch.completed(done_at).landed(index, result.sent_at)
                     else:
                         self.stretch = self.stretch.failed_one()
                     if on_result is not None:
