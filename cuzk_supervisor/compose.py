@@ -5,9 +5,10 @@ machine with its probes. Read top to bottom, it is how one run is put together:
 
 1. **the machine** (``Machine``): what memory and GPUs are measured with. The host's own
    (``HOST``: the memory sampler, NVML or the simulated daemon's ``/status``) unless the caller
-   hands another in: the simulator hands in its simulated machine (``sim.probes.machine``,
-   through the ``sim`` command, for ``run``, ``doctor``, ``plan`` and ``daemon`` too), and
-   nothing here, nor in what this builds, imports the simulator;
+   hands another in: the simulator's machine (``sim.probes.machine``), which the ``sim``
+   command hands in, and ``cli.simhandoff`` for ``run``, ``doctor``, ``plan`` and ``daemon``
+   when their daemon is the simulated one; nothing here, nor in what this builds, imports the
+   simulator;
 2. **the policies**: each value made from the settings where its mapping is declared once
    (``settings.policies``), never copied field by field;
 3. **the edges** (``open_edges``): the instance's label and minimum rate, the manager client

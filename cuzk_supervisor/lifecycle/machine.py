@@ -84,7 +84,7 @@ class Lifecycle:
     phase_listeners: list[Callable[[str], None]] = field(default_factory=list, init=False)
     last_verdict_reason: str = field(default="", init=False)
 
-    # What /readyz and /metrics read (serve.health.LifecycleSource, cli.commands.run).
+    # What /readyz and /metrics read (serve.health.LifecycleSource, compose.run).
     @property
     def keeper(self) -> DaemonKeeper | None:
         return self.daemon.keeper

@@ -1,12 +1,12 @@
 """The machine the simulator hands in to the composition root (``cuzk_supervisor.compose``).
 
-``machine(environ)`` is a ``compose.Machine`` for ``run``, ``sim``, ``doctor``, ``plan`` and
-``daemon`` (the ``sim`` command hands it to each): when the configured daemon is the simulated
-one, its machine is known from the daemon's arguments (``sim.machine``), so the GPU probe reports
-its GPUs idle before any daemon answers, the memory sampler reads its RAM (``--host-gib``) as the
-host's, and what the simulated daemon would refuse at its start is refused before anything
-starts. With any other daemon, or without those arguments, they are the host's own
-(``compose.host_gpu_probe``, ``compose.host_memory_sampler``).
+``machine(environ)`` is a ``compose.Machine``: the ``sim`` command hands it to the lifecycle,
+and ``cli.simhandoff`` to ``run``, ``doctor``, ``plan`` and ``daemon`` when their daemon is the
+simulated one. Its machine is known from the daemon's arguments (``sim.machine``), so the GPU
+probe reports its GPUs idle before any daemon answers, the memory sampler reads its RAM
+(``--host-gib``) as the host's, and what the simulated daemon would refuse at its start is
+refused before anything starts. Without those arguments (``--host-gib``, ``gpu_probe`` sim)
+they are the host's own (``compose.host_gpu_probe``, ``compose.host_memory_sampler``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 from cuzk_supervisor import compose
 from cuzk_supervisor.adapters.machine.gpu import GpuProbe, SimStatusProbe
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
+from cuzk_supervisor.daemon.simulated import sim_daemon_argv
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.sim.machine import SimMachine, check_daemon_argv, sim_daemon_argv
+from cuzk_supervisor.sim.machine import SimMachine, check_daemon_argv
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth

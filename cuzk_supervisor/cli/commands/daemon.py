@@ -47,14 +47,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Not for --help: the simulated machine's probes when the daemon is the simulator.
-    from cuzk_supervisor.cli.commands.sim import machine_for
+    from cuzk_supervisor.cli.simhandoff import machine_for
 
     s = settings.from_namespace(args).settings
     if s.workers < 1:
         raise UsageError("--workers is required (partition_workers for the daemon)")
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
     configure_logging(s.log_level, json=json_logs)
-    sampler = machine_for().memory_sampler(s)
+    sampler = machine_for(s).memory_sampler(s)
     snapshot = sampler.sample()
     plan = plan_workers(
         PlanInputs(

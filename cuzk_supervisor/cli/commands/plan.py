@@ -43,14 +43,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Not for --help: the simulated machine's probes when the daemon is the simulator.
-    from cuzk_supervisor.cli.commands.sim import machine_for
+    from cuzk_supervisor.cli.simhandoff import machine_for
     from cuzk_supervisor.core.memory import MemoryPolicy
     from cuzk_supervisor.settings.policies import policy
 
     loaded = settings.from_namespace(args)
     s = loaded.settings
     configure_logging("warning" if not args.json else "error")
-    snapshot = machine_for().memory_sampler(s).sample()
+    snapshot = machine_for(s).memory_sampler(s).sample()
     host = int(args.host_gib * GIB) if args.host_gib else snapshot.host_total
     cgroup = int(args.cgroup_gib * GIB) if args.cgroup_gib else snapshot.cgroup_limit
     probe: GpuProbe
