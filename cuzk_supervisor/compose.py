@@ -32,13 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cuzk_supervisor.adapters.machine.gpu import (
-    GpuProbe,
-    NvmlProbe,
-    SimStatusProbe,
-    StaticProbe,
-    no_gpu_activity,
-)
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, StaticProbe, no_gpu_activity
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
@@ -74,8 +68,12 @@ def host_memory_sampler(s: Settings) -> MemorySampler:
 def host_gpu_probe(s: Settings) -> GpuProbe:
     """The probe ``gpu_probe`` names: NVML, the daemon's ``/status`` (``sim``), or none."""
     if s.gpu_probe == "nvml":
+        from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
+
         return NvmlProbe()
     if s.gpu_probe == "sim":
+        from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
+
         return SimStatusProbe(f"http://{s.daemon_status_listen}/status")
     return StaticProbe(())
 
@@ -201,6 +199,7 @@ def build_lifecycle(
     gpu_health: NvmlHealth | None = None,
 ) -> Lifecycle:
     """The phase machine and its collaborators, connected."""
+    from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.daemonstatus import synthesizing_now
     from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts

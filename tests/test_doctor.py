@@ -20,7 +20,8 @@ import pytest
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.machine.cgroupfind import CgroupLocation
-from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuFault, NvmlProbe, StaticProbe
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuFault, StaticProbe
+from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
 from cuzk_supervisor.adapters.machine.resources import HostMemory, MemorySampler
 from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.address import Address, free_loopback_port

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cuzk_supervisor import compose
-from cuzk_supervisor.adapters.machine.gpu import GpuProbe, SimStatusProbe
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe
+from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.daemon.simulated import sim_daemon_argv
 from cuzk_supervisor.errors import UsageError

@@ -17,7 +17,7 @@ from simhelpers import QUICK_SIM
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.machine.gpu import SimStatusProbe
+from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
 from cuzk_supervisor.daemon.simulated import sim_daemon_argv
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.sim.machine import GIB, MIB, SimMachine, check_daemon_argv

@@ -11,7 +11,7 @@ import argparse
 import json
 
 from cuzk_supervisor import exitcodes, settings
-from cuzk_supervisor.adapters.machine.gpu import GpuProbe, NvmlProbe, StaticProbe, total_vram
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, StaticProbe, total_vram
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
@@ -57,6 +57,8 @@ def main(args: argparse.Namespace) -> int:
     if args.gpus is not None:
         probe = StaticProbe.uniform(args.gpus, args.vram_gib)
     elif s.gpu_probe == "nvml":
+        from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
+
         probe = NvmlProbe()
     else:
         probe = StaticProbe(())
