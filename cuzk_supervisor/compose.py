@@ -20,8 +20,9 @@ machine with its probes. Read top to bottom, it is how one run is put together:
 5. **the servers** (``run``): the state file and the outbox opened, the health server and the
    metrics when the health server is on, then the lifecycle run.
 
-What would load gRPC, protobuf, httpx or prometheus_client is imported where it is built, not
-at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never prove.
+What would load gRPC, protobuf, the manager's HTTP client or the metrics is imported where it
+is built, not at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never
+prove.
 """
 
 from __future__ import annotations
@@ -358,7 +359,7 @@ async def run(
 
         if not s.health_enabled:
             # No /metrics would read them: a stand-in that keeps nothing, so a run without the
-            # health server never loads prometheus_client.
+            # health server never loads the metrics.
             return await build(NoMetrics()).run()
         # The health server and the metrics registry only when the server is on.
         from cuzk_supervisor.serve.health import HealthServer

@@ -14,6 +14,7 @@ import shlex
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from daemonhelpers import Supervisor
@@ -60,12 +61,12 @@ def stand_in_daemon(folder: Path) -> Path:
     return script
 
 
-def loaded_by_run(tmp_path: Path, manager_url: str, **settings: object) -> set[str]:
+def loaded_by_run(tmp_path: Path, manager_url: str, **settings: Any) -> set[str]:
     """The modules a ``run`` against the stand-in daemon loaded, from its start to its stop
     in the run phase (after its status line there: the run phase's loops have run)."""
     env = lifecycle_env(
         tmp_path, manager_url, time_scale=TIME_SCALE, memory_scale=MEMORY_SCALE,
-        daemon_binary=stand_in_daemon(tmp_path),
+        daemon_binary=str(stand_in_daemon(tmp_path)),
         daemon_args=shlex.join(["--time-scale", f"{TIME_SCALE:g}",
                                 "--memory-scale", f"{MEMORY_SCALE:g}"]),
         gpu_probe="none", **settings,
