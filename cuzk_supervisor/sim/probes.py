@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cuzk_supervisor import compose
 from cuzk_supervisor.adapters.machine.gpu import GpuProbe
-from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.daemon.simulated import sim_daemon_argv
 from cuzk_supervisor.errors import UsageError
@@ -51,6 +49,10 @@ def machine_of(s: Settings, environ: Mapping[str, str] = os.environ) -> SimMachi
 def gpu_probe(s: Settings, machine: SimMachine | None) -> GpuProbe:
     if s.gpu_probe != "sim" or machine is None:
         return compose.host_gpu_probe(s)
+    # Here: a run against the simulator with another GPU probe (the benches') loads neither
+    # this probe nor urllib.request, as a real run does not.
+    from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
+
     url = f"http://{s.daemon_status_listen}/status"
     return SimStatusProbe(url, idle_devices=machine.gpu_devices())
 
@@ -76,6 +78,8 @@ def gpu_health(s: Settings, machine: SimMachine | None) -> NvmlHealth | None:
 
 def busy_gpus(url: str, timeout_s: float = 1.0) -> frozenset[int] | None:
     """The GPUs a worker of which the daemon's status shows proving (None: no answer)."""
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             document = json.loads(resp.read())
