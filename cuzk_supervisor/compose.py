@@ -201,6 +201,7 @@ def build_lifecycle(
 ) -> Lifecycle:
     """The phase machine and its collaborators, connected."""
     from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
+    from cuzk_supervisor.adapters.machine.heap import release_free_memory
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.daemonstatus import synthesizing_now
     from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
@@ -238,6 +239,7 @@ def build_lifecycle(
     # The watch samples the daemon's process tree: the pid is the daemon control's, read late.
     watch = MemoryWatch(sampler, policy(RiskPolicy, s), lambda: daemon.pid())
     watch.add_listener(lambda a: metrics.memory(a.headroom_bytes, a.level))
+    watch.add_listener(lambda _: daemon.note_memory(watch.last))  # one walk of the tree, not two
     daemon = DaemonControl(
         s, spawn=spawn, watch=watch, metrics=metrics, shipper=shipper, signals=signals,
         progress=progress, memory_policy=memory_policy,
@@ -288,6 +290,7 @@ def build_lifecycle(
         resources=PlanResources(sampler, gpu),
         fetch_params=ParamsFetch(s, spawn, shipper), daemon=daemon, proofs=proofs,
         stepdown=stepdown, reporter=reporter, monitors=monitors, health=health,
+        release_memory=release_free_memory,
     )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
@@ -31,6 +32,9 @@ from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
 from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.settings.policies import daemon_listen, daemon_settings, policy
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 
 
 class DaemonControl:
@@ -84,6 +88,14 @@ class DaemonControl:
     def pid(self) -> int | None:
         current = self.keeper.current if self.keeper else None
         return current.pid if current is not None else None
+
+    def note_memory(self, snapshot: MemorySnapshot | None) -> None:
+        """The memory watch's reading of the running daemon's tree counts toward its peak RSS
+        (and spares the daemon process its own reading: ``DaemonProcess.note_rss``)."""
+        if self.keeper is None or snapshot is None or snapshot.daemon_pid is None:
+            return
+        if snapshot.daemon_pid == self.pid():
+            self.keeper.note_rss(snapshot.daemon_rss)
 
     # --- control ----------------------------------------------------------------------------
 

@@ -80,6 +80,9 @@ class Lifecycle:
     reporter: ports.Reports
     monitors: ports.Watchers
     health: ports.Health = field(default_factory=Unwatched)
+    release_memory: Callable[[], None] = field(default=lambda: None)
+    """Called as the run phase begins: what the phases before it left free goes back to the
+    system (``adapters.machine.heap``; the composition root gives it)."""
     plan: WorkerPlan | None = field(default=None, init=False)
     phase_listeners: list[Callable[[str], None]] = field(default_factory=list, init=False)
     last_verdict_reason: str = field(default="", init=False)
@@ -291,6 +294,7 @@ class Lifecycle:
     async def _run_phase(self) -> int:
         await self._enter("run")
         await self.reporter.running()
+        self.release_memory()  # the bench's leftovers, not held for the days of the run phase
         if self.s.exit_after_run:
             return exitcodes.OK
         async with self.daemon.workers_kept(), self.health.watching():
