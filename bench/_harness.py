@@ -345,11 +345,19 @@ class SupervisorProc:
     """``python -m cuzk_supervisor COMMAND`` with JSON events read from stderr as they come."""
 
     def __init__(
-        self, procs: Processes, command: str, env: Mapping[str, str], args: Sequence[str] = ()
+        self,
+        procs: Processes,
+        command: str,
+        env: Mapping[str, str],
+        args: Sequence[str] = (),
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``wrapper``: what runs ``PY -m cuzk_supervisor ...`` in its own process (e.g.
+        ``tests/loadedmodules.py``, which lists the modules loaded at exit)."""
         self.started_wall = time.time()
         self.started_mono = time.monotonic()
-        self.proc = procs.spawn([PY, "-m", "cuzk_supervisor", command, *args], child_env(env))
+        argv = [*wrapper, PY, "-m", "cuzk_supervisor", command, *args]
+        self.proc = procs.spawn(argv, child_env(env))
         self.events: list[dict[str, Any]] = []
         self.plain: list[str] = []
         self._cond = threading.Condition()

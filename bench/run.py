@@ -2,7 +2,9 @@
 
     .venv/bin/python bench/run.py [--json FILE] [--quick] [--only NAME ...] [--time-scale S]
 
-Figures (``--only`` names): run_phase (supervisor RSS and CPU in the run phase), crash
+Figures (``--only`` names): run_phase (the supervisor in the run phase: RSS, PSS, USS, idle CPU,
+where its RSS lies and what its imports cost; in a full run also its RSS after proofs of a
+field-size C1, 51 MB), crash
 (SIGKILL -> daemon.exited), readiness (sim serving -> daemon.ready), stop (SIGTERM -> exit),
 rate (bench.result against the sim's model), overhead (lifecycle wall minus the sim's own work),
 log_throughput (a flooding daemon's lines carried to cuzk.log, none lost), oom (delegated to
@@ -146,6 +148,7 @@ def main() -> int:
                 own,
                 spare=1 if quick else 0,
                 memory_scale=memory_scale,
+                field_c1_hold_s=0.0 if quick else 5.0,
             ),
         ))  # fmt: skip
     if wanted & {"crash", "readiness"}:
