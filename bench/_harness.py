@@ -240,6 +240,17 @@ def poll_until(
         time.sleep(interval)
 
 
+def compile_package() -> None:
+    """Compile the package's bytecode, as the image's ``pip install`` does: a supervisor that
+    compiles its modules at each start (stale or missing ``__pycache__`` and
+    ``PYTHONDONTWRITEBYTECODE`` set, as in a development tree) is not the one deployed."""
+    import compileall
+
+    import cuzk_supervisor
+
+    compileall.compile_dir(str(Path(cuzk_supervisor.__file__).parent), quiet=1)
+
+
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
     return {**base, **extra}

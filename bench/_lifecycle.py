@@ -197,6 +197,8 @@ def one_lifecycle(
     for spawned in sup.named("daemon.spawned"):
         procs.note(int(spawned["pid"]))
     if hold_s > 0:
+        # From the health watch's start: the run phase has begun, its memory given back.
+        sup.wait_event("health.watching", 60)
         run.run_phase = _runphase.sample(sup.pid, hold_s)
     run.stop_s, run.stop_rc = sup.stop()
     sup.dump(root / "events.jsonl")

@@ -50,6 +50,7 @@ from _harness import (
     SupervisorProc,
     at_most,
     child_env,
+    compile_package,
     event_ts,
     failed,
     finish,
@@ -325,6 +326,7 @@ def main() -> int:
     args = parser.parse_args()
     imports, stops, hold = (1, 1, 1.0) if args.quick else (args.imports, args.stops, args.hold)
     args.time_scale = args.time_scale or (QUICK_TIME_SCALE if args.quick else 100.0)
+    compile_package()  # as the image's pip install does (see _harness.compile_package)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="cuzk-entry-"))
     rows: list[Row] = []

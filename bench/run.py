@@ -41,6 +41,7 @@ from _harness import (
     BenchError,
     Processes,
     Row,
+    compile_package,
     failed,
     finish,
     print_table,
@@ -124,6 +125,7 @@ def main() -> int:
     quick = args.quick
     scale = args.time_scale or (QUICK_TIME_SCALE if quick else 100.0)
     memory_scale = cfg.QUICK_MEMORY_SCALE if quick else 1.0
+    compile_package()  # as the image's pip install does (see _harness.compile_package)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="cuzk-bench-"))
     procs = Processes(str(root))

@@ -27,7 +27,6 @@ prove.
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,7 +43,10 @@ if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
     from cuzk_supervisor.adapters.manager.client import ManagerClient
     from cuzk_supervisor.adapters.manager.outbox import Outbox
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
     from cuzk_supervisor.adapters.state.store import StateKeeper
+    from cuzk_supervisor.address import Address
     from cuzk_supervisor.lifecycle.healthwatch import HealthWatch
     from cuzk_supervisor.lifecycle.machine import Lifecycle
     from cuzk_supervisor.runtime import Runtime
@@ -202,10 +204,9 @@ def build_lifecycle(
     """The phase machine and its collaborators, connected."""
     from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
     from cuzk_supervisor.adapters.machine.heap import release_free_memory
-    from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.daemonstatus import synthesizing_now
-    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
     from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
+    from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
     from cuzk_supervisor.address import parse_address
     from cuzk_supervisor.core.bench import BenchPolicy
     from cuzk_supervisor.core.memory import MemoryPolicy
@@ -251,12 +252,8 @@ def build_lifecycle(
     )  # fmt: skip
     manager.add_retry_listener(reporter.on_manager_retry)
     manager.add_retry_listener(lambda call, *_: metrics.manager_request_failed(call))
-    client_factory = functools.partial(
-        ProvingClient,
-        parse_address(daemon_listen(s)),
-        policy(ProvingTimeouts, s),
-        on_reconnect=metrics.grpc_reconnect,
-    )
+    address, timeouts = parse_address(daemon_listen(s)), policy(ProvingTimeouts, s)
+    client_factory = proving_client(address, timeouts, on_reconnect=metrics.grpc_reconnect)
     proofs = ProofRunner(
         daemon=daemon, client_factory=client_factory, c1_file=s.c1_file, signals=signals,
         progress=progress, metrics=metrics, shipper=shipper, retry=retries.proof,
@@ -279,8 +276,7 @@ def build_lifecycle(
     health = build_health_watch(
         s, daemon=daemon, manager=reporter, shipper=shipper, metrics=metrics, progress=progress,
         signals=signals, gpus=gpu_health,
-        totals_client=functools.partial(ProvingClient, parse_address(daemon_listen(s)),
-                                        policy(ProvingTimeouts, s)),
+        totals_client=proving_client(address, timeouts),
         min_rate=edges.min_rate,
     )  # fmt: skip
     return Lifecycle(
@@ -292,6 +288,21 @@ def build_lifecycle(
         stepdown=stepdown, reporter=reporter, monitors=monitors, health=health,
         release_memory=release_free_memory,
     )  # fmt: skip
+
+
+def proving_client(
+    address: Address, timeouts: ProvingTimeouts, **options: Any
+) -> Callable[[], ProvingClient]:
+    """A factory of the daemon's gRPC client, which imports gRPC at its first call: the daemon's
+    first start, while it starts, not before the lifecycle's first phase (about 0.1 s of the
+    supervisor's own start)."""
+
+    def make() -> ProvingClient:
+        from cuzk_supervisor.adapters.proving.client import ProvingClient
+
+        return ProvingClient(address, timeouts, **options)
+
+    return make
 
 
 def build_health_watch(
