@@ -343,6 +343,12 @@ def _overhead_rows(done: list[LifeRun], time_scale: float, notes: list[str], why
         info("sim's own work in it, median", median([r.busy_s for r in done]), "s"),
         info("sim interpreter start (excluded), median", median([r.interp_s for r in done]), "s"),
         info(
+            "  of the overhead: the supervisor's start (spawn -> register: interpreter, imports,"
+            " checks, state, servers), median",
+            median([r.per_phase.get("start", (0.0, 0.0))[1] for r in done]),
+            "s",
+        ),
+        info(
             "  of the overhead: readiness polling (serving -> daemon.ready), median",
             median([r.ready_gap_s for r in done]),
             "s",
