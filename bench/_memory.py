@@ -6,6 +6,10 @@ anonymous and ``[heap]`` mappings (Python's objects and every ``malloc``: the in
 arenas, gRPC's buffers), and of the threads' stacks (anonymous mappings of the stack size
 ``RLIMIT_STACK`` gives each thread, and ``[stack]``). The parts add up to the RSS.
 
+``floor()`` is a reference: the RSS of a bare interpreter that holds only what the run phase
+cannot do without (asyncio, which loads ssl; structlog without rich; psutil; grpc.aio with the
+proving stubs, one channel used), nothing of the supervisor.
+
 ``imports_by_package(modules)`` imports ``modules`` (the names a run had in ``sys.modules``) in a
 fresh interpreter, a package at a time, and reports what each package added to its RSS: the
 standard library first, then the third-party packages, then ours by sub-package. An estimate:
@@ -144,3 +148,34 @@ def imports_by_package(modules: list[str]) -> list[tuple[str, int]]:
         return [(str(name), int(size)) for name, size in json.loads(done.stdout)]
     except ValueError:
         raise BenchError(f"imports by package: {done.stderr[-300:]!r}") from None
+
+
+_FLOOR = """\
+import asyncio, os, sys
+sys.modules["rich"] = None  # as the supervisor imports structlog (logimport)
+import structlog
+del sys.modules["rich"]
+import grpc, grpc.aio, psutil
+from cuzk_supervisor.proto import proving_pb2_grpc
+async def main():
+    channel = grpc.aio.insecure_channel("127.0.0.1:9")
+    proving_pb2_grpc.ProvingEngineStub(channel)
+    try:
+        await asyncio.wait_for(channel.channel_ready(), 0.3)
+    except (asyncio.TimeoutError, grpc.RpcError):
+        pass
+    await channel.close()
+asyncio.run(main())
+with open("/proc/self/statm") as f:
+    print(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+"""
+
+
+def floor() -> int:
+    """The RSS (bytes) of the reference process (see the module's docstring)."""
+    done = subprocess.run([PY, "-c", _FLOOR], capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    try:
+        return int(done.stdout.split()[-1])
+    except (IndexError, ValueError):
+        raise BenchError(f"floor: {done.stderr[-300:]!r}") from None
