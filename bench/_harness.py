@@ -240,6 +240,17 @@ def poll_until(
         time.sleep(interval)
 
 
+def compile_package() -> None:
+    """Compile the package's bytecode, as the image's ``pip install`` does: a supervisor that
+    compiles its modules at each start (stale or missing ``__pycache__`` and
+    ``PYTHONDONTWRITEBYTECODE`` set, as in a development tree) is not the one deployed."""
+    import compileall
+
+    import cuzk_supervisor
+
+    compileall.compile_dir(str(Path(cuzk_supervisor.__file__).parent), quiet=1)
+
+
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
     return {**base, **extra}
@@ -345,11 +356,19 @@ class SupervisorProc:
     """``python -m cuzk_supervisor COMMAND`` with JSON events read from stderr as they come."""
 
     def __init__(
-        self, procs: Processes, command: str, env: Mapping[str, str], args: Sequence[str] = ()
+        self,
+        procs: Processes,
+        command: str,
+        env: Mapping[str, str],
+        args: Sequence[str] = (),
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``wrapper``: what runs ``PY -m cuzk_supervisor ...`` in its own process (e.g.
+        ``tests/loadedmodules.py``, which lists the modules loaded at exit)."""
         self.started_wall = time.time()
         self.started_mono = time.monotonic()
-        self.proc = procs.spawn([PY, "-m", "cuzk_supervisor", command, *args], child_env(env))
+        argv = [*wrapper, PY, "-m", "cuzk_supervisor", command, *args]
+        self.proc = procs.spawn(argv, child_env(env))
         self.events: list[dict[str, Any]] = []
         self.plain: list[str] = []
         self._cond = threading.Condition()

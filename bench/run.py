@@ -2,7 +2,9 @@
 
     .venv/bin/python bench/run.py [--json FILE] [--quick] [--only NAME ...] [--time-scale S]
 
-Figures (``--only`` names): run_phase (supervisor RSS and CPU in the run phase), crash
+Figures (``--only`` names): run_phase (the supervisor in the run phase: RSS, PSS, USS, idle CPU,
+where its RSS lies and what its imports cost; in a full run also its RSS after proofs of a
+field-size C1, 51 MB), crash
 (SIGKILL -> daemon.exited), readiness (sim serving -> daemon.ready), stop (SIGTERM -> exit),
 rate (bench.result against the sim's model), overhead (lifecycle wall minus the sim's own work),
 log_throughput (a flooding daemon's lines carried to cuzk.log, none lost), oom (delegated to
@@ -39,6 +41,7 @@ from _harness import (
     BenchError,
     Processes,
     Row,
+    compile_package,
     failed,
     finish,
     print_table,
@@ -122,6 +125,7 @@ def main() -> int:
     quick = args.quick
     scale = args.time_scale or (QUICK_TIME_SCALE if quick else 100.0)
     memory_scale = cfg.QUICK_MEMORY_SCALE if quick else 1.0
+    compile_package()  # as the image's pip install does (see _harness.compile_package)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="cuzk-bench-"))
     procs = Processes(str(root))
@@ -146,6 +150,7 @@ def main() -> int:
                 own,
                 spare=1 if quick else 0,
                 memory_scale=memory_scale,
+                field_c1_hold_s=0.0 if quick else 5.0,
             ),
         ))  # fmt: skip
     if wanted & {"crash", "readiness"}:

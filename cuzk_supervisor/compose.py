@@ -5,9 +5,10 @@ machine with its probes. Read top to bottom, it is how one run is put together:
 
 1. **the machine** (``Machine``): what memory and GPUs are measured with. The host's own
    (``HOST``: the memory sampler, NVML or the simulated daemon's ``/status``) unless the caller
-   hands another in: the simulator hands in its simulated machine (``sim.probes.machine``,
-   through the ``sim`` command, for ``run``, ``doctor``, ``plan`` and ``daemon`` too), and
-   nothing here, nor in what this builds, imports the simulator;
+   hands another in: the simulator's machine (``sim.probes.machine``), which the ``sim``
+   command hands in, and ``cli.simhandoff`` for ``run``, ``doctor``, ``plan`` and ``daemon``
+   when their daemon is the simulated one; nothing here, nor in what this builds, imports the
+   simulator;
 2. **the policies**: each value made from the settings where its mapping is declared once
    (``settings.policies``), never copied field by field;
 3. **the edges** (``open_edges``): the instance's label and minimum rate, the manager client
@@ -19,25 +20,19 @@ machine with its probes. Read top to bottom, it is how one run is put together:
 5. **the servers** (``run``): the state file and the outbox opened, the health server and the
    metrics when the health server is on, then the lifecycle run.
 
-What would load gRPC, protobuf or prometheus_client is imported where it is built, not
-at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never prove.
+What would load gRPC, protobuf, the manager's HTTP client or the metrics is imported where it
+is built, not at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never
+prove.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cuzk_supervisor.adapters.machine.gpu import (
-    GpuProbe,
-    NvmlProbe,
-    SimStatusProbe,
-    StaticProbe,
-    no_gpu_activity,
-)
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, StaticProbe, no_gpu_activity
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
@@ -48,7 +43,10 @@ if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
     from cuzk_supervisor.adapters.manager.client import ManagerClient
     from cuzk_supervisor.adapters.manager.outbox import Outbox
+    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
     from cuzk_supervisor.adapters.state.store import StateKeeper
+    from cuzk_supervisor.address import Address
     from cuzk_supervisor.lifecycle.healthwatch import HealthWatch
     from cuzk_supervisor.lifecycle.machine import Lifecycle
     from cuzk_supervisor.runtime import Runtime
@@ -73,8 +71,12 @@ def host_memory_sampler(s: Settings) -> MemorySampler:
 def host_gpu_probe(s: Settings) -> GpuProbe:
     """The probe ``gpu_probe`` names: NVML, the daemon's ``/status`` (``sim``), or none."""
     if s.gpu_probe == "nvml":
+        from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
+
         return NvmlProbe()
     if s.gpu_probe == "sim":
+        from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
+
         return SimStatusProbe(f"http://{s.daemon_status_listen}/status")
     return StaticProbe(())
 
@@ -201,10 +203,11 @@ def build_lifecycle(
     gpu_health: NvmlHealth | None = None,
 ) -> Lifecycle:
     """The phase machine and its collaborators, connected."""
-    from cuzk_supervisor.adapters.proving.client import ProvingClient
+    from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
+    from cuzk_supervisor.adapters.machine.heap import release_free_memory
     from cuzk_supervisor.adapters.proving.daemonstatus import synthesizing_now
-    from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
     from cuzk_supervisor.adapters.proving.statussampler import StatusSampler
+    from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
     from cuzk_supervisor.address import parse_address
     from cuzk_supervisor.core.bench import BenchPolicy
     from cuzk_supervisor.core.memory import MemoryPolicy
@@ -238,6 +241,7 @@ def build_lifecycle(
     # The watch samples the daemon's process tree: the pid is the daemon control's, read late.
     watch = MemoryWatch(sampler, policy(RiskPolicy, s), lambda: daemon.pid())
     watch.add_listener(lambda a: metrics.memory(a.headroom_bytes, a.level))
+    watch.add_listener(lambda _: daemon.note_memory(watch.last))  # one walk of the tree, not two
     daemon = DaemonControl(
         s, spawn=spawn, watch=watch, metrics=metrics, shipper=shipper, signals=signals,
         progress=progress, memory_policy=memory_policy,
@@ -250,12 +254,8 @@ def build_lifecycle(
     manager.add_retry_listener(reporter.on_manager_retry)
     manager.add_retry_listener(lambda call, *_: metrics.manager_request_failed(call))
     manager.add_weather_listener(metrics.manager_weather)
-    client_factory = functools.partial(
-        ProvingClient,
-        parse_address(daemon_listen(s)),
-        policy(ProvingTimeouts, s),
-        on_reconnect=metrics.grpc_reconnect,
-    )
+    address, timeouts = parse_address(daemon_listen(s)), policy(ProvingTimeouts, s)
+    client_factory = proving_client(address, timeouts, on_reconnect=metrics.grpc_reconnect)
     proofs = ProofRunner(
         daemon=daemon, client_factory=client_factory, c1_file=s.c1_file, signals=signals,
         progress=progress, metrics=metrics, shipper=shipper, retry=retries.proof,
@@ -278,8 +278,7 @@ def build_lifecycle(
     health = build_health_watch(
         s, daemon=daemon, manager=reporter, shipper=shipper, metrics=metrics, progress=progress,
         signals=signals, gpus=gpu_health,
-        totals_client=functools.partial(ProvingClient, parse_address(daemon_listen(s)),
-                                        policy(ProvingTimeouts, s)),
+        totals_client=proving_client(address, timeouts),
         min_rate=edges.min_rate,
     )  # fmt: skip
     return Lifecycle(
@@ -290,7 +289,23 @@ def build_lifecycle(
         resources=PlanResources(sampler, gpu),
         fetch_params=ParamsFetch(s, spawn, shipper), daemon=daemon, proofs=proofs,
         stepdown=stepdown, reporter=reporter, monitors=monitors, health=health,
+        release_memory=release_free_memory,
     )  # fmt: skip
+
+
+def proving_client(
+    address: Address, timeouts: ProvingTimeouts, **options: Any
+) -> Callable[[], ProvingClient]:
+    """A factory of the daemon's gRPC client, which imports gRPC at its first call: the daemon's
+    first start, while it starts, not before the lifecycle's first phase (about 0.1 s of the
+    supervisor's own start)."""
+
+    def make() -> ProvingClient:
+        from cuzk_supervisor.adapters.proving.client import ProvingClient
+
+        return ProvingClient(address, timeouts, **options)
+
+    return make
 
 
 def build_health_watch(
@@ -361,7 +376,7 @@ async def run(
 
         if not s.health_enabled:
             # No /metrics would read them: a stand-in that keeps nothing, so a run without the
-            # health server never loads prometheus_client.
+            # health server never loads the metrics.
             return await build(NoMetrics()).run()
         # The health server and the metrics registry only when the server is on.
         from cuzk_supervisor.serve.health import HealthServer

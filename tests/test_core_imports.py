@@ -143,10 +143,11 @@ def test_the_check_lets_pure_imports_through(tmp_path: Path, source: str) -> Non
 # --- the product does not import the simulator (issue 24) ----------------------------------------
 
 PACKAGE = CORE.parent
-SIM_ALLOWED = ("sim/", "cli/commands/sim.py")
-"""Where the simulator may be imported: the simulator itself, and the ``sim`` command, which
-hands the simulated machine to the composition root (``compose.Machine``) for ``sim``, and for
-``run``, ``doctor``, ``plan`` and ``daemon``, whose daemon may be the simulated one."""
+SIM_ALLOWED = ("sim/", "cli/commands/sim.py", "cli/simhandoff.py")
+"""Where the simulator may be imported: the simulator itself, the ``sim`` command, which hands
+its simulated machine to the composition root (``compose.Machine``), and ``cli.simhandoff``,
+which hands it to ``run``, ``doctor``, ``plan`` and ``daemon`` only when their daemon is the
+simulated one (tests/test_run_imports.py: a real run loads no module of the simulator)."""
 
 
 def _sim_imports(source: str, module: str) -> list[str]:
@@ -161,8 +162,9 @@ def _sim_imports(source: str, module: str) -> list[str]:
 
 
 def test_only_the_simulator_and_the_sim_command_import_the_simulator() -> None:
-    """DESIGN.md's layout: the product's wiring does not import the simulator; ``sim`` hands
-    its probes in through the composition root (``cuzk_supervisor.compose``)."""
+    """DESIGN.md's layout: the product's wiring does not import the simulator; ``sim`` (and
+    ``cli.simhandoff``) hand its probes in through the composition root
+    (``cuzk_supervisor.compose``)."""
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()

@@ -20,13 +20,13 @@ import pytest
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.adapters.machine.cgroupfind import CgroupLocation
-from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuFault, NvmlProbe, StaticProbe
+from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuFault, StaticProbe
+from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
 from cuzk_supervisor.adapters.machine.resources import HostMemory, MemorySampler
 from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.address import Address, free_loopback_port
 from cuzk_supervisor.cli import doctor, prestart
 from cuzk_supervisor.cli.commands import doctor as doctor_command
-from cuzk_supervisor.cli.commands.sim import machine_for
 from cuzk_supervisor.cli.doctor import (
     PARAMS_BYTES,
     PCE_FILES_BYTES,
@@ -37,6 +37,7 @@ from cuzk_supervisor.cli.doctor import (
     Verdict,
 )
 from cuzk_supervisor.cli.main import build_parser
+from cuzk_supervisor.cli.simhandoff import machine_for
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
 
@@ -323,8 +324,8 @@ def test_doctor_sees_the_simulated_machine_before_any_daemon_runs(
         return machine.settings(daemon_binary=sys.executable, daemon_args=args, gpu_probe="sim",
                                 plan_memory_scale="1024", cgroup_root="")  # fmt: skip
 
-    # The GPU probe and the sampler doctor is handed when the daemon may be the simulator.
-    probes = replace(Probes.of(machine_for()), disk_usage=machine.probes.disk_usage)
+    # The GPU probe and the sampler doctor is handed when the daemon is the simulator.
+    probes = replace(Probes.of(machine_for(simulated(24))), disk_usage=machine.probes.disk_usage)
     gpus = doctor.gather_gpus(simulated(24), probes)
     assert gpus.error is None
     assert [d.total_bytes for d in gpus.devices] == [24 * GIB, 24 * GIB]

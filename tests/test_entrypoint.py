@@ -308,7 +308,7 @@ class Refuse:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] == "prometheus_client":
             sys.stderr.write("IMPORTED prometheus_client\\n")
-            raise ImportError("prometheus_client with the health server off")
+            raise ImportError("prometheus_client: /metrics is serve.exposition's")
 sys.meta_path.insert(0, Refuse())
 sys.argv = ["cuzk-supervisor", *sys.argv[1:]]
 runpy.run_module("cuzk_supervisor", run_name="__main__")
@@ -316,12 +316,14 @@ runpy.run_module("cuzk_supervisor", run_name="__main__")
 
 
 @pytest.mark.slow
-def test_a_run_with_the_health_server_off_never_loads_prometheus_client(tmp_path: Path) -> None:
-    """Its metrics are a stand-in: ``sim`` (the whole lifecycle) to the run phase and the stop,
-    with any import of prometheus_client refused and reported."""
+@pytest.mark.parametrize("health", ["true", "false"])
+def test_a_run_never_loads_prometheus_client(tmp_path: Path, health: str) -> None:
+    """``/metrics`` is written by ``serve.exposition`` (the library is a test dependency only,
+    to parse it): ``sim`` (the whole lifecycle) to the run phase and the stop, with the health
+    server on and off, any import of prometheus_client refused and reported."""
     err = tmp_path / "err.txt"
     argv = [sys.executable, "-c", _NO_PROMETHEUS, *_sim(tmp_path / "sim")[3:]]
-    env = {**clean_env(), "CUZK_SUPERVISOR_HEALTH_ENABLED": "false"}
+    env = {**clean_env(), "CUZK_SUPERVISOR_HEALTH_ENABLED": health}
     with err.open("wb") as stderr:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr,
                                 stdin=subprocess.DEVNULL, env=env, cwd=REPO)  # fmt: skip

@@ -21,12 +21,11 @@ from cuzk_supervisor.adapters.machine.gpu import (
     GpuDevice,
     GpuFault,
     GpuProbe,
-    NvmlProbe,
-    SimStatusProbe,
     StaticProbe,
-    parse_sim_status,
     total_vram,
 )
+from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
+from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe, parse_sim_status
 
 
 def warnings(logs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

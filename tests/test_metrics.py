@@ -6,12 +6,22 @@ import math
 
 import prometheus_client
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from cuzk_supervisor.adapters.machine.gpu import GpuDevice
 from cuzk_supervisor.core.bound import Bound, Evidence, Projection, Verdict
 from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.risk import RiskLevel
+from cuzk_supervisor.serve.exposition import Counter, Family, Histogram, HistogramChild, go_float
 from cuzk_supervisor.serve.metrics import CONTENT_TYPE, PHASES, PROOF_BUCKETS, SupervisorMetrics
 
 GIB = 1 << 30
@@ -103,17 +113,57 @@ def test_no_created_series_for_any_counter_or_histogram():
     assert not [s.name for f in families for s in f.samples if s.name.endswith("_created")]
 
 
-def test_no_created_series_even_with_prometheus_clients_switch_on(monkeypatch):
-    """The process-wide switch (PROMETHEUS_DISABLE_CREATED_SERIES, enable_created_metrics())
-    does not bring them back: our exposition leaves them out itself."""
-    monkeypatch.setattr(prometheus_client.metrics, "_use_created", True)
-    metrics = SupervisorMetrics()
+class _Mirror:
+    """Our series as prometheus_client's own metric families (a collector), so that its
+    ``generate_latest`` writes them: the text ``/metrics`` was made with before issue 35."""
+
+    def __init__(self, families: list[Family]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        out: list[Metric] = []
+        for family in self.families:
+            names = list(family.labelnames)
+            if isinstance(family, Histogram):
+                child = family._children[()]
+                assert isinstance(child, HistogramChild)
+                cumulative, running = [], 0.0
+                for bound, count in zip(child.bounds, child.counts, strict=True):
+                    running += count
+                    cumulative.append((floatToGoString(bound), running))
+                histogram = HistogramMetricFamily(family.name, family.documentation, labels=[])
+                histogram.add_metric([], cumulative, child.value)
+                out.append(histogram)
+                continue
+            kind = CounterMetricFamily if isinstance(family, Counter) else GaugeMetricFamily
+            mirror = kind(family.name, family.documentation, labels=names)
+            for key, series in family._children.items():
+                mirror.add_metric(list(key), series.value)
+            out.append(mirror)
+        return out
+
+
+def test_the_exposition_is_what_prometheus_client_writes_for_the_same_series():
+    """Byte for byte, escapes and float forms included: /metrics did not change when the
+    library was replaced by serve.exposition (issue 35)."""
+    metrics = SupervisorMetrics(clock=lambda: 1_700_000_000.5)
     every_kind_of_update(metrics)
-    assert b"_created" in prometheus_client.generate_latest(metrics.registry)  # they exist...
-    assert b"_created" not in metrics.render()  # ...and are not exported
-    samples = parse(metrics)
-    assert value(samples, "cuzk_supervisor_proofs_completed_total") == 1
-    assert value(samples, "cuzk_supervisor_daemon_exits_total", kind="crashed") == 1
+    metrics.daemon_exit('odd "kind" \\ with\na newline')
+    metrics.gpus([device(0, 'GPU "zero" \\', 12, 141), device(1, "NVIDIA H200", 30, 141)])
+    for seconds in (0.05, 0.3, 1500.0, 1e9):
+        metrics.proof_finished(True, seconds)
+    metrics.memory(123_456_789_012, RiskLevel.WARN)
+    metrics.bench_bound(_verdict(Bound.GPU, 0.97, 1 / 3))
+    metrics.health(1, ["gpu_lost", "a-new-kind"])
+    assert metrics.render() == prometheus_client.generate_latest(_Mirror(metrics.registry))
+    metrics.gpus([])
+    metrics.bench_bound(None)
+    assert metrics.render() == prometheus_client.generate_latest(_Mirror(metrics.registry))
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_floats_are_written_as_prometheus_client_writes_them(x: float):
+    assert go_float(x) == floatToGoString(x)
 
 
 def test_up_and_start_time():
@@ -224,13 +274,12 @@ def test_gpus_per_device_and_a_vanished_device_loses_its_series():
     assert not [key for key in parse(metrics) if key[0] in (used, total)]
 
 
-def test_each_instance_has_its_own_registry_and_the_global_one_is_untouched():
+def test_each_instance_has_its_own_series():
     a, b = SupervisorMetrics(), SupervisorMetrics()
     a.bench_rate(10)
     a.proof_finished(True, 1)
     assert value(parse(b), "cuzk_supervisor_bench_rate_proofs_per_hour") == 0
     assert value(parse(b), "cuzk_supervisor_proofs_completed_total") == 0
-    assert b"cuzk_supervisor" not in prometheus_client.generate_latest(prometheus_client.REGISTRY)
 
 
 def test_render_is_the_classic_text_format():

@@ -10,7 +10,7 @@ import pynvml
 import pytest
 import structlog
 
-from cuzk_supervisor.adapters.machine.gpu import NvmlProbe
+from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
 from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
 from cuzk_supervisor.core.health import (
     ECC,

@@ -495,7 +495,7 @@ def test_what_the_simulated_daemon_would_refuse_is_refused_now(
     tmp_path: Path, args: str, environ: dict[str, str], fragment: str
 ) -> None:
     s = _settings(tmp_path, daemon_args=args)
-    machine = sim_probes.machine(environ)  # what `run` is handed (cli.commands.sim.machine_for)
+    machine = sim_probes.machine(environ)  # what `run` is handed (cli.simhandoff.machine_for)
     with pytest.raises(UsageError, match=fragment):
         prestart.check_before_start(s, environ, disk_usage=PLENTY, machine=machine)
     # The same switches for another daemon are that daemon's business.

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
-from cuzk_supervisor.cli.view import Line, ViewModel, ViewOptions
-
 if TYPE_CHECKING:
+    # The view's model and screen are imported where the view is shown: a run off a terminal
+    # (the container's) loads neither.
     from cuzk_supervisor.cli.screen import Screen
+    from cuzk_supervisor.cli.view import ViewOptions
     from cuzk_supervisor.daemon.output import RotatingLineFile
     from cuzk_supervisor.settings import Settings
 
@@ -89,6 +90,8 @@ def lifecycle_view(
     s: Settings, *, command: str, min_rate: float, verbose: bool = False
 ) -> TerminalView:
     """The view of ``run`` and ``sim``, its events file beside the daemon's log."""
+    from cuzk_supervisor.cli.view import ViewOptions
+
     events = s.log_dir / EVENTS_FILE
     logs = (("events", str(events)), ("daemon", str(s.log_dir / "cuzk.log")),
             ("state", str(s.state_dir / "state.json")))  # fmt: skip
@@ -102,6 +105,7 @@ class _Shown:
 
     def __init__(self, view: TerminalView, out: TextIO, level: str) -> None:
         from cuzk_supervisor.cli.screen import Screen  # rich: only when the view is shown
+        from cuzk_supervisor.cli.view import ViewModel
 
         verbose = view.options.verbose or level == "debug"
         self.model = ViewModel(dataclasses.replace(view.options, verbose=verbose))
@@ -156,6 +160,11 @@ _SHOWN: _Shown | None = None
 _EVER_SHOWN = False
 
 
+def on_terminal(stream: TextIO | None = None) -> bool:
+    """Whether ``stream`` (stderr by default) is a terminal, where a view can be shown."""
+    return (stream if stream is not None else sys.stderr).isatty()
+
+
 def view_shown() -> bool:
     """Whether this process has shown the terminal view (its own lines then say it all)."""
     return _EVER_SHOWN
@@ -173,6 +182,8 @@ def say_error(command: str, message: str) -> None:
     if shown is None:
         print(f"cuzk-supervisor {command}: error: {message}", file=sys.stderr, flush=True)
         return
+    from cuzk_supervisor.cli.view import Line
+
     with shown.lock:
         shown.screen.apply([Line("error", message)])
 
@@ -222,7 +233,7 @@ def configure_logging(
     if _SHOWN is not None:  # configured again (tests): the old view ends here
         _SHOWN.screen.close()
         _SHOWN = None
-    tty = out.isatty()
+    tty = on_terminal(out)
     head: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         _add_context,

@@ -92,6 +92,7 @@ class DaemonProcess:
         self._rss_sampler = rss_sampler if rss_sampler is not None else tree_rss_sampler()
         self._rss_interval_s = rss_interval_s
         self._rss_task: asyncio.Task[None] | None = None
+        self._noted_at = -float("inf")  # when a reading taken elsewhere last came (monotonic)
         self.peak_rss_bytes = 0
         """The highest RSS of the daemon's process tree seen while it ran."""
 
@@ -108,20 +109,28 @@ class DaemonProcess:
         return self._pump
 
     def note_rss(self, rss_bytes: int | None) -> None:
-        """A reading of the tree's RSS taken elsewhere (the memory watch samples faster while
-        proving): it counts toward the peak."""
+        """A reading of the tree's RSS taken elsewhere (the memory watch samples at least as
+        often while it runs): it counts toward the peak, and spares the next reading of our
+        own (one walk of ``/proc`` a second, not two)."""
+        if rss_bytes is not None:
+            self._noted_at = time.monotonic()
+            self._keep_peak(rss_bytes)
+
+    def _keep_peak(self, rss_bytes: int | None) -> None:
         if rss_bytes is not None and rss_bytes > self.peak_rss_bytes:
             self.peak_rss_bytes = rss_bytes
 
     async def _watch_rss(self, pid: int) -> None:
         """Keep ``peak_rss_bytes`` while the daemon runs (until its tree is gone). Often at
-        first (a daemon that dies at start-up grew fast), then every ``rss_interval_s``."""
+        first (a daemon that dies at start-up grew fast), then every ``rss_interval_s``, unless
+        a reading taken elsewhere came within that interval (``note_rss``)."""
         pause = min(0.05, self._rss_interval_s)
         while True:
-            rss = self._rss_sampler(pid)
-            if rss is None:
-                return
-            self.note_rss(rss)
+            if time.monotonic() - self._noted_at >= self._rss_interval_s:
+                rss = self._rss_sampler(pid)
+                if rss is None:
+                    return
+                self._keep_peak(rss)
             await asyncio.sleep(pause)
             pause = min(pause * 2, self._rss_interval_s)
 
@@ -353,7 +362,7 @@ class DaemonProcess:
             # Only a stop that found it running explains its exit; one that comes after the
             # daemon died (e.g. OOM-killed a moment ago) must not hide why it died.
             self._stop_requested = True
-            self.note_rss(self._rss_sampler(pgid))  # its size as we stop it counts too
+            self._keep_peak(self._rss_sampler(pgid))  # its size as we stop it counts too
             self._signal_group(signal.SIGTERM)
             try:
                 await within(asyncio.shield(self._proc.wait()), self.settings.stop_grace_s)

@@ -11,26 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import WorkerPlan, total_budget_gib
-from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
-from cuzk_supervisor.daemon.process import DaemonProcess, Spawner
-from cuzk_supervisor.daemon.workers import CommandProcess
+from cuzk_supervisor.daemon.keepers import config_values, daemon_keeper, worker_keeper
+from cuzk_supervisor.daemon.process import Spawner
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
 from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.settings.policies import daemon_listen, daemon_settings, policy
+
+if TYPE_CHECKING:
+    from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 
 
 class DaemonControl:
@@ -85,24 +86,25 @@ class DaemonControl:
         current = self.keeper.current if self.keeper else None
         return current.pid if current is not None else None
 
+    def note_memory(self, snapshot: MemorySnapshot | None) -> None:
+        """The memory watch's reading of the running daemon's tree counts toward its peak RSS
+        (and spares the daemon process its own reading: ``DaemonProcess.note_rss``)."""
+        if self.keeper is None or snapshot is None or snapshot.daemon_pid is None:
+            return
+        if snapshot.daemon_pid == self.pid():
+            self.keeper.note_rss(snapshot.daemon_rss)
+
     # --- control ----------------------------------------------------------------------------
 
     async def start(self, plan: WorkerPlan, workers: int) -> None:
         """Start the daemon with ``workers`` (or replace it, if it runs with another count) and
         wait until it answers."""
         if self.keeper is None:
-            factory = functools.partial(
-                DaemonProcess,
-                spawn=self._spawn,
-                memory_at_limit=self._watch.at_limit,
+            self.keeper = daemon_keeper(
+                self.s, self._values(plan, workers), spawn=self._spawn,
+                cgroup_dir=self._cgroup_dir, memory_at_limit=self._watch.at_limit,
                 line_listeners=(self._line,),
-            )
-            self.keeper = DaemonKeeper(
-                daemon_settings(self.s, self._cgroup_dir),
-                self._values(plan, workers),
-                policy(RestartPolicy, self.s),
-                process_factory=factory,
-            )
+            )  # fmt: skip
             self.keeper.add_exit_listener(self._on_exit)
             self._task = asyncio.create_task(self.keeper.run())
         elif self.keeper.values.partition_workers != workers:
@@ -158,15 +160,9 @@ class DaemonControl:
     # --- inside -----------------------------------------------------------------------------
 
     def _values(self, plan: WorkerPlan, workers: int) -> DaemonConfigValues:
-        return DaemonConfigValues(
-            partition_workers=workers,
-            total_budget_gib=total_budget_gib(workers, plan.limit, self._memory_policy),
-            max_parallel_synthesis=workers,
-            listen=daemon_listen(self.s),
-            status_listen=self.s.daemon_status_listen,
-            param_cache=str(self.s.daemon_param_cache),
-            log_level=self.s.daemon_log_level,
-        )
+        budget = total_budget_gib(workers, plan.limit, self._memory_policy)
+        return config_values(self.s, partition_workers=workers, total_budget_gib=budget,
+                             max_parallel_synthesis=workers)  # fmt: skip
 
     def _on_exit(self, exit: DaemonExit) -> None:
         self._metrics.daemon_exit(exit.kind)
@@ -180,22 +176,9 @@ class DaemonControl:
 
     def _worker_keeper(self, index: int, command: str) -> DaemonKeeper:
         source = "curio" if index == 0 else f"worker{index}"
-
-        def factory(*_: object) -> CommandProcess:
-            return CommandProcess(
-                command,
-                source=source,
-                stop_grace_s=self.s.daemon_stop_grace_s,
-                spawn=self._spawn,
-                line_listener=self._shipper.listener(source),
-                pid_dir=self.s.state_dir,
-            )
-
         assert self.keeper is not None
-        return DaemonKeeper(
-            self.keeper.settings, self.keeper.values, policy(RestartPolicy, self.s),
-            process_factory=factory, name=source,
-        )  # fmt: skip
+        return worker_keeper(self.s, self.keeper, command, source=source, spawn=self._spawn,
+                             line_listener=self._shipper.listener(source))  # fmt: skip
 
     async def _keep_worker(self, keeper: DaemonKeeper) -> None:
         """A worker that crash-loops is given up on (logged and shipped); proving goes on."""

@@ -24,12 +24,11 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
-from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
 from cuzk_supervisor.adapters.manager.values import InstanceGone, ManagerError
 from cuzk_supervisor.adapters.state.doc import Report
 from cuzk_supervisor.adapters.state.store import StateWriteError
@@ -49,6 +48,9 @@ from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
 from cuzk_supervisor.serve.metricsink import MetricsSink
+
+if TYPE_CHECKING:  # built in the composition root only where NVML is the GPU probe
+    from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
 
 log = structlog.get_logger()
 

@@ -1,7 +1,8 @@
 """The phase machine: register, params, plan, warmup, restart, settle, bench, report, run.
 
-The only module that knows the order of phases (DESIGN.md); it reads top to bottom in that order,
-then the paths that end a run (a failure, the manager's kill, a verdict that stands). Everything
+The only module that knows the order of phases (DESIGN.md); it reads top to bottom in that order.
+The paths that end a run (a failure, the manager's kill, a verdict that stands) are its base's,
+:class:`~cuzk_supervisor.lifecycle.endings.RunEndings`. Everything
 it does to the world goes through a collaborator it is given (:mod:`.ports`; built in the
 composition root, :mod:`cuzk_supervisor.compose`). Every transition is written to the state file
 before anyone is told, logged, and shipped to the manager's log endpoint. Failures are values
@@ -15,7 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +26,7 @@ from cuzk_supervisor import exitcodes
 from cuzk_supervisor.adapters import params
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.adapters.manager.outbox import Outbox
-from cuzk_supervisor.adapters.manager.values import InstanceGone
-from cuzk_supervisor.adapters.state.doc import utc_now_iso
-from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
+from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core import bench
 from cuzk_supervisor.core.benchclock import room_to_measure
@@ -39,29 +38,22 @@ from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle import ports
 from cuzk_supervisor.lifecycle.benchrun import bench_result
+from cuzk_supervisor.lifecycle.endings import RunEndings
 from cuzk_supervisor.lifecycle.healthwatch import Unwatched
 from cuzk_supervisor.lifecycle.shared import (
     LifecycleFailure,
     MemoryTrouble,
     Progress,
     Signals,
-    cancel_and_wait,
-    innermost_frame,
 )
 from cuzk_supervisor.serve.metricsink import MetricsSink
 from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
 
-# Verdicts that stand across a restart of the container (see SupervisorState.verdict).
-TERMINAL_CODES = frozenset(
-    {exitcodes.BENCH_FAILED, exitcodes.INSTANCE_GONE, exitcodes.OUT_OF_MEMORY,
-     exitcodes.HEALTH_BROKEN}
-)  # fmt: skip
-
 
 @dataclass(eq=False, kw_only=True)
-class Lifecycle:
+class Lifecycle(RunEndings):
     """The phases in order, given its collaborators (all of them shared with each other through
     ``progress`` and ``signals``)."""
 
@@ -81,18 +73,17 @@ class Lifecycle:
     reporter: ports.Reports
     monitors: ports.Watchers
     health: ports.Health = field(default_factory=Unwatched)
+    release_memory: Callable[[], None] = field(default=lambda: None)
+    """Called as the run phase begins: what the phases before it left free goes back to the
+    system (``adapters.machine.heap``; the composition root gives it)."""
     plan: WorkerPlan | None = field(default=None, init=False)
     phase_listeners: list[Callable[[str], None]] = field(default_factory=list, init=False)
     last_verdict_reason: str = field(default="", init=False)
 
-    # What /readyz and /metrics read (serve.health.LifecycleSource, cli.commands.run).
+    # What /readyz and /metrics read (serve.health.LifecycleSource, compose.run).
     @property
     def keeper(self) -> DaemonKeeper | None:
         return self.daemon.keeper
-
-    @property
-    def last_failure(self) -> str:
-        return self.progress.last_failure
 
     @property
     def outbox(self) -> Outbox:
@@ -291,6 +282,7 @@ class Lifecycle:
     async def _run_phase(self) -> int:
         await self._enter("run")
         await self.reporter.running()
+        self.release_memory()  # the bench's leftovers, not held for the days of the run phase
         if self.s.exit_after_run:
             return exitcodes.OK
         async with self.daemon.workers_kept(), self.health.watching():
@@ -354,85 +346,3 @@ class Lifecycle:
     def _workers(self) -> int:
         running = self.daemon.workers
         return running if running is not None else (self.plan.full_workers if self.plan else 0)
-
-    # --- how a run ends: a failure, the manager's kill, a verdict that stands ----------------
-
-    async def _run_guarded(self) -> int:
-        verdict = self.state.state.verdict
-        if verdict is not None:
-            return await self._stay_finished(verdict)
-        code = await self._run_to_a_code()
-        if code in TERMINAL_CODES:
-            reason = self.last_verdict_reason or self.last_failure or f"exit {code}"
-            record = {"exit_code": code, "reason": reason, "at": utc_now_iso()}
-            with contextlib.suppress(StateWriteError):
-                await self.state.update(lambda st: dataclasses.replace(st, verdict=record))
-        return code
-
-    async def _run_to_a_code(self) -> int:
-        try:
-            return await self._run_unless_gone()
-        except LifecycleFailure as failure:
-            self.last_verdict_reason = failure.reason
-            await self.reporter.report_failure(failure.reason)
-            return failure.exit_code
-        except StateWriteError as exc:
-            log.error("state.unwritable", reason=str(exc))
-            await self.reporter.report_failure(f"state file unwritable: {exc}", durable=False)
-            return exitcodes.STATE_UNWRITABLE
-        except Exception as exc:
-            # The top-level guard: a bug or an unforeseen OS error is still one event, a reason
-            # told to the manager and a documented code, never a traceback on the way out.
-            where = innermost_frame(exc)
-            reason = f"unexpected {type(exc).__name__}: {exc} ({where})"
-            log.error("supervisor.crashed", reason=reason, phase=self.progress.phase)
-            await self.reporter.report_failure(reason)
-            return exitcodes.FAILURE
-
-    async def _run_unless_gone(self) -> int:
-        """The lifecycle, cut short when the manager killed this instance: nothing more is sent
-        (a report would revive it), the daemon is stopped, the reason is pushed."""
-        body = asyncio.ensure_future(self._phases())
-        gone = asyncio.ensure_future(self.signals.gone.wait())
-        try:
-            await asyncio.wait({body, gone}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # a signal: the phases end before run() stops the daemon
-            await cancel_and_wait(body)
-            raise
-        finally:
-            gone.cancel()
-        if body.done():
-            try:
-                return body.result()
-            except InstanceGone as exc:
-                return await self._end_gone(exc.message)
-        await cancel_and_wait(body)
-        return await self._end_gone(self.signals.gone_reason)
-
-    async def _end_gone(self, reason: str) -> int:
-        self.last_verdict_reason = f"instance gone: {reason}"
-        log.warning("manager.instance_gone", reason=reason, phase=self.progress.phase)
-        self.reporter.reported = True  # nothing may be reported for a killed instance
-        self.shipper.add_line("setup", f"instance gone in {self.progress.phase}: {reason}")
-        await self.daemon.stop()
-        with contextlib.suppress(StateWriteError):
-            await self.state.update(lambda st: st.with_failure(f"instance gone: {reason}"))
-        return exitcodes.INSTANCE_GONE
-
-    async def _stay_finished(self, verdict: Mapping[str, Any]) -> int:
-        """A terminal verdict stands: report it again, start nothing, stay up until stopped
-        (so a restart policy does not turn it into a loop of registrations and benchmarks)."""
-        reason = str(verdict.get("reason", ""))
-        self.progress.last_failure = f"finished: {reason}"
-        if self.state.state.uuid:
-            self.shipper.set_uuid(self.state.state.uuid)
-        await self._enter("finished")
-        log.warning("lifecycle.finished", exit_code=verdict.get("exit_code"), reason=reason,
-                    detail="a terminal verdict from an earlier run; remove the state file "
-                           "to start over")  # fmt: skip
-        self.shipper.add_line("setup", f"finished earlier: {reason}")
-        if self.s.exit_after_run:
-            code = verdict.get("exit_code")
-            return code if isinstance(code, int) else exitcodes.FAILURE
-        await asyncio.Event().wait()  # until the signal cancels us
-        return exitcodes.OK  # pragma: no cover - never reached

@@ -1,7 +1,7 @@
 """Where the health server listens and what it serves: the listen-address rule (an IP address
 and a port, loopback unless ``health_allow_public``) and the route names.
 
-No server and no prometheus_client here: the settings, the prestart checks and the
+No server and no metrics here: the settings, the prestart checks and the
 ``healthcheck`` command import this to check or reach the address without loading the server.
 """
 

@@ -1,38 +1,32 @@
-"""Prometheus metrics of the supervisor, in a registry of its own.
+"""The supervisor's Prometheus metrics (``/metrics``), each instance with its own families.
 
-The registry is never prometheus_client's global one: tests build as many ``SupervisorMetrics``
-as they like, and nothing a library registers globally leaks into ``/metrics``. Updates are small
-typed methods the lifecycle calls where things happen; each is a dict lookup and a float store
-(label children are bound once, up front), so the hot paths pay nothing more than that. Rendering
-happens only when ``/metrics`` is scraped.
+Tests build as many ``SupervisorMetrics`` as they like; nothing is registered process-wide.
+Updates are small typed methods the lifecycle calls where things happen; each is a dict lookup
+and a float store (label children are bound once, up front), so the hot paths pay nothing more
+than that. Rendering happens only when ``/metrics`` is scraped, by ``serve.exposition`` (the
+text format, as prometheus_client wrote it before: the library is no longer loaded).
 
 Names follow the Prometheus conventions: a counter counts what its name says (daemon *exits*, by
 kind; a restart is what may follow one), ``_bytes`` gauges say what they measure (capacity, used),
-and no ``<name>_created`` series is exported (prometheus_client adds one to every counter and
-histogram; the exposition leaves them out, see :class:`_WithoutCreated`).
+and no ``<name>_created`` series is exported.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
+from collections.abc import Callable, Iterable
 
 from cuzk_supervisor.adapters.machine.gpu import GpuDevice
 from cuzk_supervisor.core.bound import Bound, Verdict
 from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.health import KINDS as HEALTH_KINDS
 from cuzk_supervisor.core.risk import RiskLevel
+from cuzk_supervisor.serve.exposition import Counter, Family, Gauge, Histogram, render
 
 NAN = math.nan
 
-# The classic text format; fixed here rather than taken from prometheus_client, whose
-# CONTENT_TYPE_LATEST moved to version=1.0.0 in recent releases. Our names are all legacy-valid,
-# so the body is the same either way.
+# The classic text format (serve.exposition writes it).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # The lifecycle's phases in order (DESIGN.md); each gets a series up front so a dashboard sees
@@ -70,34 +64,11 @@ PROOF_BUCKETS: tuple[float, ...] = (
 )
 
 
-class _WithoutCreated:
-    """The registry's metric families without their ``<name>_created`` samples.
-
-    prometheus_client adds a ``_created`` sample (the creation time, exposed as a gauge of its
-    own) to every counter and histogram. Its ``disable_created_metrics()`` turns that off for the
-    whole process, for every registry, and any later caller of ``enable_created_metrics()`` turns
-    it back on; filtering our own exposition keeps ``/metrics`` free of them whatever else runs
-    in the process.
-    """
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._registry.collect():
-            created = family.name + "_created"
-            kept = [sample for sample in family.samples if sample.name != created]
-            if len(kept) != len(family.samples):
-                family = copy.copy(family)  # never change what a collector may keep
-                family.samples = kept
-            yield family
-
-
 class SupervisorMetrics:
     """Every metric the supervisor exports; ``render()`` is the ``/metrics`` body."""
 
     def __init__(self, *, phase: str = "start", clock: Callable[[], float] = time.time) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry: list[Family] = []
         r = self.registry
 
         up = Gauge("cuzk_supervisor_up", "1 while the supervisor process runs", registry=r)
@@ -366,5 +337,5 @@ class SupervisorMetrics:
         return self._current_phase
 
     def render(self) -> bytes:
-        """The text exposition format (``CONTENT_TYPE``), without ``_created`` series."""
-        return generate_latest(_WithoutCreated(self.registry))
+        """The text exposition format (``CONTENT_TYPE``)."""
+        return render(self.registry)

@@ -1,10 +1,10 @@
 """What the lifecycle records its metrics through, and the stand-in when nothing serves them.
 
-``MetricsSink`` is the updates of ``serve.metrics.SupervisorMetrics`` (prometheus_client) as a
-protocol; the lifecycle's collaborators are typed with it. ``NoMetrics`` has the same methods and
-records nothing: ``run`` gives it to the lifecycle when the health server is off
-(``health_enabled`` false), since no ``/metrics`` would ever read the registry, and such a run
-never loads prometheus_client. This module imports nothing at run time beyond ``typing``.
+``MetricsSink`` is the updates of ``serve.metrics.SupervisorMetrics`` as a protocol; the
+lifecycle's collaborators are typed with it. ``NoMetrics`` has the same methods and records
+nothing: ``run`` gives it to the lifecycle when the health server is off (``health_enabled``
+false), since no ``/metrics`` would ever read the series, and such a run never loads the
+metrics nor the server. This module imports nothing at run time beyond ``typing``.
 """
 
 from __future__ import annotations

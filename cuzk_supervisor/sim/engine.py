@@ -1,8 +1,14 @@
-"""The job engine: jobs and results, and the partition pipeline run on the event loop's clock
-with the memory it holds. Quirks of the real engine are kept on purpose: no
+"""The job engine: jobs taken in and answered, and the partition pipeline run on the event
+loop's clock with the memory it holds. Quirks of the real engine are kept on purpose: no
 de-duplication (a second SubmitProof with the same id proves again), results kept for the
 process lifetime, and the *first* finished result of an id is the one AwaitProof and Prove
 return (they look in the finished results before the running jobs).
+
+Here: a job's submission, its input parsed (inline, or a 50 MB C1 in a thread), its admission
+to the pipeline once the PoRep SRS (and PCE) is resident, and its end (the answer its waiters
+get, the counters, the timeline). A job's record and answer are ``sim.job``'s; what the
+pipeline's events do to the jobs is ``sim.engineevents``'s (``PipelineEvents``, this class's
+base).
 
 Timing: the pure ``Pipeline`` works in simulated seconds; each of its deadlines is turned into
 one ``loop.call_at`` at ``t0 + t / scale``, and a fired deadline is processed at its *ideal*
@@ -13,74 +19,33 @@ exact clock are recorded as it enters the pipeline and as it ends (``sim.timelin
 from __future__ import annotations
 
 import asyncio
-import math
-import os
 import uuid
 from collections import Counter, defaultdict, deque
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.sim import model
 from cuzk_supervisor.sim.c1 import check_c1
 from cuzk_supervisor.sim.chaos import FaultController
 from cuzk_supervisor.sim.clock import SimClock
+from cuzk_supervisor.sim.engineevents import PipelineEvents
 from cuzk_supervisor.sim.gpufaults import GpuSteps
+from cuzk_supervisor.sim.job import POREP, Job
 from cuzk_supervisor.sim.logfmt import DaemonLog
 from cuzk_supervisor.sim.memory import Memory
-from cuzk_supervisor.sim.pipeline import (
-    Event,
-    GpuFinished,
-    GpuStarted,
-    GpuTimes,
-    JobProved,
-    JobSynthesized,
-    Part,
-    Pipeline,
-    Started,
-    SynthesisFailed,
-    Synthesized,
-)
-from cuzk_supervisor.sim.pipestatus import GpuUse, track
+from cuzk_supervisor.sim.pipeline import GpuTimes, Pipeline
+from cuzk_supervisor.sim.pipestatus import GpuUse
 from cuzk_supervisor.sim.residency import POREP_CIRCUIT, Release, Residency
 from cuzk_supervisor.sim.statustrack import StatusTracker
-from cuzk_supervisor.sim.timeline import JobTimes, Timeline, starved_s
+from cuzk_supervisor.sim.timeline import Timeline, starved_s
 
-POREP = pb.POREP_SEAL_COMMIT
 # Parse small inputs inline; a 50 MB C1 in a thread, after SubmitProof has answered.
 INLINE_PARSE_BYTES = 1 << 20
-Status = pb.AwaitProofResponse.Status
 
 
-@dataclass(eq=False)
-class Job:
-    job_id: str
-    seq: int
-    kind: pb.ProofKind
-    submitted_at: float
-    payload: bytes = b""
-    state: Literal["queued", "running", "done"] = "queued"
-    parsed: bool = False
-    error: str | None = None
-    factor: float = 1.0
-    started_at: float | None = None
-    synthesis_s: float = 0.0
-    gpu_s: float = 0.0
-    srs_load_s: float = 0.0
-    proved: bool = False
-    awaiting_pce: bool = False
-    admitted_at: float | None = None  # entered the partition pipeline
-    reply_to: int | None = None  # the job whose answer this submission followed
-    starved_s: float = 0.0  # idle capacity before it arrived that only the client could fill
-
-    @property
-    def queue(self) -> str:
-        return model.QUEUE_NAME[self.kind]
-
-
-class Engine:
+class Engine(PipelineEvents):
     def __init__(
         self,
         *,
@@ -324,7 +289,7 @@ class Engine:
                 job.reply_to, since = self._unreplied.popleft()
             job.starved_s = starved_s(job.submitted_at, self.pipeline.hungry_since, since)
             if self.timeline is not None:
-                self.timeline.job(self._times(job, "admitted"))
+                self.timeline.job(job.times("admitted"))
             self._handle(events)
             # engine.rs registers the job once its C1 is parsed and its SRS loaded.
             self.tracker.register_job(job.job_id, job.queue, model.PARTITIONS_PER_POREP, at)
@@ -351,126 +316,7 @@ class Engine:
             job.gpu_s = model.SINGLE_STEP_SECONDS[job.kind]
             self._complete(job, at)
 
-    # --- pipeline events ------------------------------------------------------------------
-    def _on_deadline(self, t: float) -> None:
-        self._timer = None
-        self._handle(self.pipeline.advance(t))
-
-    def _handle(self, events: list[Event]) -> None:
-        for event in events:
-            job = self._by_seq[event.seq]
-            # The tracker and the memory follow a failed job's leftovers too, as the real
-            # daemon's do (its synthesizing partitions run to their end).
-            track(self.tracker, job.job_id, event)
-            self.gpu_use.on_event(event)
-            if isinstance(event, Started):
-                self._on_started(job, event)
-            elif isinstance(event, SynthesisFailed | Synthesized):
-                self.memory.free(("partition", event.part))
-            if job.state != "done":
-                self._apply(job, event)
-        self._reschedule()
-
-    def _fails(self, part: Part) -> bool:
-        """Whether partition ``part`` fails as it starts synthesis (a ``fail`` fault there)."""
-        if self.faults is None:
-            return False
-        fired = self.faults.check("partition", partition=part.index)
-        failure = next((spec for spec in fired if spec.kind == "fail"), None)
-        if failure is not None:
-            self._failures[part.seq] = failure.message
-        return failure is not None
-
-    def _apply(self, job: Job, event: Event) -> None:
-        if isinstance(event, Started) and job.state == "queued":
-            job.state, job.started_at = "running", event.at
-        elif isinstance(event, SynthesisFailed):
-            # engine.rs: the job is failed and answered; it is never completed (no
-            # job_completed), so GET /status lists it for the daemon's life.
-            self._finish(job, self._failures.pop(job.seq, "synthesis failed"), event.at)
-        elif isinstance(event, Synthesized):
-            job.synthesis_s += event.seconds
-            self.log.debug(
-                "cuzk_core::pipeline",
-                "partition synthesized",
-                job_id=job.job_id,
-                partition=event.part.index,
-                elapsed_ms=round(event.seconds * 1000),
-            )
-        elif isinstance(event, GpuStarted):
-            if self.gpu_steps is not None:  # the GPUs' trouble (sim.gpufaults)
-                self.gpu_steps.started(self, job, event)
-        elif isinstance(event, GpuFinished):
-            job.gpu_s += event.seconds
-            self.log.debug(
-                "cuzk_core::gpu",
-                "partition proved",
-                job_id=job.job_id,
-                partition=event.part.index,
-                gpu_worker=event.worker,
-            )
-        elif isinstance(event, JobSynthesized):
-            self.log.info("cuzk_core::pipeline", "all partitions synthesized", job_id=job.job_id)
-            if self.resident.pce == "absent":
-                job.awaiting_pce = True
-                self.resident.extract_pce(event.at, job.job_id, lambda at: self._pce_done(job, at))
-        elif isinstance(event, JobProved):
-            job.proved = True
-            if not job.awaiting_pce:
-                self._complete(job, event.at)
-
-    def _pce_done(self, job: Job, at: float) -> None:
-        job.awaiting_pce = False
-        if job.proved:
-            self._complete(job, at)
-
-    def _on_started(self, job: Job, event: Started) -> None:
-        self.log.debug(
-            "cuzk_core::pipeline",
-            "partition synthesis started",
-            job_id=job.job_id,
-            partition=event.part.index,
-            active=event.active,
-        )
-        # Its real pages come from a worker thread: page faults on the loop would hold up every
-        # answer and the next submission's headers (sim.pages).
-        self.memory.alloc(("partition", event.part), model.PARTITION_GIB, background=True)
-
-    def fail_job(self, job: Job, error: str, at: float, worker: int | None = None) -> None:
-        """End ``job`` as failed now, as engine.rs does when a partition's GPU step fails: the
-        job is answered FAILED, its waiting partitions are dropped and those synthesizing run
-        to their end; ``worker`` (whose step failed) is free at once, while its status entry
-        stays ``proving`` until its next pickup (no ``partition_gpu_end``, as in engine.rs)."""
-        events = self.pipeline.fail(job.seq, at, worker)
-        self._finish(job, error, at)
-        self._handle(events)
-
-    def _reschedule(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deadline = self.pipeline.next_deadline()
-        if deadline is not None and math.isfinite(deadline) and self.clock is not None:
-            self._timer = self.clock.call_at(deadline, self._on_deadline, deadline)
-
     # --- results --------------------------------------------------------------------------
-    def _times(
-        self, job: Job, status: str, end: float | None = None, answered: float | None = None
-    ) -> JobTimes:
-        return JobTimes(
-            seq=job.seq,
-            job_id=job.job_id,
-            kind=job.queue,
-            status=status,
-            arrived_s=job.submitted_at,
-            admitted_s=job.admitted_at,
-            reply_to=job.reply_to,
-            started_s=job.started_at,
-            completed_s=end,
-            answered_s=answered,
-            starved_s=job.starved_s,
-        )
-
     def _complete(self, job: Job, at: float | None = None) -> None:
         """The proof is done; a ``fail`` fault may still turn it into a failure (the real
         self-check's: counted in ``/status`` and listed 30 s, as a completed job is)."""
@@ -492,23 +338,7 @@ class Engine:
         end = self.now() if at is None else at
         job.state = "done"
         del self._live[job.seq]
-        queued_until = job.started_at if job.started_at is not None else end
-        if error:
-            # The real engine fills no timing into a FAILED result: every field is 0.
-            response = pb.AwaitProofResponse(
-                job_id=job.job_id, status=Status.FAILED, error_message=error
-            )
-        else:
-            response = pb.AwaitProofResponse(
-                job_id=job.job_id,
-                status=Status.COMPLETED,
-                proof=os.urandom(model.PROOF_BYTES[job.kind]),
-                queue_wait_ms=round((queued_until - job.submitted_at) * 1000),
-                srs_load_ms=round(job.srs_load_s * 1000),
-                synthesis_ms=round(job.synthesis_s * 1000),
-                gpu_compute_ms=round(job.gpu_s * 1000),
-                total_ms=round((end - job.submitted_at) * 1000),
-            )
+        response = job.answer(error, end)
         self.duration_s[job.queue] += end - job.submitted_at
         self.results[job.job_id] = response
         answer = self._answers.get(job.job_id)
@@ -519,7 +349,7 @@ class Engine:
         self._unreplied.append((job.seq, answered))
         if self.timeline is not None:
             status = "failed" if error else "completed"
-            self.timeline.job(self._times(job, status, end, max(answered, end)))
+            self.timeline.job(job.times(status, end, max(answered, end)))
         if error:
             self.failed[job.queue] += 1
             self.log.error("cuzk_core::engine", "proof failed", job_id=job.job_id, error=error)

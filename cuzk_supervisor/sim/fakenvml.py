@@ -1,6 +1,6 @@
 """A fake ``pynvml`` for the simulated machine: NVML as it would answer about the simulated GPUs
 (issue 34). The supervisor's own NVML code (:mod:`~cuzk_supervisor.adapters.machine.nvmlevents`,
-:class:`~cuzk_supervisor.adapters.machine.gpu.NvmlProbe`) runs against it unchanged.
+:class:`~cuzk_supervisor.adapters.machine.gpunvml.NvmlProbe`) runs against it unchanged.
 
 What it knows comes from two places: the GPUs' hardware condition (:mod:`.gpustate`: lost,
 throttled, ECC counters, XID events, the file the simulated daemon writes) and whether each GPU

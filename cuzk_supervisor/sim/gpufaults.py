@@ -32,7 +32,8 @@ from cuzk_supervisor.sim.gpustate import GpuState, gpu_and_number
 
 if TYPE_CHECKING:
     from cuzk_supervisor.sim.chaos import FaultController
-    from cuzk_supervisor.sim.engine import Engine, Job
+    from cuzk_supervisor.sim.engineevents import PipelineEvents
+    from cuzk_supervisor.sim.job import Job
     from cuzk_supervisor.sim.pipeline import GpuStarted
 
 TARGET = "cuzk_sim::gpu"
@@ -72,7 +73,7 @@ class GpuSteps:
         self._log = log
         self._wrong: dict[int, int] = {}  # job seq -> the GPU that computed a wrong partition
 
-    def started(self, engine: Engine, job: Job, event: GpuStarted) -> None:
+    def started(self, engine: PipelineEvents, job: Job, event: GpuStarted) -> None:
         """A partition reached a GPU worker: the GPU's trouble, if any, happens now."""
         gpu = event.worker // max(1, engine.gpu_workers_per_device)
         condition = self.state.condition(gpu)

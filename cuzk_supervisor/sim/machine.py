@@ -2,10 +2,10 @@
 
 One description, read by both sides. The simulated daemon takes it as arguments (``--gpus``,
 ``--vram-gib``, ``--host-gib``, ``--memory-scale``, ``--cgroup-dir``, each with a ``CUZK_SIM_*``
-variable); the supervisor reads the same arguments out of ``daemon_args`` (``sim_daemon_argv``)
-so that its probes know the machine before any daemon runs: the plan sees the GPUs and applies
-its VRAM rule, and the memory it plans from is the simulated RAM, not the laptop's RAM times
-the memory scale.
+variable); the supervisor reads the same arguments out of ``daemon_args``
+(``daemon.simulated.sim_daemon_argv``) so that its probes know the machine before any daemon
+runs: the plan sees the GPUs and applies its VRAM rule, and the memory it plans from is the
+simulated RAM, not the laptop's RAM times the memory scale.
 
 Sizes are simulated GiB. Memory is really allocated at ``memory_scale`` real MiB per simulated
 GiB, so the supervisor measures real bytes and plans with ``plan_memory_scale`` = 1024 /
@@ -36,8 +36,6 @@ DEFAULT_VRAM_GIB = 24.0
 """An RTX 3090's; a proof holds 12 GiB of it (``model.GPU_VRAM_PROVING_GIB``)."""
 GIB = 1 << 30
 MIB = 1 << 20
-SIM_DAEMON_MODULE = "cuzk_supervisor.sim.daemon"
-SIM_DAEMON_BINARY = "cuzk-sim-daemon"  # the console script (pyproject.toml)
 FAULTS_ENV = "CUZK_SIM_FAULTS"
 
 
@@ -200,17 +198,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"simulated daemon arguments: {message}")
-
-
-def sim_daemon_argv(binary: str, args: Sequence[str]) -> list[str] | None:
-    """The simulated daemon's own arguments when ``binary args`` runs it, else None."""
-    if Path(binary).name == SIM_DAEMON_BINARY:
-        return list(args)
-    items = list(args)
-    for i, arg in enumerate(items[:-1]):
-        if arg == "-m" and items[i + 1] == SIM_DAEMON_MODULE:
-            return items[i + 2 :]
-    return None
 
 
 def check_daemon_argv(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> SimMachine:

@@ -1,28 +1,28 @@
 """The machine the simulator hands in to the composition root (``cuzk_supervisor.compose``).
 
-``machine(environ)`` is a ``compose.Machine`` for ``run``, ``sim``, ``doctor``, ``plan`` and
-``daemon`` (the ``sim`` command hands it to each): when the configured daemon is the simulated
-one, its machine is known from the daemon's arguments (``sim.machine``), so the GPU probe reports
-its GPUs idle before any daemon answers, the memory sampler reads its RAM (``--host-gib``) as the
-host's, and what the simulated daemon would refuse at its start is refused before anything
-starts. With any other daemon, or without those arguments, they are the host's own
-(``compose.host_gpu_probe``, ``compose.host_memory_sampler``).
+``machine(environ)`` is a ``compose.Machine``: the ``sim`` command hands it to the lifecycle,
+and ``cli.simhandoff`` to ``run``, ``doctor``, ``plan`` and ``daemon`` when their daemon is the
+simulated one. Its machine is known from the daemon's arguments (``sim.machine``), so the GPU
+probe reports its GPUs idle before any daemon answers, the memory sampler reads its RAM
+(``--host-gib``) as the host's, and what the simulated daemon would refuse at its start is
+refused before anything starts. Without those arguments (``--host-gib``, ``gpu_probe`` sim)
+they are the host's own (``compose.host_gpu_probe``, ``compose.host_memory_sampler``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cuzk_supervisor import compose
-from cuzk_supervisor.adapters.machine.gpu import GpuProbe, SimStatusProbe
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
+from cuzk_supervisor.daemon.simulated import sim_daemon_argv
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.sim.machine import SimMachine, check_daemon_argv, sim_daemon_argv
+from cuzk_supervisor.sim.machine import SimMachine, check_daemon_argv
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
@@ -49,6 +49,10 @@ def machine_of(s: Settings, environ: Mapping[str, str] = os.environ) -> SimMachi
 def gpu_probe(s: Settings, machine: SimMachine | None) -> GpuProbe:
     if s.gpu_probe != "sim" or machine is None:
         return compose.host_gpu_probe(s)
+    # Here: a run against the simulator with another GPU probe (the benches') loads neither
+    # this probe nor urllib.request, as a real run does not.
+    from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
+
     url = f"http://{s.daemon_status_listen}/status"
     return SimStatusProbe(url, idle_devices=machine.gpu_devices())
 
@@ -74,6 +78,8 @@ def gpu_health(s: Settings, machine: SimMachine | None) -> NvmlHealth | None:
 
 def busy_gpus(url: str, timeout_s: float = 1.0) -> frozenset[int] | None:
     """The GPUs a worker of which the daemon's status shows proving (None: no answer)."""
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             document = json.loads(resp.read())

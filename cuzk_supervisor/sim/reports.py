@@ -11,7 +11,8 @@ from collections.abc import Mapping
 
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.sim import model
-from cuzk_supervisor.sim.engine import Engine, Job
+from cuzk_supervisor.sim.engine import Engine
+from cuzk_supervisor.sim.job import Job
 from cuzk_supervisor.sim.machine import GPU_NAME
 from cuzk_supervisor.sim.statusdoc import REFERENCE_CONCURRENCY, steady_state, vram_used
 

@@ -19,7 +19,8 @@ from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
 from cuzk_supervisor.sim import model, reports
 from cuzk_supervisor.sim.chaos import FaultController, HangGate
-from cuzk_supervisor.sim.engine import Engine, Job
+from cuzk_supervisor.sim.engine import Engine
+from cuzk_supervisor.sim.job import Job
 from cuzk_supervisor.sim.transport import CallRules
 
 # The real server's limits, both ways.

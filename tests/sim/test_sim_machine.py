@@ -17,15 +17,10 @@ from simhelpers import quick_sim
 from structlog.testing import capture_logs
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.adapters.machine.gpu import SimStatusProbe
+from cuzk_supervisor.adapters.machine.gpusimstatus import SimStatusProbe
+from cuzk_supervisor.daemon.simulated import sim_daemon_argv
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.sim.machine import (
-    GIB,
-    MIB,
-    SimMachine,
-    check_daemon_argv,
-    sim_daemon_argv,
-)
+from cuzk_supervisor.sim.machine import GIB, MIB, SimMachine, check_daemon_argv
 
 # --- the description, read from the daemon's arguments --------------------------------------
 

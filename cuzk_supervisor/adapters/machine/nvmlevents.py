@@ -9,7 +9,7 @@ One :class:`NvmlHealth` reads, at each observation and for each device, a
 - the **ECC** counters: uncorrected errors since the driver loaded, pages retired for double-bit
   errors and whether a retirement waits for a reset (None where the GPU has no ECC);
 - the **clocks**: utilisation, SM clock against its maximum, the slowdown reasons
-  (:func:`~cuzk_supervisor.adapters.machine.gpu.nvml_activity`);
+  (:func:`~cuzk_supervisor.adapters.machine.gpunvml.nvml_activity`);
 - whether the device **answers** at all: a device NVML cannot read (``GPU is lost`` after it
   fell off the bus, any error on its handle or memory) is a view with ``answering`` False and
   the error's text; its handle is looked up again at the next read.
@@ -27,8 +27,8 @@ from typing import Any
 
 import structlog
 
-from cuzk_supervisor.adapters.machine.gpu import _nvml_error_text as _error_text
-from cuzk_supervisor.adapters.machine.gpu import nvml_activity
+from cuzk_supervisor.adapters.machine.gpunvml import nvml_activity
+from cuzk_supervisor.adapters.machine.gpunvml import nvml_error_text as _error_text
 from cuzk_supervisor.core.healthevidence import GpuView
 
 log = structlog.get_logger("supervisor.health")

@@ -1,6 +1,6 @@
 """Every deadline and retry rule of the proving client, as plain values.
 
-:class:`ProvingTimeouts` holds the deadlines and budgets (they become settings);
+:class:`ProvingTimeouts` (``timeouts``) holds the deadlines and budgets (they become settings);
 :class:`RetryPolicy` says what one kind of call retries and how it waits, and builds the tenacity
 controller for one series of attempts. The four policies (:func:`submit_policy`,
 :func:`await_policy`, :func:`ready_policy`, :func:`call_policy`) are values to print, compare and
@@ -34,68 +34,9 @@ from cuzk_supervisor.adapters.proving.errors import (
     is_connect_failure,
     is_own_cancel,
 )
-from cuzk_supervisor.core.checks import POSITIVE, Rule, require_fields, require_relation
+from cuzk_supervisor.adapters.proving.timeouts import MIN_READY_POLL_INTERVAL_S, ProvingTimeouts
 
 log = structlog.get_logger("supervisor.proving")
-
-# GetStatus runs nvidia-smi on the real daemon: never poll it faster than this.
-MIN_READY_POLL_INTERVAL_S = 0.25
-_READY_POLL_INTERVAL = Rule(
-    lambda v: v >= MIN_READY_POLL_INTERVAL_S,
-    f">= {MIN_READY_POLL_INTERVAL_S} s (GetStatus runs nvidia-smi)",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ProvingTimeouts:
-    """Every deadline and budget of the proving client. A plain value: these become settings."""
-
-    submit_deadline_s: float = 60.0
-    """Deadline of one SubmitProof call; it uploads the ~51 MB C1 input, hence longer than an
-    await's. When it passes, the job is awaited before anything is submitted again."""
-
-    await_deadline_s: float = 30.0
-    """Our deadline on each AwaitProof call. Short on purpose: the real server ignores
-    ``timeout_ms`` and holds the call until the proof ends; a cut call is just awaited again."""
-
-    proof_budget_s: float = 3600.0
-    """Total time for one proof from its first submit to its result, across every retry. Sized
-    for warmup-scale first proofs (no PCE cache yet); callers pass their own per proof."""
-
-    call_deadline_s: float = 10.0
-    """Deadline of a short call: GetStatus (the daemon runs nvidia-smi for it), GetMetrics."""
-
-    ready_poll_interval_s: float = 0.25
-    """Least time between two GetStatus calls while waiting for readiness (at least 0.25 s)."""
-
-    ready_poll_max_s: float = 0.5
-    """Longest wait between two readiness polls (the backoff's cap while starting)."""
-
-    startup_deadline_s: float = 300.0
-    """How long :meth:`ProvingClient.wait_ready` keeps asking before DaemonNotReady."""
-
-    backoff_base_s: float = 0.5
-    """First wait before retrying a transient failure (jittered, doubled each attempt)."""
-
-    backoff_max_s: float = 10.0
-    """Longest wait between two retries of a transient failure."""
-
-    def __post_init__(self) -> None:
-        require_fields(
-            self,
-            (
-                "submit_deadline_s",
-                "await_deadline_s",
-                "proof_budget_s",
-                "call_deadline_s",
-                "startup_deadline_s",
-                "backoff_base_s",
-            ),
-            POSITIVE,
-        )
-        require_fields(self, ("ready_poll_interval_s",), _READY_POLL_INTERVAL)
-        require_relation(self, "ready_poll_max_s", ">=", "ready_poll_interval_s")
-        require_relation(self, "backoff_max_s", ">=", "backoff_base_s")
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ next one. The CPU's busy share is the container's against its quota and physical
 (:class:`~cuzk_supervisor.adapters.machine.cpumeter.CpuMeter`), or the simulated machine's
 when the daemon is the simulator (``sim.cpu_busy_share``); each GPU's utilisation, clocks and
 slowdown reasons come from ``gpus`` (NVML's
-:meth:`~cuzk_supervisor.adapters.machine.gpu.NvmlProbe.activity` where ``gpu_probe`` is nvml),
+:meth:`~cuzk_supervisor.adapters.machine.gpunvml.NvmlProbe.activity` where ``gpu_probe`` is nvml),
 or the simulator's ``sim.gpus``.
 """
 

@@ -18,14 +18,12 @@ from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
-from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.config import DaemonConfigValues
-from cuzk_supervisor.daemon.keeper import DaemonKeeper
-from cuzk_supervisor.daemon.process import DaemonProcess
+from cuzk_supervisor.daemon.keepers import config_values, daemon_keeper
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.runtime import Runtime, run_supervised
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.settings.policies import daemon_listen, daemon_settings, policy
+from cuzk_supervisor.settings.policies import policy
 
 # Settings of those groups the daemon command does not read: no OOM step-down (that is the
 # lifecycle's), no GPU probe (the plan here is a check of --workers against memory only).
@@ -47,14 +45,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Not for --help: the simulated machine's probes when the daemon is the simulator.
-    from cuzk_supervisor.cli.commands.sim import machine_for
+    from cuzk_supervisor.cli.simhandoff import machine_for
 
     s = settings.from_namespace(args).settings
     if s.workers < 1:
         raise UsageError("--workers is required (partition_workers for the daemon)")
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
     configure_logging(s.log_level, json=json_logs)
-    sampler = machine_for().memory_sampler(s)
+    sampler = machine_for(s).memory_sampler(s)
     snapshot = sampler.sample()
     plan = plan_workers(
         PlanInputs(
@@ -67,15 +65,7 @@ def main(args: argparse.Namespace) -> int:
     )
     if isinstance(plan, PlanRefusal):
         raise UsageError(f"cannot plan {s.workers} workers: {plan.reason}")
-    values = DaemonConfigValues(
-        partition_workers=plan.partition_workers,
-        total_budget_gib=plan.total_budget_gib,
-        max_parallel_synthesis=plan.max_parallel_synthesis,
-        listen=daemon_listen(s),
-        status_listen=s.daemon_status_listen,
-        param_cache=str(s.daemon_param_cache),
-        log_level=s.daemon_log_level,
-    )
+    values = config_values(s, **plan.config_values())
     return run_supervised(
         functools.partial(_keep, s, sampler, values), cleanup_grace_s=s.daemon_stop_grace_s
     )
@@ -84,12 +74,8 @@ def main(args: argparse.Namespace) -> int:
 async def _keep(
     s: Settings, sampler: MemorySampler, values: DaemonConfigValues, rt: Runtime
 ) -> int:
-    keeper = DaemonKeeper(
-        daemon_settings(s, sampler.cgroup.dir if sampler.cgroup else None),
-        values,
-        policy(RestartPolicy, s),
-        process_factory=functools.partial(DaemonProcess, spawn=rt.reaper.spawn),
-    )
+    cgroup_dir = sampler.cgroup.dir if sampler.cgroup else None
+    keeper = daemon_keeper(s, values, spawn=rt.reaper.spawn, cgroup_dir=cgroup_dir)
     outcome = await keeper.run()
     if outcome.exit_code:
         # One plain line for whoever reads the container's output, beside the JSON events.

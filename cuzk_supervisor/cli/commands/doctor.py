@@ -61,13 +61,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def main(args: argparse.Namespace, probes: Probes | None = None) -> int:
     # Imported here: only this command needs the checks and their probes.
     from cuzk_supervisor.cli import doctor
-    from cuzk_supervisor.cli.commands.sim import machine_for
+    from cuzk_supervisor.cli.simhandoff import machine_for
 
     s = settings.from_namespace(args).settings
     # Every finding is a row; the probes' own warnings (NVML missing) would only repeat them.
     configure_logging("error")
     # The machine the run would measure: the simulated one when the daemon is the simulator.
-    results = doctor.run_checks(s, probes or doctor.Probes.of(machine_for()))
+    results = doctor.run_checks(s, probes or doctor.Probes.of(machine_for(s)))
     if args.json:
         print(json.dumps(doctor.report(results), indent=2))
     else:

@@ -11,7 +11,7 @@ import argparse
 import json
 
 from cuzk_supervisor import exitcodes, settings
-from cuzk_supervisor.adapters.machine.gpu import GpuProbe, NvmlProbe, StaticProbe, total_vram
+from cuzk_supervisor.adapters.machine.gpu import GpuProbe, StaticProbe, total_vram
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
@@ -43,20 +43,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Not for --help: the simulated machine's probes when the daemon is the simulator.
-    from cuzk_supervisor.cli.commands.sim import machine_for
+    from cuzk_supervisor.cli.simhandoff import machine_for
     from cuzk_supervisor.core.memory import MemoryPolicy
     from cuzk_supervisor.settings.policies import policy
 
     loaded = settings.from_namespace(args)
     s = loaded.settings
     configure_logging("warning" if not args.json else "error")
-    snapshot = machine_for().memory_sampler(s).sample()
+    snapshot = machine_for(s).memory_sampler(s).sample()
     host = int(args.host_gib * GIB) if args.host_gib else snapshot.host_total
     cgroup = int(args.cgroup_gib * GIB) if args.cgroup_gib else snapshot.cgroup_limit
     probe: GpuProbe
     if args.gpus is not None:
         probe = StaticProbe.uniform(args.gpus, args.vram_gib)
     elif s.gpu_probe == "nvml":
+        from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
+
         probe = NvmlProbe()
     else:
         probe = StaticProbe(())

@@ -268,7 +268,8 @@ async def _prove(
     nvml: bool = False,
     workers: tuple[int | None, str] = (None, "not told"),
 ) -> int:
-    from cuzk_supervisor.adapters.machine.gpu import NvmlProbe, no_gpu_activity
+    from cuzk_supervisor.adapters.machine.gpu import no_gpu_activity
+    from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
     from cuzk_supervisor.adapters.proving.batch import run_batch
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.daemonstatus import read_sample, status_address

@@ -31,25 +31,17 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cuzk_supervisor import settings
 from cuzk_supervisor.address import free_loopback_port
 from cuzk_supervisor.cli import observe
+from cuzk_supervisor.daemon.simulated import SIM_DAEMON_MODULE
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.sim.c1 import write_c1
-from cuzk_supervisor.sim.machine import (
-    DEFAULT_VRAM_GIB,
-    SIM_DAEMON_MODULE,
-    SimMachine,
-    check_daemon_argv,
-)
-
-if TYPE_CHECKING:
-    from cuzk_supervisor.compose import Machine
+from cuzk_supervisor.sim.machine import DEFAULT_VRAM_GIB, SimMachine, check_daemon_argv
 
 # Simulated parameter files: small, but written at a pace that shows progress.
 SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
@@ -82,16 +74,6 @@ SIM_OWNED = (
     "params_expected",
     "params_progress_interval_s",
 )
-
-
-def machine_for(environ: Mapping[str, str] = os.environ) -> Machine:
-    """The machine the composition root (``cuzk_supervisor.compose``) is given by ``sim``, and by
-    ``run``, ``doctor``, ``plan`` and ``daemon``, whose daemon may be the simulated one too: the
-    simulated machine when the configured daemon is the simulator, the host's otherwise
-    (``sim.probes``). This module is the one outside ``sim/`` that imports the simulator."""
-    from cuzk_supervisor.sim.probes import machine
-
-    return machine(environ)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -296,12 +278,15 @@ def main(args: argparse.Namespace) -> int:
             f"sim: machine {machine.describe()}, {args.time_scale:g} simulated s per real s",
             flush=True,
         )
-        # The lifecycle (gRPC, the manager client, the health server) only now, not for --help.
-        from cuzk_supervisor.cli.commands.run import run_lifecycle
+        # The lifecycle (gRPC, the manager client, the health server) only now, not for --help;
+        # the simulated machine's probes handed to it (sim.probes), as ``run`` is handed them
+        # where its daemon is the simulator (cli.simhandoff).
+        from cuzk_supervisor.cli.runlifecycle import run_lifecycle
+        from cuzk_supervisor.sim.probes import machine as sim_machine
 
         started = time.monotonic()
         code = run_lifecycle(
-            s, os.environ, machine_for(os.environ),
+            s, os.environ, sim_machine(os.environ),
             on_phase=lambda phase: None if observe.view_shown() else print(
                 f"sim: {time.monotonic() - started:6.1f}s  phase {phase}", flush=True
             ),
