@@ -960,7 +960,7 @@ def test_standin_creates_as_the_platform_does_from_the_managers_own_argv(standin
 
 
 def test_standin_reboots_with_the_onstart_command_again_destroys_and_lists(standin):
-    from cuzk_supervisor.sim.manager import parse_platform
+    from cuzk_supervisor.sim.manager_platform import parse_platform
     from cuzk_supervisor.sim.manager_vast import ONSTART_CMD, VastCLI
 
     argv = VastCLI(str(STANDIN), "img").create_argv(7, 30.0, "p", "s")

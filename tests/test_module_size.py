@@ -17,8 +17,6 @@ LIMIT = 400
 GENERATED = frozenset({"proto/proving_pb2.py", "proto/proving_pb2_grpc.py"})
 """grpcio-tools' output (``make protos``), compared with what it writes, never edited."""
 WAITING = {
-    "sim/manager.py": "issue 31 (manager weather) works on it: its API, store, faults and sweep",
-    "sim/manager_store.py": "issue 31 works on it",
     "lifecycle/reporting.py": "issue 31 works on it",
     "settings/fields.py": "every issue appends its settings to it",
     "compose.py": "issue 31's weather and issue 35's lazy clients met in it: the edges' builder "

@@ -4,36 +4,41 @@ The rules are the real manager's (``reference/manager-api.md``); every method is
 transaction, so a second sim process on the same file (a restart) sees a consistent state.
 Times are unix seconds in the database (with their fraction, so a scaled-down timeout is
 exact) and whole seconds ``YYYY-MM-DD HH:MM:SS`` (UTC, SQLite's ``CURRENT_TIMESTAMP``, as the
-real manager lists them) in ``GET /status``.
+real manager lists them) in ``GET /status``. The records it hands out are
+``manager_instances``'; a sweep's pass is one transaction here, the monitor that runs it
+``manager_sweep``.
 """
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-REGISTERED = "registered"
-PARAMS_DONE = "params_done"
-BENCH_DONE = "bench_done"
-RUNNING = "running"
-KILLED = "killed"
-STATES = (REGISTERED, PARAMS_DONE, BENCH_DONE, RUNNING, KILLED)
-
-DEFAULT_MIN_RATE = 50.0  # what /register uses when min_rate <= 0
-PARAM_TIMEOUT_REASON = "param fetch timeout (90min)"  # the real texts, whatever the timeout
-BENCH_TIMEOUT_REASON = "benchmark timeout (45min)"
-MANUAL_KILL_REASON = "manually killed via UI"
-DISAPPEARED_REASON = "instance disappeared from vast"
-VAST_LABEL_RE = re.compile(r"C\.([+-]?\d+)")  # what Go's strconv.Atoi takes after "C."
+from cuzk_supervisor.sim.manager_instances import (
+    BENCH_DONE,
+    BENCH_TIMEOUT_REASON,
+    DISAPPEARED_REASON,
+    KILLED,
+    PARAM_TIMEOUT_REASON,
+    PARAMS_DONE,
+    REGISTERED,
+    RUNNING,
+    BenchResult,
+    Instance,
+    SweepKill,
+    bench_fail_reason,
+    effective_min_rate,
+    rfc3339,
+    sql_time,
+)
+from cuzk_supervisor.sim.manager_platform import Platform, vast_id_from_label
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS counters (
@@ -66,121 +71,6 @@ _COLUMNS = (
     "uuid, label, runner_id, state, min_rate, registered_at, param_done_at, bench_done_at, "
     "bench_rate, killed_at, kill_reason"
 )
-
-
-def rfc3339(ts: float) -> str:
-    """``ts`` (unix seconds) as Go's RFC3339Nano in UTC: trailing zeros of the fraction cut."""
-    moment = datetime.fromtimestamp(ts, tz=UTC)
-    fraction = f"{moment.microsecond:06d}".rstrip("0")
-    base = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{base}.{fraction}Z" if fraction else f"{base}Z"
-
-
-def sql_time(ts: float) -> str:
-    """``ts`` as SQLite's ``CURRENT_TIMESTAMP`` writes it: whole seconds, UTC."""
-    return datetime.fromtimestamp(int(ts), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def vast_id_from_label(label: str) -> int | None:
-    """The platform instance id in a ``C.<digits>`` label, as the real manager reads it."""
-    match = VAST_LABEL_RE.fullmatch(label)
-    if match is None:
-        return None
-    value = int(match.group(1))
-    return value if -(2**63) <= value < 2**63 else None
-
-
-def effective_min_rate(min_rate: float) -> float:
-    """``min_rate <= 0`` means the register default, 50 proofs per hour."""
-    return min_rate if min_rate > 0 else DEFAULT_MIN_RATE
-
-
-def bench_fail_reason(rate: float, min_rate: float) -> str:
-    """As the real manager writes it (Go's ``%.1f``)."""
-    return f"bench_rate {rate:.1f} below min_rate {min_rate:.1f}"
-
-
-@dataclass(frozen=True, slots=True)
-class Instance:
-    """One row of ``instances``; ``to_json`` is the shape ``GET /status`` lists."""
-
-    uuid: str
-    label: str
-    runner_id: int
-    state: str
-    min_rate: float
-    registered_at: float
-    param_done_at: float | None = None
-    bench_done_at: float | None = None
-    bench_rate: float | None = None
-    killed_at: float | None = None
-    kill_reason: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "uuid": self.uuid,
-            "label": self.label,
-            "runner_id": self.runner_id,
-            "state": self.state,
-            "min_rate": self.min_rate,
-            "registered_at": sql_time(self.registered_at),
-        }
-        for name in ("param_done_at", "bench_done_at", "killed_at"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = sql_time(value)
-        if self.bench_rate is not None:
-            out["bench_rate"] = self.bench_rate
-        if self.kill_reason is not None:
-            out["kill_reason"] = self.kill_reason
-        return out
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Instance:
-        return cls(*row)
-
-
-@dataclass(frozen=True, slots=True)
-class PlatformInstance:
-    """One instance of the platform's list (``vastai show instances``): its id, its label
-    on the platform (often empty), the machine it runs on."""
-
-    id: int
-    label: str = ""
-    machine_id: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Platform:
-    """The platform's instance list, matched as the real manager matches a record: by the
-    platform label first, then by the id in a ``C.<digits>`` label."""
-
-    entries: tuple[PlatformInstance, ...]
-
-    def find(self, label: str) -> PlatformInstance | None:
-        for entry in self.entries:
-            if entry.label and entry.label == label:
-                return entry
-        vast_id = vast_id_from_label(label)
-        if vast_id is not None:
-            for entry in self.entries:
-                if entry.id == vast_id:
-                    return entry
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class SweepKill:
-    instance: Instance  # as it is after the kill
-    cause: str  # "timeout", "bench below min_rate", "bad host", "disappeared"
-    destroyed: bool  # whether the real manager would destroy the container too
-    state_before: str = ""  # the record's state when it was killed
-
-
-@dataclass(frozen=True, slots=True)
-class BenchResult:
-    instance: Instance  # as it is after the report
-    passed: bool
 
 
 class Store:
