@@ -17,7 +17,6 @@ LIMIT = 400
 GENERATED = frozenset({"proto/proving_pb2.py", "proto/proving_pb2_grpc.py"})
 """grpcio-tools' output (``make protos``), compared with what it writes, never edited."""
 WAITING = {
-    "lifecycle/reporting.py": "issue 31 works on it",
     "compose.py": "issue 31's weather and issue 35's lazy clients met in it: the edges' builder "
     "goes to a module of its own, which bench/_fleet.py then uses (part 2)",
 }
