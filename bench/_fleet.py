@@ -1,17 +1,17 @@
 """The machinery of ``bench/fleet.py``: virtual machines running the product's own manager-facing
 code in one process on virtual time, and a record of every request they make.
 
-A :class:`VirtualMachine` is built from the supervisor's own pieces, wired as the composition root
-(``cuzk_supervisor.compose``) wires them: the :class:`ManagerClient` over its own persistent
-HTTP/1.1 connection (:class:`HttpTransport`, TLS through the bench's proxy), the durable
-:class:`Outbox` on a :class:`StateKeeper`, the :class:`LogShipper` fed by the structlog events
-of this machine (the product's ``shipping_processor``) and by its children's output through the
-product's :class:`OutputPump` (the fetch's under ``setup``, the daemon's under ``benchdaemon``
-then ``cuzk``), the :class:`Reporter` (register, the reports, the outbox task, the kill look-ups,
-the ``/running`` ping) and the :class:`Monitors` loops (the status line and what it asks of the
-manager). Only what never talks to the manager is a stand-in: the children (lines at a set
-pace), the memory watch and the GPUs (nothing to say), the proofs (a phase is a wait) and the
-state file (kept in memory: the keeper is the product's, the disk is not).
+A :class:`VirtualMachine` is built from the supervisor's own pieces, its edges by the builder the
+composition root uses (``cuzk_supervisor.composeedges``): the :class:`ManagerClient` over its own
+persistent HTTP/1.1 connection (:class:`HttpTransport`, TLS through the bench's proxy), the durable
+:class:`Outbox` on a :class:`StateKeeper`, the :class:`LogShipper` fed by the structlog events of
+this machine (the product's ``shipping_processor``) and by its children's output through the
+product's :class:`OutputPump` (the fetch's under ``setup``, the daemon's under ``benchdaemon`` then
+``cuzk``), the :class:`Reporter` (register, the reports, the outbox task, the kill look-ups, the
+``/running`` ping) and the :class:`Monitors` loops (the status line and what it asks of the
+manager). Only what never talks to the manager is a stand-in: the children (lines at a set pace),
+the memory watch and the GPUs (nothing to say), the proofs (a phase is a wait) and the state file
+(kept in memory: the keeper is the product's, the disk is not).
 
 Every component takes the one clock of :mod:`cuzk_supervisor.sim.vtime` by injection; the
 loop's clock jumps to its next timer unless a request is in flight (:data:`IN_FLIGHT`), so a
@@ -38,26 +38,21 @@ from typing import Any
 import structlog
 
 from cuzk_supervisor.adapters.logship.lines import shipping_processor
-from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
 from cuzk_supervisor.adapters.machine.gpu import StaticProbe
-from cuzk_supervisor.adapters.manager.client import ManagerClient
 from cuzk_supervisor.adapters.manager.http import HttpTransport
-from cuzk_supervisor.adapters.manager.outbox import Outbox
-from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
 from cuzk_supervisor.adapters.manager.wire import HttpAnswer, HttpRequest, Timeouts
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateStore
+from cuzk_supervisor.composeedges import build_edges, build_reporter
 from cuzk_supervisor.core.backoff import parse_retry_after
 from cuzk_supervisor.core.reports import OUTCOME_OK
 from cuzk_supervisor.core.risk import RiskLevel
 from cuzk_supervisor.daemon.output import OutputPump
 from cuzk_supervisor.lifecycle.monitors import Monitors
-from cuzk_supervisor.lifecycle.reporting import Reporter
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.serve.metricsink import NoMetrics
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.settings.policies import policy
 from cuzk_supervisor.sim.vtime import VirtualClock
 
 MIDDLE_PHASES = ("plan", "warmup", "restart", "settle", "bench")
@@ -253,33 +248,28 @@ class VirtualMachine:
         self.log_events = 0
         self.said: list[str] = []
         self._rng = random.Random(seed)
-        url = settings.manager_url
-        self.http = HttpTransport(url, ssl_context=context, clock=clock.monotonic)
+        self.http = HttpTransport(settings.manager_url, ssl_context=context, clock=clock.monotonic)
         self.transport = CountingTransport(self.http, self)
-        self.manager = ManagerClient(
-            url, timeouts=policy(ManagerTimeouts, settings), retry=policy(ManagerRetry, settings),
+        edges = build_edges(
+            settings, self.label, life.min_rate, shipper_rng=random.Random(seed + 1),
             transport=self.transport, clock=clock.monotonic, wall_clock=clock.time,
-            rng=random.Random(seed), weather_s=settings.manager_weather_s,
+            rng=random.Random(seed),
         )  # fmt: skip
-        self.shipper = LogShipper(
-            self.manager, policy(ShipperSettings, settings), rng=random.Random(seed + 1)
-        )
+        self.manager, self.shipper = edges.manager, edges.shipper
         self.ship = shipping_processor(self.shipper)
         self.keeper = MemoryStateKeeper()
         self.progress, self.signals = Progress(), Signals()
-        self.reporter = Reporter(
-            settings, label=self.label, min_rate=life.min_rate, manager=self.manager,
-            state=self.keeper, outbox=Outbox.for_keeper(self.manager, self.keeper),
-            shipper=self.shipper, signals=self.signals, progress=self.progress,
-            retries=LifecycleRetries(), clock=clock.monotonic, wall_clock=clock.time,
-            rng=random.Random(seed + 2),
+        metrics = NoMetrics()
+        self.reporter = build_reporter(
+            settings, edges, state=self.keeper, signals=self.signals, progress=self.progress,
+            retries=LifecycleRetries(), metrics=metrics, clock=clock.monotonic,
+            wall_clock=clock.time, rng=random.Random(seed + 2),
         )  # fmt: skip
-        self.manager.add_retry_listener(self.reporter.on_manager_retry)
         watch: Any = QuietWatch()
         daemon: Any = NoRestarts()
         self.monitors = Monitors(
             settings, progress=self.progress, signals=self.signals, watch=watch, gpu=NoGpu(),
-            metrics=NoMetrics(), daemon=daemon, manager=self.reporter, clock=clock.monotonic,
+            metrics=metrics, daemon=daemon, manager=self.reporter, clock=clock.monotonic,
             rng=random.Random(seed + 3),
         )  # fmt: skip
 

@@ -11,8 +11,9 @@ machine with its probes. Read top to bottom, it is how one run is put together:
    simulator;
 2. **the policies**: each value made from the settings where its mapping is declared once
    (``settings.policies``), never copied field by field;
-3. **the edges** (``open_edges``): the instance's label and minimum rate, the manager client
-   and the log shipper, made before logging is configured (the shipper is a log processor);
+3. **the edges** (``composeedges``: ``open_edges``): the instance's label and minimum rate,
+   the manager client and the log shipper, made before logging is configured (the shipper is a
+   log processor), and the reporter over them (``build_reporter``, in the lifecycle);
 4. **the lifecycle** (``build_lifecycle``): the phase machine given its collaborators (daemon
    control, proof attempts, the step-down, reporting, monitors), sharing one ``Progress`` and
    one ``Signals``; tests of the phase machine build it with fakes instead
@@ -28,21 +29,23 @@ prove.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cuzk_supervisor.adapters.machine.gpu import GpuProbe, StaticProbe, no_gpu_activity
 from cuzk_supervisor.adapters.machine.resources import MemorySampler
-from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.composeedges import (
+    MANAGER_DEFAULT_MIN_RATE,
+    Edges,
+    bench_min_rate,
+    build_reporter,
+)
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.settings.policies import daemon_listen, policy
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.logship.shipper import LogShipper
     from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
-    from cuzk_supervisor.adapters.manager.client import ManagerClient
-    from cuzk_supervisor.adapters.manager.outbox import Outbox
     from cuzk_supervisor.adapters.proving.client import ProvingClient
     from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
     from cuzk_supervisor.adapters.state.store import StateKeeper
@@ -120,71 +123,8 @@ HOST = Machine()
 # --- 3. the edges -------------------------------------------------------------------------------
 
 
-def resolve_label(settings: Settings, environ: Mapping[str, str]) -> str:
-    label = settings.label or environ.get("VAST_CONTAINERLABEL", "").strip()
-    if not label:
-        raise UsageError(
-            "no instance label: set --label (CUZK_SUPERVISOR_LABEL) or VAST_CONTAINERLABEL"
-        )
-    return label
-
-
-def resolve_min_rate(settings: Settings, environ: Mapping[str, str]) -> float:
-    if settings.min_rate:
-        return settings.min_rate
-    raw = environ.get("MIN_RATE", "").strip()
-    if not raw:
-        return 0.0  # the manager applies its default (50)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise UsageError(f"MIN_RATE={raw!r} is not a number of proofs per hour") from None
-    if value < 0:
-        raise UsageError(f"MIN_RATE={raw!r} must be >= 0")
-    return value
-
-
-MANAGER_DEFAULT_MIN_RATE = 50.0
-"""What the manager holds a rate to when /register sent ``min_rate`` 0 (reference/manager-api)."""
-
-
-def bench_min_rate(s: Settings, min_rate: float) -> float:
-    """The minimum rate the adaptive stop judges against, on the bench's clock: the ``min_rate``
-    sent to /register (0: the manager's default), times ``rate_time_scale``; 0 in a local run
-    (no manager: nobody judges the rate)."""
-    if not s.manager_url:
-        return 0.0
-    return (min_rate or MANAGER_DEFAULT_MIN_RATE) * s.rate_time_scale
-
-
-@dataclass(frozen=True)
-class Edges:
-    """What is made before logging is configured: nothing is connected or written yet."""
-
-    label: str
-    min_rate: float
-    manager: ManagerClient
-    shipper: LogShipper
-
-
-def open_edges(s: Settings, environ: Mapping[str, str]) -> Edges:
-    """The label and minimum rate (``UsageError`` for none, or a bad ``MIN_RATE``), the manager
-    client and the log shipper (it pushes through the manager client when ``log_push``)."""
-    from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
-    from cuzk_supervisor.adapters.manager.client import ManagerClient
-    from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
-
-    label = resolve_label(s, environ)
-    min_rate = resolve_min_rate(s, environ)
-    manager = ManagerClient(
-        s.manager_url or None,
-        timeouts=policy(ManagerTimeouts, s),
-        retry=policy(ManagerRetry, s),
-        headers={"Authorization": f"Bearer {s.manager_token}"} if s.manager_token else None,
-        weather_s=s.manager_weather_s,
-    )
-    shipper = LogShipper(manager if s.log_push else None, policy(ShipperSettings, s))
-    return Edges(label, min_rate, manager, shipper)
+# ``composeedges``: the label and the minimum rate, the manager client and the log shipper
+# (``open_edges``), and the reporter over them (``build_reporter``, in the lifecycle below).
 
 
 # --- 4. the lifecycle ---------------------------------------------------------------------------
@@ -196,7 +136,6 @@ def build_lifecycle(
     edges: Edges,
     *,
     state: StateKeeper,
-    outbox: Outbox,
     sampler: MemorySampler,
     gpu: GpuProbe,
     metrics: MetricsSink,
@@ -218,12 +157,11 @@ def build_lifecycle(
     from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
     from cuzk_supervisor.lifecycle.monitors import Monitors
     from cuzk_supervisor.lifecycle.proofs import ProofRunner
-    from cuzk_supervisor.lifecycle.reporting import Reporter
     from cuzk_supervisor.lifecycle.retries import LifecycleRetries
     from cuzk_supervisor.lifecycle.shared import Progress, Signals
     from cuzk_supervisor.lifecycle.stepdown import StepDown
 
-    manager, shipper = edges.manager, edges.shipper
+    shipper = edges.shipper
     meters: list[Callable[[], float | None]] = []
 
     def cpu_meter() -> float | None:
@@ -247,13 +185,10 @@ def build_lifecycle(
         progress=progress, memory_policy=memory_policy,
         cgroup_dir=sampler.cgroup.dir if sampler.cgroup else None,
     )  # fmt: skip
-    reporter = Reporter(
-        s, label=edges.label, min_rate=edges.min_rate, manager=manager, state=state,
-        outbox=outbox, shipper=shipper, signals=signals, progress=progress, retries=retries,
+    reporter = build_reporter(
+        s, edges, state=state, signals=signals, progress=progress, retries=retries,
+        metrics=metrics,
     )  # fmt: skip
-    manager.add_retry_listener(reporter.on_manager_retry)
-    manager.add_retry_listener(lambda call, *_: metrics.manager_request_failed(call))
-    manager.add_weather_listener(metrics.manager_weather)
     address, timeouts = parse_address(daemon_listen(s)), policy(ProvingTimeouts, s)
     client_factory = proving_client(address, timeouts, on_reconnect=metrics.grpc_reconnect)
     proofs = ProofRunner(
@@ -351,7 +286,6 @@ async def run(
     health server and the metrics when the health server is on; the lifecycle run to its exit
     code (``STATE_UNWRITABLE`` when the state file cannot be opened)."""
     from cuzk_supervisor import exitcodes
-    from cuzk_supervisor.adapters.manager.outbox import Outbox
     from cuzk_supervisor.adapters.state.store import StateKeeper, StateStore, StateWriteError
     from cuzk_supervisor.cli.looks import STATE_FILE
     from cuzk_supervisor.serve.metricsink import NoMetrics
@@ -365,8 +299,7 @@ async def run(
 
         def build(metrics: MetricsSink) -> Lifecycle:
             lifecycle = build_lifecycle(
-                s, runtime, edges,
-                state=keeper, outbox=Outbox.for_keeper(edges.manager, keeper),
+                s, runtime, edges, state=keeper,
                 sampler=machine.memory_sampler(s), gpu=machine.gpu_probe(s), metrics=metrics,
                 gpu_health=machine.gpu_health(s),
             )  # fmt: skip

@@ -1,9 +1,9 @@
 """No module of the package over 400 lines (issue 35: modules of one job), generated code aside.
 
-``WAITING`` names the modules still over the limit and why: each is split in part 2 of issue 35,
-once the issue working on it has been merged (the splits would only be conflicts now). The test
-fails for a module over the limit that is not listed, and for a listed one that is no longer
-over it (then its entry goes), so the list only ever shrinks.
+``WAITING`` names the modules allowed over the limit for a while, and why (a split that waits
+for another issue's merge). None waits now: issue 35's splits are done. The test fails for a
+module over the limit that is not listed, and for a listed one that is no longer over it (then
+its entry goes), so the list only ever shrinks.
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ PACKAGE = Path(cuzk_supervisor.__file__).parent
 LIMIT = 400
 GENERATED = frozenset({"proto/proving_pb2.py", "proto/proving_pb2_grpc.py"})
 """grpcio-tools' output (``make protos``), compared with what it writes, never edited."""
-WAITING = {
-    "lifecycle/reporting.py": "issue 31 works on it",
-    "settings/fields.py": "every issue appends its settings to it",
-    "compose.py": "issue 31's weather and issue 35's lazy clients met in it: the edges' builder "
-    "goes to a module of its own, which bench/_fleet.py then uses (part 2)",
-}
+WAITING: dict[str, str] = {}
+"""Module (relative to the package) -> why it waits for its split: none now."""
 
 
 def _lines(path: Path) -> int:

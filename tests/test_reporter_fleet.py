@@ -20,9 +20,10 @@ from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.reconcile import manager_time
 from cuzk_supervisor.core.reports import OUTCOME_OK, PARAM_DONE
 from cuzk_supervisor.core.risk import RiskPolicy
+from cuzk_supervisor.lifecycle.killlookup import LOOKUP_PHASES
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.monitors import Monitors
-from cuzk_supervisor.lifecycle.reporting import LOOKUP_PHASES, Reporter
+from cuzk_supervisor.lifecycle.reporting import Reporter
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.serve.metrics import SupervisorMetrics

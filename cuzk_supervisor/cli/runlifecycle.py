@@ -50,12 +50,12 @@ def run_lifecycle(
     # log adapters.
     import structlog
 
-    from cuzk_supervisor import compose
+    from cuzk_supervisor import compose, composeedges
     from cuzk_supervisor.adapters.logship.lines import shipping_processor
     from cuzk_supervisor.core.labels import label_warning
     from cuzk_supervisor.runtime import run_supervised
 
-    edges = compose.open_edges(s, environ)
+    edges = composeedges.open_edges(s, environ)
     json_logs = {"auto": None, "json": True, "console": False}[s.log_format]
     # The terminal view (and the modules that draw it) only where it can be shown.
     view = (

@@ -1,18 +1,10 @@
 """Manager reporting: register, the reports (through the durable outbox), the failure report, the
-outbox task, the manager's bench clock and the look-up of a kill from the dashboard.
+outbox task and the manager's bench clock; the look-up of a kill from the dashboard and the
+``/running`` ping are its base's (``killlookup.KillLookup``).
 
 Durable before visible: every report is queued in the state file before it is sent. A report
 that would revive a killed instance is never sent (the manager's record is looked up first);
 once the manager said this instance is gone, ``signals.gone`` is set and nothing more goes out.
-
-How a kill is found, at a cost per machine that does not grow with the fleet (DESIGN.md
-principle 9; the README's manager section): in the run phase the repeated ``/running`` (every
-``running_ping_interval_s``, jittered) answers the manager's 404 once the record is killed;
-before ``/bench-done`` and at a resume, one read of the whole table (``GET /status``), and after
-``/param-done`` for the bench clock only when its acknowledgement was slow; otherwise nothing
-unless ``manager_status_lookup_s`` asks for a periodic (jittered) read. Only the manager's own
-word ends the instance (its JSON 404 on a report, our record in state ``killed``); a record
-missing from a listing or a proxy's page (weather) never does, nor switches anything off.
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -33,7 +25,6 @@ from cuzk_supervisor.adapters.manager.outbox import Outbox
 from cuzk_supervisor.adapters.manager.values import (
     InstanceGone,
     ManagerError,
-    ManagerRejected,
     ManagerUnavailable,
     Registration,
 )
@@ -42,22 +33,18 @@ from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline, prompt_ack
 from cuzk_supervisor.core.jitter import first_delay, next_delay
-from cuzk_supervisor.core.reconcile import gone_reason, manager_time, table_read_skipped
+from cuzk_supervisor.core.reconcile import manager_time
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 from cuzk_supervisor.deadline import within
+from cuzk_supervisor.lifecycle.killlookup import KillLookup
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
 
-LOOKUP_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench"})
-"""Phases in which ``manager_status_lookup_s`` (when not 0) reads the whole table for a kill:
-before the run phase, where no per-instance call shows one (``/param-done`` says ok on a killed
-record, ``/running`` would move it to running). The report phase reads it once anyway."""
 
-
-class Reporter:
+class Reporter(KillLookup):
     def __init__(
         self,
         settings: Settings,
@@ -227,10 +214,6 @@ class Reporter:
         except (ManagerError, StateWriteError) as exc:
             log.error("manager.failure_unreported", reason=str(exc))
 
-    def _uuid(self) -> str:
-        assert self.uuid is not None
-        return self.uuid
-
     def _report(self, kind: str, rate: float | None = None) -> Report:
         """A new report, stamped by the injected wall clock (the bench clock reads the stamp)."""
         return Report(kind=kind, uuid=self._uuid(), rate=rate, created_at=utc_now_iso(self._wall))
@@ -281,11 +264,6 @@ class Reporter:
 
     # --- the manager's bench clock ------------------------------------------------------------
 
-    @property
-    def _status_read_s(self) -> float:
-        """How long one read of the whole table is retried (within one report's window)."""
-        return min(self.s.manager_status_read_s, self.s.manager_retry_s)
-
     def bench_deadline(self) -> float:
         """The end of the manager's benchmark budget, on the monotonic clock.
 
@@ -333,75 +311,3 @@ class Reporter:
         await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=start))
         log.info("bench.clock_started", source=source, ago_s=round(self._wall() - start, 1),
                  budget_s=self.s.bench_budget_s)  # fmt: skip
-
-    # --- the manager's view of us -------------------------------------------------------------
-
-    async def look_up_kill(self, *, stop_s: float) -> str | None:
-        """The reason the manager's record says we are killed, or None (alive, not listed, or
-        not known: only the record in state ``killed`` is evidence)."""
-        looked_up, record = await self._record(stop_s=stop_s)
-        return gone_reason(record) if looked_up else None
-
-    def lookup_due(self, phase: str) -> bool:
-        """Time for the periodic read of the whole table (``manager_status_lookup_s``; never
-        when 0, never in the run phase: the /running ping answers 404 once killed)."""
-        interval = self.s.manager_status_lookup_s
-        if interval <= 0 or phase not in LOOKUP_PHASES or self.uuid is None:
-            return False
-        now = self._clock()
-        if self._next_lookup_at is None:
-            self._next_lookup_at = now + first_delay(interval, self._rng.random())
-        if now < self._next_lookup_at:
-            return False
-        self._next_lookup_at = now + next_delay(interval, self.s.manager_jitter, self._rng.random())
-        return True
-
-    def ping_due(self) -> bool:
-        return bool(self.uuid) and self._clock() >= self._next_ping_at
-
-    async def ping(self, *, stop_s: float) -> bool:
-        """A repeated (idempotent) /running as the liveness ping and the run phase's kill
-        look-up (404 once killed); False: the instance is gone."""
-        assert self.uuid is not None
-        interval, jitter = self.s.running_ping_interval_s, self.s.manager_jitter
-        self._next_ping_at = self._clock() + next_delay(interval, jitter, self._rng.random())
-        try:
-            await self.manager.running(self.uuid, stop_s=stop_s)
-        except InstanceGone as exc:
-            # The manager's word on this uuid. Its record, read once now (the end of this
-            # instance's life), says why, for the person reading the log.
-            reason = await self.look_up_kill(stop_s=stop_s)
-            self._signals.mark_gone(reason or f"/running answered: {exc.message}")
-            return False
-        except ManagerError as exc:
-            # Weather or an outage (the client's warnings say which), or a 400: never a kill.
-            log.info("manager.ping_failed", reason=str(exc))
-        return True
-
-    async def _record(self, *, stop_s: float) -> tuple[bool, Mapping[str, Any] | None]:
-        """(looked up, this instance's record in GET /status or None when it is not listed);
-        not looked up: no manager, the manager away or answering what cannot be its own (a
-        proxy's page, an empty list: weather, counted by the client). Nothing is switched off
-        by an answer: the next look-up asks again."""
-        if self.manager.is_local or self.uuid is None:
-            return False, None
-        try:
-            return True, await self.manager.instance_record(self.uuid, stop_s=stop_s)
-        except (ManagerUnavailable, ManagerRejected) as exc:
-            log.info("manager.status_not_read", reason=str(exc))
-            return False, None
-
-    async def _check_alive(self) -> None:
-        """Before a report that would revive a killed instance: is it still alive? Asked of
-        the whole table only while it is small (:func:`~cuzk_supervisor.core.reconcile.
-        table_read_skipped`)."""
-        runner_id = self.state.state.runner_id
-        skipped = table_read_skipped(runner_id, self.s.manager_status_read_max_rows)
-        if skipped is not None:
-            log.info("manager.kill_check_skipped", reason=skipped,
-                     detail="the report is sent unchecked")  # fmt: skip
-            return
-        reason = await self.look_up_kill(stop_s=self._status_read_s)
-        if reason is not None:
-            self._signals.mark_gone(reason)
-            raise InstanceGone("status", self._uuid(), reason)

@@ -6,9 +6,10 @@ the ``config`` dump and the README's table are all derived from these declaratio
 is a ``UsageError`` naming the setting, the value, where it came from and what is allowed.
 
 The parts: ``declare`` (how a setting is declared, its groups, shared constants), ``fields``
-(``Settings`` itself), ``values`` (a raw value to a typed one, with its rules), ``sources``
-(``load``: flag, environment, file, default), ``show`` (text, JSON, the README table) and
-``flags`` (argparse: the flags and their help). Import from here.
+(``Settings`` itself, assembled from the fields by role: ``edgefields``, ``machinefields`` and
+``phasefields``), ``values`` (a raw value to a typed one, with its rules), ``sources`` (``load``:
+flag, environment, file, default), ``show`` (text, JSON, the README table) and ``flags``
+(argparse: the flags and their help). Import from here.
 """
 
 from cuzk_supervisor.settings.declare import (
