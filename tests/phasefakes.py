@@ -274,6 +274,7 @@ class FakeProofs:
         self.completed = completed
         self.script: dict[str, list[Outcome]] = {}
         self.calls: list[tuple[str, int]] = []
+        self.released: list[str] = []  # the phase of each release_input
 
     async def prove(self, budget_s: float) -> ProofResult:
         outcome = await self._next(0)
@@ -288,6 +289,9 @@ class FakeProofs:
         if isinstance(outcome, Stretch):
             return outcome
         return stretch(workers, min(self.completed, policy.max_proofs))
+
+    def release_input(self) -> None:
+        self.released.append(self.progress.phase)
 
     async def _next(self, workers: int) -> Any:
         await self.world.step()

@@ -37,3 +37,14 @@ async def test_the_run_phase_begins_by_giving_back_what_the_bench_left_free():
     rig.machine.release_memory = lambda: calls.append((rig.phases[-1], rig.manager.kinds()[-1]))
     assert await rig.run() == exitcodes.OK
     assert calls == [("run", RUNNING)]  # once, in the run phase, after /running was sent
+
+
+async def test_the_run_phase_drops_the_proof_input_before_giving_memory_back():
+    """The C1's submit request (51 MB in the field) is not held for the days of the run phase:
+    released once, in the run phase, before the heap is trimmed (so its pages go back too)."""
+    rig = build()
+    seen: list[list[str]] = []
+    rig.machine.release_memory = lambda: seen.append(list(rig.proofs.released))
+    assert await rig.run() == exitcodes.OK
+    assert rig.proofs.released == ["run"]
+    assert seen == [["run"]]

@@ -282,6 +282,7 @@ class Lifecycle(RunEndings):
     async def _run_phase(self) -> int:
         await self._enter("run")
         await self.reporter.running()
+        self.proofs.release_input()  # the run phase sends no proof of its own
         self.release_memory()  # the bench's leftovers, not held for the days of the run phase
         if self.s.exit_after_run:
             return exitcodes.OK

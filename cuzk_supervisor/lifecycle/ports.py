@@ -54,6 +54,9 @@ class Proofs(Protocol):
         self, policy: BenchPolicy, workers: int, deadline: Callable[[], float]
     ) -> Stretch: ...
 
+    def release_input(self) -> None:
+        """Drop the proof input held between proofs (none is sent in the run phase)."""
+
 
 class StepDowns(Protocol):
     """Memory trouble acted on (:class:`~cuzk_supervisor.lifecycle.stepdown.StepDown`)."""
