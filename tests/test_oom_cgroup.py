@@ -232,8 +232,14 @@ def test_where_8_of_12_fit_it_steps_down_to_what_fits_before_the_kernel_kills(
     # Every critical level was acted on: none came after the last step down (with proactive_oom
     # on, no proof runs on at a critical level), and the plan it finished with fits: at most 10
     # workers, the most this limit holds in a benchmark.
+    # A critical level sampled while the daemon's tree is empty (daemon_rss 0: the old daemon
+    # gone, its memory still charged to the cgroup while the kernel frees it, the new one not
+    # yet known) has no proof running on it and no daemon to step down: CI saw one such sample
+    # during a relaunch once in eight full runs, and the lifecycle went on with no kill.
     unanswered = [
-        e for e in _after(run.events, steps[-1]) if e.get("event") == "memory.risk_critical"
+        e
+        for e in _after(run.events, steps[-1])
+        if e.get("event") == "memory.risk_critical" and e.get("daemon_rss") != 0
     ]
     assert unanswered == [], f"critical memory left unanswered: {unanswered}; {memory}"
     assert final in (7, 8), f"{fits}; {steps}; {memory}"
