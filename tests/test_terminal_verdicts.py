@@ -22,8 +22,10 @@ RESTARTS = 2
 
 
 def finished_or_exited(run: Supervisor) -> Callable[[], bool]:
-    """A check for ``poll_until``: ``run`` entered the ``finished`` phase or exited."""
-    return lambda: "finished" in run.phases() or run.proc.poll() is not None
+    """A check for ``poll_until``: ``run`` said ``lifecycle.finished`` or exited. The event is
+    logged just after the ``finished`` phase is entered, so waiting for the phase alone races
+    the line that this check's callers read."""
+    return lambda: bool(run.named("lifecycle.finished")) or run.proc.poll() is not None
 
 
 def restart_like_always(env: dict[str, str], mgr: ManagerProcess) -> None:
