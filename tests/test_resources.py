@@ -4,6 +4,8 @@ and the daemon's pid in a sample."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import time
 from pathlib import Path, PurePosixPath
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,16 +30,22 @@ from cuzk_supervisor.adapters.machine.cgroupfind import (
 )
 from cuzk_supervisor.adapters.machine.cgroupmem import (
     UNLIMITED_THRESHOLD,
+    CgroupReader,
     cgroup_memory_v1,
     cgroup_memory_v2,
     parse_limit,
     read_oom_kill_count,
     working_set,
 )
-from cuzk_supervisor.adapters.machine.kernelfiles import parse_keyed
-from cuzk_supervisor.adapters.machine.proctree import ProcessTree, parse_proc_stat
+from cuzk_supervisor.adapters.machine.kernelfiles import KernelFile, parse_keyed
+from cuzk_supervisor.adapters.machine.proctree import ProcessTree, TreeRss, parse_proc_stat
 from cuzk_supervisor.adapters.machine.psi import Psi, parse_psi
-from cuzk_supervisor.adapters.machine.resources import HostMemory, MemorySampler, MemorySnapshot
+from cuzk_supervisor.adapters.machine.resources import (
+    HostMemory,
+    HostMemoryReader,
+    MemorySampler,
+    MemorySnapshot,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 GIB = 1 << 30
@@ -566,3 +575,169 @@ def test_a_sample_measures_the_daemon_pid_it_is_given() -> None:
     snap = sampler.sample(os.getpid())
     assert snap.daemon_pid == os.getpid()
     assert snap.daemon_rss is not None
+
+
+# --------------------------------------------------------------------------------------------
+# Files read every sample (issue 35: the idle supervisor's CPU)
+
+
+def _fds_on(path: str) -> list[int]:
+    """This process's descriptors open on ``path``."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}") == path:
+                out.append(int(fd))
+    return out
+
+
+def test_a_kernel_file_is_read_afresh_through_one_descriptor() -> None:
+    path = f"/proc/{os.getpid()}/status"
+    file = KernelFile(path)
+    first = file.read()
+    assert first is not None
+    assert "VmRSS:" in first
+    held = _fds_on(path)
+    assert len(held) == 1  # kept open (size 0: rendered by the kernel at each read)
+    block = b"x" * (64 << 20)  # the file is rendered again: the next read sees it
+    second = file.read()
+    assert second is not None
+    rss = [int(line.split()[1]) for text in (first, second) for line in text.splitlines()
+           if line.startswith("VmRSS:")]  # fmt: skip
+    assert rss[1] - rss[0] >= 60 << 10, rss
+    assert _fds_on(path) == held
+    del block
+    file.close()
+    assert _fds_on(path) == []
+
+
+def test_a_regular_file_is_opened_at_each_read_and_follows_a_replacement(tmp_path: Path) -> None:
+    # The simulator's cgroup-like folder: its files are replaced by a rename.
+    path = tmp_path / "memory.current"
+    path.write_text("100\n")
+    file = KernelFile(path)
+    assert file.read() == "100\n"
+    assert _fds_on(str(path)) == []
+    fresh = tmp_path / "new"
+    fresh.write_text("200\n")
+    os.replace(fresh, path)
+    assert file.read() == "200\n"
+    path.unlink()
+    assert file.read() is None
+    path.write_text("300\n")
+    assert file.read() == "300\n"
+    assert KernelFile(tmp_path / "absent").read() is None
+
+
+def test_a_kernel_file_that_fails_a_read_is_opened_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    file = KernelFile("/proc/meminfo")
+    assert file.read() is not None
+    real = os.pread
+    calls = {"n": 0}
+
+    def failing_once(fd: int, n: int, offset: int) -> bytes:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(errno.ENODEV, "gone")
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", failing_once)
+    assert file.read() is None
+    assert _fds_on("/proc/meminfo") == []  # closed after the failure
+    assert file.read() is not None  # opened again
+    file.close()
+
+
+def test_a_file_longer_than_one_read_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "big"
+    text = "k 1\n" * 40_000  # 160 KB: more than one 64 KiB read
+    path.write_text(text)
+    assert KernelFile(path).read() == text
+
+
+def test_host_memory_from_meminfo_as_psutil_reads_it(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(
+        "MemTotal:       16000000 kB\nMemFree:  100 kB\nMemAvailable:    4000000 kB\n"
+    )
+    host = HostMemoryReader(meminfo)()
+    assert (host.total, host.available, host.used) == (16_000_000 << 10, 4_000_000 << 10,
+                                                        12_000_000 << 10)  # fmt: skip
+    # No MemAvailable (a kernel before 3.14), 0, more than the total, or no file: psutil's
+    # estimate of the real host.
+    real = psutil.virtual_memory()
+    for text in ("MemTotal: 16000000 kB\nMemFree: 100 kB\n",
+                 "MemTotal: 16000000 kB\nMemAvailable: 0 kB\n",
+                 "MemTotal: 16000000 kB\nMemAvailable: 17000000 kB\n"):  # fmt: skip
+        meminfo.write_text(text)
+        assert HostMemoryReader(meminfo)().total == real.total
+    assert HostMemoryReader(tmp_path / "absent")().total == real.total
+
+
+def test_host_memory_of_this_machine_matches_psutil() -> None:
+    ours, theirs = HostMemoryReader()(), psutil.virtual_memory()
+    assert ours.total == theirs.total
+    assert abs(ours.available - theirs.available) < 256 * MIB  # read a moment apart
+    assert ours.used == ours.total - ours.available
+
+
+def test_cgroup_limits_and_oom_counters_are_read_at_their_own_pace(tmp_path: Path) -> None:
+    root = copy_fixture("v1_hybrid", tmp_path)
+    folder = root / "sys/fs/cgroup/memory/process_api/job42"
+    clock = Clock()
+    reader = CgroupReader(CgroupLocation(1, folder, root / "sys/fs/cgroup/memory"),
+                          slow_every_s=10, clock=clock)  # fmt: skip
+    first = reader.read()
+    assert (first.usage, first.oom_kill) == (2 * GIB, 3)
+    (folder / "memory.usage_in_bytes").write_text(f"{3 * GIB}\n")
+    oom = (folder / "memory.oom_control").read_text().replace("oom_kill 3", "oom_kill 4")
+    (folder / "memory.oom_control").write_text(oom)
+    clock.now = 9.0
+    second = reader.read()
+    assert (second.usage, second.oom_kill) == (3 * GIB, 3)  # usage at once, the counter later
+    clock.now = 10.0
+    assert reader.read().oom_kill == 4
+    every = CgroupReader(CgroupLocation(1, folder, root / "sys/fs/cgroup/memory"))
+    assert every.read().oom_kill == 4  # the default: every file at every read
+
+
+def test_tree_listing_spaced_new_children_count_from_the_next_listing(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    _write_stat(proc, 100, 1, 1000)
+    _write_stat(proc, 101, 100, 200)
+    clock = Clock()
+    tree = ProcessTree(proc, page_size=1, clock=clock, list_every_s=5)
+    assert tree.rss(100) == TreeRss(1200, 2)
+    _write_stat(proc, 102, 100, 30)  # a new child
+    _write_stat(proc, 100, 1, 1500)  # a member's RSS: read at every call
+    clock.now = 4.0
+    assert tree.rss(100) == TreeRss(1700, 2)
+    clock.now = 5.0
+    assert tree.rss(100) == TreeRss(1730, 3)
+    shutil.rmtree(proc / "101")  # a member gone: at once
+    clock.now = 6.0
+    assert tree.rss(100) == TreeRss(1530, 2)
+    _write_stat(proc, 300, 1, 7)  # a root not seen before: listed at once
+    _write_stat(proc, 301, 300, 8)
+    assert tree.rss(300) == TreeRss(15, 2)
+
+
+def test_the_tree_keeps_its_members_stat_files_open_and_lets_go_of_them() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    assert child.stdin is not None
+    path = f"/proc/{child.pid}/stat"
+    tree = ProcessTree(list_every_s=5)
+    try:
+        first = tree.rss(child.pid)
+        assert first is not None
+        assert first.processes == 1
+        assert len(_fds_on(path)) == 1
+        assert tree.rss(child.pid) is not None
+        assert len(_fds_on(path)) == 1  # the same descriptor, not another
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+    assert tree.rss(child.pid) is None
+    assert _fds_on(path) == []

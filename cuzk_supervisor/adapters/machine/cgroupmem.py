@@ -9,12 +9,19 @@ the kernel OOM-kills at the cgroup limit (incident I4, DESIGN principle 8).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cuzk_supervisor.adapters.machine.cgroupfind import CgroupLocation, CgroupVersion
-from cuzk_supervisor.adapters.machine.kernelfiles import parse_int, parse_keyed, read_text
+from cuzk_supervisor.adapters.machine.kernelfiles import (
+    KernelFile,
+    parse_int,
+    parse_keyed,
+    read_text,
+)
 from cuzk_supervisor.adapters.machine.psi import Psi, parse_psi
 
 # A limit at or above 2**60 bytes (1 EiB) means "no limit". cgroup v1 writes "unlimited" as
@@ -144,30 +151,60 @@ def read_oom_kill_count(cgroup_dir: Path) -> int | None:
 
 
 class CgroupReader:
-    """File paths resolved once (strings: cheapest to open), read on every sample."""
+    """File paths resolved once, each file kept open (:class:`KernelFile`), read on every
+    sample; the files that change seldom (the limits, the OOM counters) at most every
+    ``slow_every_s`` (0: at every read), their last texts standing in between.
 
-    def __init__(self, loc: CgroupLocation) -> None:
+    The memory policy reads the usage and the working set at every sample; a limit is set once
+    for a container's life, and the OOM counters are only the sample's record (the daemon's exit
+    is classified from a fresh read, :func:`read_oom_kill_count`). On v1 the limit that binds is
+    read at every sample anyway, as ``hierarchical_memory_limit`` in ``memory.stat``. Each file
+    read costs as much as the parsing of the others on an idle machine (issue 35).
+    """
+
+    def __init__(
+        self,
+        loc: CgroupLocation,
+        *,
+        slow_every_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.location = loc
         d = loc.dir
         self._version = loc.version
+        self._slow_every_s = slow_every_s
+        self._clock = clock
+        self._slow_at = -math.inf
         if loc.version == 2:
             # The cgroup itself, then each ancestor up to and including the mount point.
             chain = [d, *[p for p in d.parents if _is_within(p, loc.mount)]]
-            self._limits = [str(p / "memory.max") for p in chain]
-            self._files = [str(d / n) for n in _V2_FILES]
+            self._slow = [
+                KernelFile(d / "memory.events"),
+                *(KernelFile(p / "memory.max") for p in chain),
+            ]
+            self._fast = [
+                KernelFile(d / n) for n in ("memory.current", "memory.stat", "memory.pressure")
+            ]
         else:
-            self._limits = []
-            self._files = [str(d / n) for n in _V1_FILES]
+            self._slow = [
+                KernelFile(d / n) for n in ("memory.limit_in_bytes", "memory.oom_control")
+            ]
+            self._fast = [KernelFile(d / n) for n in ("memory.usage_in_bytes", "memory.stat")]
+        self._slow_texts: list[str | None] = []
 
     def read(self) -> CgroupMemory:
-        texts = [read_text(p) for p in self._files]
+        now = self._clock()
+        if now - self._slow_at >= self._slow_every_s:
+            self._slow_texts = [f.read() for f in self._slow]
+            self._slow_at = now
+        slow = self._slow_texts
+        fast = [f.read() for f in self._fast]
         if self._version == 2:
-            return cgroup_memory_v2([read_text(p) for p in self._limits], *texts)
-        return cgroup_memory_v1(*texts)
-
-
-_V2_FILES = ("memory.current", "memory.stat", "memory.events", "memory.pressure")
-_V1_FILES = ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat", "memory.oom_control")
+            current, stat, pressure = fast
+            return cgroup_memory_v2(slow[1:], current, stat, slow[0], pressure)
+        usage, stat = fast
+        limit, oom_control = slow
+        return cgroup_memory_v1(limit, usage, stat, oom_control)
 
 
 def _is_within(path: Path, top: Path) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuzk_supervisor.adapters.machine.kernelfiles import read_text
+from cuzk_supervisor.adapters.machine.kernelfiles import KernelFile, read_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,10 @@ class ProcessTree:
     between two samples as a new child of the tree) is bounded by a full re-read every
     ``full_rescan_s``.
 
+    ``list_every_s`` spaces the listings: between two, a sample reads only the stat files of the
+    members it knows (one file for a daemon without children), and a new child is counted from
+    the next listing on. A root not seen before is always listed at once.
+
     Processes that vanish mid-scan are skipped. RSS counts shared pages once per process (an
     upper bound, like summing ``ps`` RSS). Zombies hold no memory and are not counted.
     """
@@ -69,24 +73,71 @@ class ProcessTree:
         page_size: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         full_rescan_s: float = 30.0,
+        list_every_s: float = 0.0,
     ) -> None:
         self._proc = str(proc_root)
         self._page = page_size or os.sysconf("SC_PAGE_SIZE")
         self._clock = clock
         self._full_rescan_s = full_rescan_s
+        self._list_every_s = list_every_s
         self._parents: dict[int, int] = {}  # pid -> ppid
+        self._children: dict[int, list[int]] = {}  # ppid -> pids, as of the last listing
+        self._member_files: dict[int, KernelFile] = {}  # the tree's stat files, kept open
         self._last_full = -math.inf
+        self._last_listing = -math.inf
 
     def _stat(self, pid: int) -> ProcStat | None:
         return parse_proc_stat(read_text(f"{self._proc}/{pid}/stat"))
 
     def rss(self, root: int) -> TreeRss | None:
         """None when ``root`` is gone (or ``/proc`` cannot be listed)."""
+        parents = self._parents
+        now = self._clock()
+        due = root not in parents or now - self._last_listing >= self._list_every_s
+        if due and not self._list(now):
+            return None
+        children = self._children
+
+        members: set[int] = set()
+        total, count = 0, 0
+        queue = [root]  # depth-first; a parent is always visited before its children
+        files = self._member_files
+        while queue:
+            pid = queue.pop()
+            st = parse_proc_stat(self._member_file(pid).read())
+            if st is None:  # exited since the listing
+                parents.pop(pid, None)
+                files.pop(pid).close()
+                if pid == root:
+                    return None
+                continue
+            parents[pid] = st.ppid
+            if pid != root and st.ppid not in members:
+                continue  # a stale cache entry (recycled pid): not in the tree any more
+            members.add(pid)
+            if st.state != "Z":
+                total += st.rss_pages * self._page
+                count += 1
+            queue.extend(c for c in children.get(pid, ()) if c not in members)
+        for pid in files.keys() - members:
+            files.pop(pid).close()
+        return TreeRss(rss=total, processes=count)
+
+    def _member_file(self, pid: int) -> KernelFile:
+        """A member's stat file, opened once: a kept descriptor reads the process it was opened
+        on, and fails once that process is gone (a recycled pid is opened anew and checked)."""
+        file = self._member_files.get(pid)
+        if file is None:
+            file = self._member_files[pid] = KernelFile(f"{self._proc}/{pid}/stat")
+        return file
+
+    def _list(self, now: float) -> bool:
+        """List ``/proc``: forget the pids gone, read the parent of each new one."""
         try:
             names = os.listdir(self._proc)
         except OSError:
-            return None
-        now = self._clock()
+            return False
+        self._last_listing = now
         if now - self._last_full >= self._full_rescan_s:
             self._parents.clear()
             self._last_full = now
@@ -101,24 +152,5 @@ class ProcessTree:
         children: dict[int, list[int]] = {}
         for pid, ppid in parents.items():
             children.setdefault(ppid, []).append(pid)
-
-        members: set[int] = set()
-        total, count = 0, 0
-        queue = [root]  # depth-first; a parent is always visited before its children
-        while queue:
-            pid = queue.pop()
-            st = self._stat(pid)
-            if st is None:  # exited since the listing
-                parents.pop(pid, None)
-                if pid == root:
-                    return None
-                continue
-            parents[pid] = st.ppid
-            if pid != root and st.ppid not in members:
-                continue  # a stale cache entry (recycled pid): not in the tree any more
-            members.add(pid)
-            if st.state != "Z":
-                total += st.rss_pages * self._page
-                count += 1
-            queue.extend(c for c in children.get(pid, ()) if c not in members)
-        return TreeRss(rss=total, processes=count)
+        self._children = children
+        return True

@@ -1,8 +1,9 @@
-"""Memory samplers that turn the machine into plain snapshot data: host RAM (psutil), the
+"""Memory samplers that turn the machine into plain snapshot data: host RAM, the
 supervisor's own memory cgroup (v1 or v2), PSI, and the daemon's process-tree RSS.
 
-This module holds the snapshot (:class:`MemorySnapshot`, plain frozen data), the psutil edge
-(:func:`read_host_memory`) and :class:`MemorySampler`, which discovers the cgroup once at
+This module holds the snapshot (:class:`MemorySnapshot`, plain frozen data), the host's RAM
+(:class:`HostMemoryReader`, ``/proc/meminfo``; psutil where that cannot say) and
+:class:`MemorySampler`, which discovers the cgroup once at
 construction and then reads a handful of small files per sample. The readers it is built from:
 :mod:`~cuzk_supervisor.adapters.machine.cgroupfind` (where the memory cgroup is),
 :mod:`~cuzk_supervisor.adapters.machine.cgroupmem` (what it holds),
@@ -18,6 +19,7 @@ the kernel OOM-kills at the cgroup limit (incident I4, DESIGN principle 8).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,11 +34,28 @@ from cuzk_supervisor.adapters.machine.cgroupfind import (
     discover_memory_cgroup,
 )
 from cuzk_supervisor.adapters.machine.cgroupmem import CgroupReader
-from cuzk_supervisor.adapters.machine.kernelfiles import read_text
+from cuzk_supervisor.adapters.machine.kernelfiles import KernelFile
 from cuzk_supervisor.adapters.machine.proctree import ProcessTree
 from cuzk_supervisor.adapters.machine.psi import Psi, parse_psi
 
 PsiSource = Literal["cgroup", "system"]
+
+TREE_LISTING_S = 5.0
+"""How often the sampler's tree walk lists ``/proc`` for the daemon's new descendants (between
+listings it reads the stat files of the members it knows): a new child counts toward the tree's
+RSS within this long. That RSS is the daemon's peak and the samples' log fields; the OOM risk is
+read from the cgroup and the host, which count every process at every sample."""
+
+CGROUP_SLOW_FILES_S = 10.0
+"""How often the cgroup's limits and OOM counters are read again (``CgroupReader``): a limit
+changed under a running container counts within this long (on v1 at once, through
+``memory.stat``)."""
+
+TREE_FULL_RESCAN_S = 300.0
+"""How often the tree walk reads the parent of every pid again (``ProcessTree.full_rescan_s``):
+only a pid recycled between two listings as a new child of the daemon's tree needs it, which
+takes the kernel's whole pid space to wrap; the full read is a stat file per process of the
+machine."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,7 +120,54 @@ class MemorySnapshot:
 
 def read_host_memory() -> HostMemory:
     vm = psutil.virtual_memory()
-    return HostMemory(total=vm.total, available=vm.available, used=vm.used)
+    return HostMemory(total=vm.total, available=vm.available, used=vm.total - vm.available)
+
+
+class HostMemoryReader:
+    """Host RAM from ``/proc/meminfo`` kept open (:class:`KernelFile`): its ``MemTotal`` and
+    ``MemAvailable``, the figures psutil's ``virtual_memory`` reports as ``total`` and
+    ``available`` on a kernel that has ``MemAvailable`` (3.14 and later), at a fifth of its
+    cost: psutil parses all fifty lines of the file into a dict at each call, and this one is
+    read every memory sample (issue 35: the idle supervisor's CPU). ``used`` is ``total -
+    available``, as psutil 6 and later have it. Without ``MemAvailable`` (or with a file that
+    does not parse), psutil answers: it estimates what is available from the other lines.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] = "/proc/meminfo") -> None:
+        self._file = KernelFile(path)
+
+    def __call__(self) -> HostMemory:
+        found = _meminfo_kib(self._file.read())
+        if found is None:
+            return read_host_memory()
+        total, available = found[0] * 1024, found[1] * 1024
+        return HostMemory(total=total, available=available, used=total - available)
+
+
+def _meminfo_kib(text: str | None) -> tuple[int, int] | None:
+    """(``MemTotal``, ``MemAvailable``) in KiB, or None without both, with 0 available (psutil's
+    sign of a kernel that does not fill it in) or more available than there is (psutil then
+    takes ``MemFree``)."""
+    if text is None:
+        return None
+    total = available = None
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            total = _kib(line)
+        elif line.startswith("MemAvailable:"):
+            available = _kib(line)
+            break  # MemTotal comes first
+    if not total or not available or available > total:
+        return None
+    return total, available
+
+
+def _kib(line: str) -> int | None:
+    fields = line.split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,16 +191,24 @@ class MemorySampler:
         *,
         cgroup: CgroupLocation | None = None,
         discover: bool = True,
-        host: Callable[[], HostMemory] = read_host_memory,
+        host: Callable[[], HostMemory] | None = None,
         tree: ProcessTree | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if cgroup is None and discover:
             cgroup = discover_memory_cgroup(proc_root, fs_root)
-        self._cgroup = CgroupReader(cgroup) if cgroup is not None else None
-        self._system_psi = str(proc_root / "pressure" / "memory")
-        self._host = host
-        self._tree = tree if tree is not None else ProcessTree(proc_root)
+        self._cgroup = (
+            CgroupReader(cgroup, slow_every_s=CGROUP_SLOW_FILES_S) if cgroup is not None else None
+        )
+        self._system_psi = KernelFile(proc_root / "pressure" / "memory")
+        self._host = host if host is not None else HostMemoryReader()
+        self._tree = (
+            tree
+            if tree is not None
+            else ProcessTree(
+                proc_root, list_every_s=TREE_LISTING_S, full_rescan_s=TREE_FULL_RESCAN_S
+            )
+        )
         self._clock = clock
 
     @property
@@ -148,7 +222,7 @@ class MemorySampler:
         psi: Psi | None = cg.psi if cg is not None else None
         source: PsiSource | None = "cgroup" if psi is not None else None
         if psi is None:
-            psi = parse_psi(read_text(self._system_psi))
+            psi = parse_psi(self._system_psi.read())
             source = "system" if psi is not None else None
         tree = self._tree.rss(daemon_pid) if daemon_pid is not None else None
         return MemorySnapshot(
