@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
     from cuzk_supervisor.adapters.state.store import StateKeeper
     from cuzk_supervisor.address import Address
+    from cuzk_supervisor.lifecycle.daemonctl import DaemonControl
     from cuzk_supervisor.lifecycle.healthwatch import HealthWatch
     from cuzk_supervisor.lifecycle.machine import Lifecycle
     from cuzk_supervisor.runtime import Runtime
@@ -249,6 +250,7 @@ def build_health_watch(
     gpus: NvmlHealth | None,
     totals_client: Callable[[], Any],
     min_rate: float,
+    daemon: DaemonControl,
     **collaborators: Any,
 ) -> HealthWatch:
     """The run phase's health watch: the daemon's status and GetMetrics, NVML, the policy and
@@ -266,7 +268,8 @@ def build_health_watch(
     return HealthWatch(
         interval_s=s.health_interval_s, policy=policy(HealthPolicy, s),
         ladder=policy(LadderPolicy, s), read_status=read_status,
-        read_totals=metrics_reader(totals_client), gpus=gpus, time_scale=s.rate_time_scale,
+        read_totals=metrics_reader(totals_client, daemon.note_answer), gpus=gpus,
+        daemon=daemon, time_scale=s.rate_time_scale,
         manager_min_rate=min_rate or MANAGER_DEFAULT_MIN_RATE, **collaborators,
     )  # fmt: skip
 

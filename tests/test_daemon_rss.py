@@ -1,23 +1,32 @@
-"""The daemon's peak RSS: one walk of its process tree a second, not two.
+"""The daemon's peak RSS and liveness: work handed over spares the daemon process its own.
+
+The peak RSS: one walk of its process tree a second, not two.
 
 ``DaemonProcess`` reads its tree's RSS for ``peak_rss_bytes``; in the lifecycle the memory
 watch reads the same tree at least as often and hands its reading over (``note_rss``, through
 ``DaemonControl.note_memory``): the process then skips its own (issue 35: the supervisor's idle
 CPU). Here two processes of a plain ``sleep``, side by side: the one handed readings takes none
-of its own while the other goes on taking its own.
+of its own while the other goes on taking its own; and the peak watch, handed readings, waits
+for them to stop. The liveness probe: a GetMetrics answer of the health watch's spares it
+(``note_answer``), a new gRPC channel every 30 s less.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
+import time
+from collections.abc import Callable, Sized
 from pathlib import Path
 
 from simhelpers import apoll_until, free_tcp_port
 
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.daemon.config import DaemonConfigValues
+from cuzk_supervisor.daemon.peakrss import NOTED_RECHECK_INTERVALS, PeakRss
 from cuzk_supervisor.daemon.process import DaemonProcess
-from cuzk_supervisor.daemon.spec import DaemonSettings
+from cuzk_supervisor.daemon.spec import AliveProbe, DaemonSettings
 
 MIB = 1 << 20
 
@@ -26,13 +35,20 @@ async def _answers(address: Address, deadline_s: float) -> None:
     """The ready probe of a daemon that is only a sleeping process: ready at once."""
 
 
-def _sleeper(folder: Path, readings: list[int]) -> DaemonProcess:
+def _sleeper(
+    folder: Path,
+    readings: list[int],
+    alive_probe: AliveProbe | None = None,
+    liveness_interval_s: float = 30.0,
+) -> DaemonProcess:
     settings = DaemonSettings(
         binary=sys.executable,
         extra_args=("-c", "import time; time.sleep(300)"),
         config_path=folder / "cuzk.toml",
         log_path=folder / "cuzk.log",
         stop_grace_s=5.0,
+        liveness_interval_s=liveness_interval_s,
+        liveness_timeout_s=1.0,
     )
     values = DaemonConfigValues(
         partition_workers=1, total_budget_gib=89, max_parallel_synthesis=1,
@@ -46,7 +62,7 @@ def _sleeper(folder: Path, readings: list[int]) -> DaemonProcess:
     # A long interval: after its quick first readings (0.05 s, doubling), a reading handed
     # over stands for the rest of the test.
     return DaemonProcess(settings, values, ready_probe=_answers, rss_sampler=read,
-                         rss_interval_s=600.0)  # fmt: skip
+                         rss_interval_s=600.0, alive_probe=alive_probe or _answers)  # fmt: skip
 
 
 async def test_a_reading_handed_over_spares_the_process_its_own(tmp_path: Path) -> None:
@@ -68,5 +84,61 @@ async def test_a_reading_handed_over_spares_the_process_its_own(tmp_path: Path) 
         await alone.stop()
 
 
-async def _at_least(readings: list[int], count: int) -> bool:
+async def _at_least(readings: Sized, count: int) -> bool:
     return len(readings) >= count
+
+
+async def _handing_over(note: Callable[[], None], period_s: float, handed_s: float) -> None:
+    """Hand readings (answers) over every ``period_s`` for ``handed_s``: as the memory watch
+    (the health watch) does while it runs."""
+    end = time.monotonic() + handed_s
+    while time.monotonic() < end:
+        note()
+        await asyncio.sleep(period_s)
+
+
+async def test_readings_handed_over_spare_the_peak_watch_until_they_stop() -> None:
+    interval = 0.05
+    own: list[int] = []
+
+    def read(pid: int) -> int:
+        own.append(pid)
+        return MIB
+
+    peak = PeakRss(read, interval)
+    peak.note(3 * MIB)
+    watch = asyncio.create_task(peak.watch(1))
+    try:
+        # Twice the time the watch waits after the last note: handed over all along, none
+        # of its own (the notes come a little late at times, as the memory watch's do).
+        spared_s = NOTED_RECHECK_INTERVALS * interval
+        await _handing_over(lambda: peak.note(2 * MIB), interval * 1.2, 2 * spared_s)
+        assert own == []
+        assert peak.bytes == 3 * MIB
+        # They stop: its own readings come back.
+        await apoll_until(lambda: _at_least(own, 3), 30, what="readings of its own")
+        assert peak.bytes == 3 * MIB
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+
+
+async def test_an_answer_seen_elsewhere_spares_the_liveness_probe(tmp_path: Path) -> None:
+    probes: list[float] = []
+
+    async def alive(address: Address, timeout_s: float) -> None:
+        probes.append(time.monotonic())
+
+    interval = 0.1
+    daemon = _sleeper(tmp_path, [], alive_probe=alive, liveness_interval_s=interval)
+    await daemon.start()
+    try:
+        # The health watch's GetMetrics answered all along (here every 0.05 s): no probe.
+        daemon.note_answer()
+        await _handing_over(daemon.note_answer, interval / 2, 10 * interval)
+        assert probes == []
+        # No answer seen elsewhere: the probes come back, one an interval.
+        await apoll_until(lambda: _at_least(probes, 3), 30, what="liveness probes")
+    finally:
+        await daemon.stop()

@@ -190,6 +190,12 @@ class DaemonKeeper:
         if note is not None:
             note(rss_bytes)
 
+    def note_answer(self) -> None:
+        """The running daemon answered a call made elsewhere (``DaemonProcess.note_answer``)."""
+        note = getattr(self.current, "note_answer", None)  # DaemonProcess has it; commands not
+        if note is not None:
+            note()
+
     def forget_failures(self) -> None:
         """Start the crash-loop count afresh (after a deliberate change of configuration)."""
         self.history = RestartHistory()

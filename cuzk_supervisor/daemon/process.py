@@ -27,6 +27,7 @@ from cuzk_supervisor.daemon import pidfile
 from cuzk_supervisor.daemon.childenv import child_environ
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.output import OutputPump, RotatingLineFile
+from cuzk_supervisor.daemon.peakrss import RSS_INTERVAL_S, PeakRss
 from cuzk_supervisor.daemon.preflight import address_in_use, resolve_binary
 from cuzk_supervisor.daemon.spec import (
     AliveProbe,
@@ -47,9 +48,6 @@ log = structlog.get_logger()
 OUTPUT_DRAIN_S = 1.0
 # How long an address must stay taken before the start counts as "address in use".
 ADDRESS_RELEASE_S = 1.0
-# How often the RSS of the daemon's process tree is read for its peak (``peak_rss_bytes`` on
-# ``daemon.exited``): a listing of /proc and a stat file per member, well under a millisecond.
-RSS_INTERVAL_S = 1.0
 
 
 class DaemonProcess:
@@ -89,12 +87,10 @@ class DaemonProcess:
         self._exit: DaemonExit | None = None
         self._stopped: DaemonExit | None = None
         self._exit_lock = asyncio.Lock()
-        self._rss_sampler = rss_sampler if rss_sampler is not None else tree_rss_sampler()
-        self._rss_interval_s = rss_interval_s
+        sampler = rss_sampler if rss_sampler is not None else tree_rss_sampler()
+        self._peak = PeakRss(sampler, rss_interval_s)
         self._rss_task: asyncio.Task[None] | None = None
-        self._noted_at = -float("inf")  # when a reading taken elsewhere last came (monotonic)
-        self.peak_rss_bytes = 0
-        """The highest RSS of the daemon's process tree seen while it ran."""
+        self._answered_at = -float("inf")  # when an answer seen elsewhere last came (monotonic)
 
     @property
     def pid(self) -> int | None:
@@ -108,31 +104,20 @@ class DaemonProcess:
     def output(self) -> OutputPump | None:
         return self._pump
 
+    @property
+    def peak_rss_bytes(self) -> int:
+        """The highest RSS of the daemon's process tree seen while it ran."""
+        return self._peak.bytes
+
     def note_rss(self, rss_bytes: int | None) -> None:
-        """A reading of the tree's RSS taken elsewhere (the memory watch samples at least as
-        often while it runs): it counts toward the peak, and spares the next reading of our
-        own (one walk of ``/proc`` a second, not two)."""
-        if rss_bytes is not None:
-            self._noted_at = time.monotonic()
-            self._keep_peak(rss_bytes)
+        """A reading of the tree's RSS taken elsewhere (``PeakRss.note``)."""
+        self._peak.note(rss_bytes)
 
-    def _keep_peak(self, rss_bytes: int | None) -> None:
-        if rss_bytes is not None and rss_bytes > self.peak_rss_bytes:
-            self.peak_rss_bytes = rss_bytes
-
-    async def _watch_rss(self, pid: int) -> None:
-        """Keep ``peak_rss_bytes`` while the daemon runs (until its tree is gone). Often at
-        first (a daemon that dies at start-up grew fast), then every ``rss_interval_s``, unless
-        a reading taken elsewhere came within that interval (``note_rss``)."""
-        pause = min(0.05, self._rss_interval_s)
-        while True:
-            if time.monotonic() - self._noted_at >= self._rss_interval_s:
-                rss = self._rss_sampler(pid)
-                if rss is None:
-                    return
-                self._keep_peak(rss)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, self._rss_interval_s)
+    def note_answer(self) -> None:
+        """The daemon answered a call made elsewhere (the health watch's GetMetrics): as good
+        as a liveness probe answered, so the next probe within ``liveness_interval_s`` is
+        spared (a new channel and its connection: most of the idle supervisor's CPU a minute)."""
+        self._answered_at = time.monotonic()
 
     def _oom_count(self) -> int | None:
         if self.settings.cgroup_dir is None:
@@ -202,7 +187,7 @@ class DaemonProcess:
         except OSError as exc:
             raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
         self._started_at = time.monotonic()
-        self._rss_task = asyncio.create_task(self._watch_rss(self._proc.pid))
+        self._rss_task = asyncio.create_task(self._peak.watch(self._proc.pid))
         pidfile.write_pidfile(settings, self._proc.pid)
         assert self._proc.stdout is not None
         assert self._proc.stderr is not None
@@ -259,11 +244,15 @@ class DaemonProcess:
 
     async def _watch_liveness(self) -> None:
         """A daemon that accepts calls but never answers is as good as dead: after N missed
-        GetStatus probes in a row, kill it so the keeper restarts it."""
+        GetStatus probes in a row, kill it so the keeper restarts it. A probe is spared when an
+        answer to another call came within the interval (``note_answer``)."""
         settings = self.settings
         misses = 0
         while True:
             await asyncio.sleep(settings.liveness_interval_s)
+            if time.monotonic() - self._answered_at < settings.liveness_interval_s:
+                misses = 0  # it answered a call of the health watch's meanwhile
+                continue
             try:
                 await within(
                     self._alive_probe(self.address, settings.liveness_timeout_s),
@@ -362,7 +351,7 @@ class DaemonProcess:
             # Only a stop that found it running explains its exit; one that comes after the
             # daemon died (e.g. OOM-killed a moment ago) must not hide why it died.
             self._stop_requested = True
-            self._keep_peak(self._rss_sampler(pgid))  # its size as we stop it counts too
+            self._peak.read(pgid)  # its size as we stop it counts too
             self._signal_group(signal.SIGTERM)
             try:
                 await within(asyncio.shield(self._proc.wait()), self.settings.stop_grace_s)

@@ -94,6 +94,11 @@ class DaemonControl:
         if snapshot.daemon_pid == self.pid():
             self.keeper.note_rss(snapshot.daemon_rss)
 
+    def note_answer(self) -> None:
+        """The daemon answered a call of the health watch's: its liveness probe is spared."""
+        if self.keeper is not None:
+            self.keeper.note_answer()
+
     # --- control ----------------------------------------------------------------------------
 
     async def start(self, plan: WorkerPlan, workers: int) -> None:

@@ -82,15 +82,19 @@ class MetricsClient(Protocol):
 
 def metrics_reader(
     client_factory: Callable[[], AbstractAsyncContextManager[MetricsClient]],
+    on_answer: Callable[[], None] = lambda: None,
 ) -> Callable[[], Awaitable[str | None]]:
-    """The daemon's GetMetrics text, or None (no answer within ``CALL_S``)."""
+    """The daemon's GetMetrics text, or None (no answer within ``CALL_S``); ``on_answer`` is
+    told of each answer (the daemon's liveness probe is spared: ``DaemonControl.note_answer``)."""
 
     async def read() -> str | None:
         try:
             async with client_factory() as client:
-                return await within(client.metrics(budget_s=CALL_S), CALL_S + 1)
+                text = await within(client.metrics(budget_s=CALL_S), CALL_S + 1)
         except Exception:  # any failure to answer is no figure this time
             return None
+        on_answer()
+        return text
 
     return read
 

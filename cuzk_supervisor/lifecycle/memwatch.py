@@ -26,7 +26,8 @@ from cuzk_supervisor.core.risk import (
 
 log = structlog.get_logger()
 
-# Samples kept for the trend; the policy looks at its own window within them.
+# Samples kept for the trend at most (its window at the fast interval is 100); the older ones
+# are dropped as they leave the window.
 _KEPT_SAMPLES = 200
 
 
@@ -81,7 +82,13 @@ class MemoryWatch:
         self.samples_taken += 1
         limit = snapshot.effective_limit
         used = max(0, limit - snapshot.headroom)
-        self._samples.append(MemorySample(self._clock(), used, snapshot.psi_some_avg10))
+        now = self._clock()
+        samples = self._samples
+        samples.append(MemorySample(now, used, snapshot.psi_some_avg10))
+        # Only the trend window and the last two samples count (``assess_risk``): the older ones
+        # are dropped, not walked again at every sample (issue 35: the idle supervisor's CPU).
+        while len(samples) > 2 and samples[0].t < now - self.policy.trend_window_s:
+            samples.popleft()
         assessment = assess_risk(
             list(self._samples), limit, self.level, self.policy, self.plateau_bytes
         )

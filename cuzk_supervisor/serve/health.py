@@ -47,7 +47,12 @@ from cuzk_supervisor.serve.httpwire import (
     read_head,
 )
 from cuzk_supervisor.serve.metrics import CONTENT_TYPE, SupervisorMetrics
-from cuzk_supervisor.serve.probes import HealthSource, Heartbeat, StartupLatch
+from cuzk_supervisor.serve.probes import (
+    HEARTBEAT_INTERVAL_S,
+    HealthSource,
+    Heartbeat,
+    StartupLatch,
+)
 
 log = structlog.get_logger()
 
@@ -89,7 +94,7 @@ class HealthServer:
         *,
         allow_public: bool = False,
         stale_after_s: float = 5.0,
-        heartbeat_interval_s: float = 0.5,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         head_timeout_s: float = 2.0,
         request_timeout_s: float = 5.0,
         max_connections: int = 256,

@@ -83,6 +83,11 @@ class StartupLatch:
             self.passed = True
 
 
+HEARTBEAT_INTERVAL_S = 1.0
+"""Between beats: a fifth of the 5 s a beat may be late before /healthz fails, and one wake-up
+a second of the idle supervisor's few (issue 35: 0.1 % of a core in the run phase)."""
+
+
 class Heartbeat:
     """Measures how late the event loop runs a task that should wake every ``interval_s``.
 
@@ -93,7 +98,7 @@ class Heartbeat:
     """
 
     def __init__(
-        self, interval_s: float = 0.5, clock: Callable[[], float] = time.monotonic
+        self, interval_s: float = HEARTBEAT_INTERVAL_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
         if interval_s <= 0:
             raise ValueError("heartbeat interval must be > 0")
