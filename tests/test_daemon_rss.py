@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
 from collections.abc import Callable, Sized
 from pathlib import Path
 
@@ -40,6 +39,7 @@ def _sleeper(
     readings: list[int],
     alive_probe: AliveProbe | None = None,
     liveness_interval_s: float = 30.0,
+    time: VirtualTime | None = None,
 ) -> DaemonProcess:
     settings = DaemonSettings(
         binary=sys.executable,
@@ -61,8 +61,10 @@ def _sleeper(
 
     # A long interval: after its quick first readings (0.05 s, doubling), a reading handed
     # over stands for the rest of the test.
+    virtual = {"clock": time.clock, "sleep": time.sleep} if time is not None else {}
     return DaemonProcess(settings, values, ready_probe=_answers, rss_sampler=read,
-                         rss_interval_s=600.0, alive_probe=alive_probe or _answers)  # fmt: skip
+                         rss_interval_s=600.0, alive_probe=alive_probe or _answers,
+                         **virtual)  # type: ignore[arg-type]  # fmt: skip
 
 
 async def test_a_reading_handed_over_spares_the_process_its_own(tmp_path: Path) -> None:
@@ -88,34 +90,51 @@ async def _at_least(readings: Sized, count: int) -> bool:
     return len(readings) >= count
 
 
-async def _handing_over(note: Callable[[], None], period_s: float, handed_s: float) -> None:
-    """Hand readings (answers) over every ``period_s`` for ``handed_s``: as the memory watch
-    (the health watch) does while it runs."""
-    end = time.monotonic() + handed_s
-    while time.monotonic() < end:
-        note()
-        await asyncio.sleep(period_s)
+class VirtualTime:
+    """A clock and a sleep for the watches: each sleep moves the clock on at once (and lets the
+    loop turn), and while ``handing`` calls ``hand_over`` as it wakes: the memory watch's (the
+    health watch's) readings, come within the interval the watch slept."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.handing = True
+        self.hand_over: Callable[[], None] = lambda: None
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.handing:
+            self.hand_over()
+        await asyncio.sleep(0)
+
+
+async def _after(vt: VirtualTime, seconds: float) -> bool:
+    return vt.now >= seconds
 
 
 async def test_readings_handed_over_spare_the_peak_watch_until_they_stop() -> None:
-    interval = 0.05
+    interval = 1.0
     own: list[int] = []
 
     def read(pid: int) -> int:
         own.append(pid)
         return MIB
 
-    peak = PeakRss(read, interval)
+    vt = VirtualTime()
+    peak = PeakRss(read, interval, clock=vt.clock, sleep=vt.sleep)
+    vt.hand_over = lambda: peak.note(2 * MIB)
     peak.note(3 * MIB)
     watch = asyncio.create_task(peak.watch(1))
     try:
-        # Twice the time the watch waits after the last note: handed over all along, none
-        # of its own (the notes come a little late at times, as the memory watch's do).
-        spared_s = NOTED_RECHECK_INTERVALS * interval
-        await _handing_over(lambda: peak.note(2 * MIB), interval * 1.2, 2 * spared_s)
+        # Handed over all along, for a hundred times the wait after a note: none of its own.
+        await apoll_until(lambda: _after(vt, 100 * NOTED_RECHECK_INTERVALS * interval), 30,
+                          what="virtual time")  # fmt: skip
         assert own == []
         assert peak.bytes == 3 * MIB
         # They stop: its own readings come back.
+        vt.handing = False
         await apoll_until(lambda: _at_least(own, 3), 30, what="readings of its own")
         assert peak.bytes == 3 * MIB
     finally:
@@ -128,17 +147,18 @@ async def test_an_answer_seen_elsewhere_spares_the_liveness_probe(tmp_path: Path
     probes: list[float] = []
 
     async def alive(address: Address, timeout_s: float) -> None:
-        probes.append(time.monotonic())
+        probes.append(vt.now)
 
-    interval = 0.1
-    daemon = _sleeper(tmp_path, [], alive_probe=alive, liveness_interval_s=interval)
+    interval = 30.0
+    vt = VirtualTime()
+    daemon = _sleeper(tmp_path, [], alive_probe=alive, liveness_interval_s=interval, time=vt)
+    vt.hand_over = daemon.note_answer  # the health watch's GetMetrics, answered
     await daemon.start()
     try:
-        # The health watch's GetMetrics answered all along (here every 0.05 s): no probe.
-        daemon.note_answer()
-        await _handing_over(daemon.note_answer, interval / 2, 10 * interval)
+        await apoll_until(lambda: _after(vt, 100 * interval), 30, what="virtual time")
         assert probes == []
-        # No answer seen elsewhere: the probes come back, one an interval.
+        # No answer seen elsewhere: the probes come back.
+        vt.handing = False
         await apoll_until(lambda: _at_least(probes, 3), 30, what="liveness probes")
     finally:
         await daemon.stop()

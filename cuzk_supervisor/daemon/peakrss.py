@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from cuzk_supervisor.daemon.spec import RssSampler
 
@@ -30,8 +30,10 @@ class PeakRss:
         sampler: RssSampler,
         interval_s: float = RSS_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._sampler = sampler
+        self._sleep = sleep
         self._interval_s = interval_s
         self._clock = clock
         self._noted_at = -float("inf")  # when a reading taken elsewhere last came
@@ -63,11 +65,11 @@ class PeakRss:
         while True:
             since = self._clock() - self._noted_at
             if since < spared_s:  # readings come from elsewhere: look again once they would
-                await asyncio.sleep(spared_s - since)  # be that old
+                await self._sleep(spared_s - since)  # be that old
                 continue
             rss = self._sampler(pid)
             if rss is None:
                 return
             self.keep(rss)
-            await asyncio.sleep(pause)
+            await self._sleep(pause)
             pause = min(pause * 2, interval)

@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
@@ -65,6 +65,8 @@ class DaemonProcess:
         line_listeners: Sequence[Callable[[str], None]] = (),
         rss_sampler: RssSampler | None = None,
         rss_interval_s: float = RSS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
         self.values = values
@@ -88,7 +90,9 @@ class DaemonProcess:
         self._stopped: DaemonExit | None = None
         self._exit_lock = asyncio.Lock()
         sampler = rss_sampler if rss_sampler is not None else tree_rss_sampler()
-        self._peak = PeakRss(sampler, rss_interval_s)
+        self._clock = clock  # the liveness probe's cadence and what spares it
+        self._sleep = sleep
+        self._peak = PeakRss(sampler, rss_interval_s, clock=clock, sleep=sleep)
         self._rss_task: asyncio.Task[None] | None = None
         self._answered_at = -float("inf")  # when an answer seen elsewhere last came (monotonic)
 
@@ -117,7 +121,7 @@ class DaemonProcess:
         """The daemon answered a call made elsewhere (the health watch's GetMetrics): as good
         as a liveness probe answered, so the next probe within ``liveness_interval_s`` is
         spared (a new channel and its connection: most of the idle supervisor's CPU a minute)."""
-        self._answered_at = time.monotonic()
+        self._answered_at = self._clock()
 
     def _oom_count(self) -> int | None:
         if self.settings.cgroup_dir is None:
@@ -249,8 +253,8 @@ class DaemonProcess:
         settings = self.settings
         misses = 0
         while True:
-            await asyncio.sleep(settings.liveness_interval_s)
-            if time.monotonic() - self._answered_at < settings.liveness_interval_s:
+            await self._sleep(settings.liveness_interval_s)
+            if self._clock() - self._answered_at < settings.liveness_interval_s:
                 misses = 0  # it answered a call of the health watch's meanwhile
                 continue
             try:
