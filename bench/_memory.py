@@ -8,7 +8,9 @@ arenas, gRPC's buffers), and of the threads' stacks (anonymous mappings of the s
 
 ``floor()`` is a reference: the RSS of a bare interpreter that holds only what the run phase
 cannot do without (asyncio, which loads ssl; structlog without rich; psutil; grpc.aio with the
-proving stubs, one channel used), nothing of the supervisor.
+proving stubs, one channel used), nothing of the supervisor; ``floor(with_grpc=False)`` the
+same less grpc (protobuf and the proving messages kept): what a run phase that reached the
+daemon without grpcio could not go below.
 
 ``imports_by_package(modules)`` imports ``modules`` (the names a run had in ``sys.modules``) in a
 fresh interpreter, a package at a time, and reports what each package added to its RSS: the
@@ -155,9 +157,17 @@ import asyncio, os, sys
 sys.modules["rich"] = None  # as the supervisor imports structlog (logimport)
 import structlog
 del sys.modules["rich"]
-import grpc, grpc.aio, psutil
-from cuzk_supervisor.proto import proving_pb2_grpc
+import psutil
+WITH_GRPC = {with_grpc}
+if WITH_GRPC:
+    import grpc, grpc.aio
+    from cuzk_supervisor.proto import proving_pb2_grpc
+else:
+    from cuzk_supervisor.proto import proving_pb2
 async def main():
+    if not WITH_GRPC:
+        await asyncio.sleep(0.3)  # the loop run for as long, nothing else
+        return
     channel = grpc.aio.insecure_channel("127.0.0.1:9")
     proving_pb2_grpc.ProvingEngineStub(channel)
     try:
@@ -171,9 +181,12 @@ with open("/proc/self/statm") as f:
 """
 
 
-def floor() -> int:
-    """The RSS (bytes) of the reference process (see the module's docstring)."""
-    done = subprocess.run([PY, "-c", _FLOOR], capture_output=True, text=True, timeout=60,
+def floor(*, with_grpc: bool = True) -> int:
+    """The RSS (bytes) of the reference process (see the module's docstring); without grpc:
+    the same less grpc (protobuf and the proving messages kept), the floor of a run phase that
+    would reach the daemon without grpcio."""
+    script = _FLOOR.replace("{with_grpc}", str(with_grpc))
+    done = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=60,
                           check=False)  # fmt: skip
     try:
         return int(done.stdout.split()[-1])

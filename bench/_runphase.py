@@ -94,6 +94,8 @@ def rows(
             out.append(info(f"  imports, fresh interpreter: {package}", _mib(size), "MiB"))
     out.append(info("  reference: a bare process holding only asyncio (+ ssl), structlog, psutil"
                     " and grpc.aio with one channel", _mib(_memory.floor()), "MiB"))  # fmt: skip
+    out.append(info("  reference: the same without grpc (protobuf and the proving messages kept)",
+                    _mib(_memory.floor(with_grpc=False)), "MiB"))  # fmt: skip
     if field_c1 is not None:
         out.append(at_most("run phase: supervisor max RSS, proofs of a field-size C1 (51 MB)",
                            _mib(field_c1.rss_max), "MiB", RSS_TARGET_MIB))  # fmt: skip
