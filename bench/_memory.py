@@ -17,6 +17,8 @@ fresh interpreter, a package at a time, and reports what each package added to i
 standard library first, then the third-party packages, then ours by sub-package. An estimate:
 what a package adds depends on what came before it (shared dependencies count once, for the
 first), and the run's own data (its buffers, its threads) is not in it.
+``imports_without_grpc(modules)`` does the same with grpc made unimportable: what the same code
+would hold in a process that never loaded grpcio, and which modules cannot do without it.
 """
 
 from __future__ import annotations
@@ -108,9 +110,12 @@ import importlib, json, os, sys
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-groups = json.loads(sys.stdin.read())
+groups, blocked = json.loads(sys.stdin.read())
 sys.modules.setdefault("rich", None)  # as the supervisor imports structlog (logimport)
+for name in blocked:
+    sys.modules[name] = None  # its import fails, and so does every module's that needs it
 out = [["interpreter", rss()]]
+failed = []
 for name, modules in groups:
     before = rss()
     for module in modules:
@@ -118,9 +123,9 @@ for name, modules in groups:
             try:
                 importlib.import_module(module)
             except Exception:
-                pass
+                failed.append(module)
     out.append([name, rss() - before])
-print(json.dumps(out))
+print(json.dumps([out, failed]))
 """
 
 
@@ -135,21 +140,39 @@ def _group(module: str) -> str:
     return "standard library"
 
 
-def imports_by_package(modules: list[str]) -> list[tuple[str, int]]:
-    """(package, bytes of RSS its import added), in the order imported (see the docstring)."""
+def _import_fresh(
+    modules: list[str], blocked: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, int]], list[str]]:
+    """Import ``modules`` into a fresh interpreter, a package at a time, with the ``blocked``
+    packages made unimportable: what each package added to its RSS, in the order imported, and
+    the modules that failed to import."""
     groups: dict[str, list[str]] = {}
     for module in modules:
         if module != "__main__" and not module.startswith(("_cython", "cython_runtime")):
             groups.setdefault(_group(module), []).append(module)
     first = ["standard library", *dict.fromkeys(THIRD_PARTY.values())]
     order = [g for g in first if g in groups] + sorted(g for g in groups if g not in first)
-    payload = json.dumps([[g, groups[g]] for g in order])
+    payload = json.dumps([[[g, groups[g]] for g in order], list(blocked)])
     done = subprocess.run([PY, "-c", _IMPORTER], input=payload, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     try:
-        return [(str(name), int(size)) for name, size in json.loads(done.stdout)]
+        sizes, failed = json.loads(done.stdout)
+        return [(str(name), int(size)) for name, size in sizes], [str(m) for m in failed]
     except ValueError:
         raise BenchError(f"imports by package: {done.stderr[-300:]!r}") from None
+
+
+def imports_by_package(modules: list[str]) -> list[tuple[str, int]]:
+    """(package, bytes of RSS its import added), in the order imported (see the docstring)."""
+    return _import_fresh(modules)[0]
+
+
+def imports_without_grpc(modules: list[str]) -> tuple[int, list[str]]:
+    """The RSS (bytes) of a fresh interpreter that imported ``modules`` with grpc blocked, and
+    the modules that could not be imported without it: what the same code would hold in a run
+    phase that never loaded grpcio."""
+    sizes, failed = _import_fresh([m for m in modules if m.split(".")[0] != "grpc"], ("grpc",))
+    return sum(size for _, size in sizes), failed
 
 
 _FLOOR = """\

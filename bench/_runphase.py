@@ -92,6 +92,11 @@ def rows(
     if phase.modules:
         for package, size in _memory.imports_by_package(phase.modules):
             out.append(info(f"  imports, fresh interpreter: {package}", _mib(size), "MiB"))
+        size, need_grpc = _memory.imports_without_grpc(phase.modules)
+        label = f"grpc blocked ({len(need_grpc)} modules fail: those that need it)"
+        out.append(info(f"  imports, fresh interpreter, {label}", _mib(size), "MiB"))
+        notes.append("run phase: the modules that cannot be imported without grpc: "
+                     + (", ".join(need_grpc) or "none"))  # fmt: skip
     out.append(info("  reference: a bare process holding only asyncio (+ ssl), structlog, psutil"
                     " and grpc.aio with one channel", _mib(_memory.floor()), "MiB"))  # fmt: skip
     out.append(info("  reference: the same without grpc (protobuf and the proving messages kept)",
