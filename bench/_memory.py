@@ -189,8 +189,7 @@ else:
     from cuzk_supervisor.proto import proving_pb2
 async def main():
     if not WITH_GRPC:
-        await asyncio.sleep(0.3)  # the loop run for as long, nothing else
-        return
+        return  # the loop run, nothing else
     channel = grpc.aio.insecure_channel("127.0.0.1:9")
     proving_pb2_grpc.ProvingEngineStub(channel)
     try:
