@@ -127,7 +127,7 @@ class SupervisorMetrics:
         self._bound = Gauge(
             "cuzk_supervisor_bench_bound",
             "1 for what bounded the benchmark's rate (gpu-bound, gpu-stage-bound, "
-            "synthesis-bound, feed-bound, mixed, unknown; README 'What bounds the rate'), 0 for "
+            "synthesis-bound, feed-bound, mixed, unknown; docs/benchmark.md 'What bounds the rate'), 0 for "
             "the others; all 0 until judged or with bench_status_sample_s 0",
             ["bound"],
             registry=r,
@@ -142,7 +142,7 @@ class SupervisorMetrics:
         self._limiter_use = Gauge(
             "cuzk_supervisor_bench_synthesis_limiter_use",
             "Mean share of the partition workers' synthesis capacity in use over the measured "
-            "stretch (README 'What bounds the rate'; NaN until judged)",
+            "stretch (docs/benchmark.md 'What bounds the rate'; NaN until judged)",
             registry=r,
         )
         for unjudged in (self._gpu_busy, self._limiter_use):
@@ -214,7 +214,7 @@ class SupervisorMetrics:
         )
         self._health_level = Gauge(
             "cuzk_supervisor_health_level",
-            "The run phase's health: 0 healthy, 1 degraded, 2 broken (README 'The run phase')",
+            "The run phase's health: 0 healthy, 1 degraded, 2 broken (docs/run-phase.md)",
             registry=r,
         )
         self._health_finding = Gauge(
