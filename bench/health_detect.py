@@ -1,5 +1,5 @@
-"""How soon the run phase's health watch notices a fault and acts, against the bounds docs/run-phase.md
-states ("The run phase"), measured on whole lifecycles (issue 34).
+"""How soon the run phase's health watch notices a fault and acts, against the bounds
+docs/run-phase.md states, measured on whole lifecycles (issue 34).
 
     .venv/bin/python bench/health_detect.py [--quick] [--json FILE] [--time-scale 200]
 

@@ -127,8 +127,9 @@ class SupervisorMetrics:
         self._bound = Gauge(
             "cuzk_supervisor_bench_bound",
             "1 for what bounded the benchmark's rate (gpu-bound, gpu-stage-bound, "
-            "synthesis-bound, feed-bound, mixed, unknown; docs/benchmark.md 'What bounds the rate'), 0 for "
-            "the others; all 0 until judged or with bench_status_sample_s 0",
+            "synthesis-bound, feed-bound, mixed, unknown; "
+            "docs/benchmark.md 'What bounds the rate'), 0 for the others; all 0 until judged or "
+            "with bench_status_sample_s 0",
             ["bound"],
             registry=r,
         )

@@ -45,7 +45,8 @@ GROUPS: dict[str, str] = {
     "run": "the run phase",
     "health": "the health server: /healthz /readyz /metrics",
 }
-"""Every group, in the order help and docs/configuration.md show them, with what its settings are for."""
+"""Every group, in the order help and docs/configuration.md show them, with what its settings
+are for."""
 
 
 def setting(
