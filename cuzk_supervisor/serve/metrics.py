@@ -23,6 +23,7 @@ from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.health import KINDS as HEALTH_KINDS
 from cuzk_supervisor.core.risk import RiskLevel
 from cuzk_supervisor.serve.exposition import Counter, Family, Gauge, Histogram, render
+from cuzk_supervisor.version import VERSION
 
 NAN = math.nan
 
@@ -73,6 +74,13 @@ class SupervisorMetrics:
 
         up = Gauge("cuzk_supervisor_up", "1 while the supervisor process runs", registry=r)
         up.set(1)
+        built = Gauge(
+            "cuzk_supervisor_build_info",
+            "1, labelled with the supervisor's version",
+            ["version"],
+            registry=r,
+        )
+        built.labels(version=VERSION).set(1)
         started = Gauge(
             "cuzk_supervisor_start_time_seconds",
             "When the supervisor started, seconds since the Unix epoch",
