@@ -26,6 +26,7 @@ FENCE = re.compile(r"^```.*?^```", flags=re.DOTALL | re.MULTILINE)
 # docs/daemon.md, "Measured figures", README "Exit codes".
 CITATION = re.compile(r"""(README(?:\.md)?|docs/[\w.-]+\.md),? (["'])([^"'\n]+?)\2""")
 PAGE_PATH = re.compile(r"\bdocs/[\w.-]+\.md\b")
+MAPPING = "The sources the code cites"  # docs/architecture.md: old reference names -> pages
 
 
 def anchor(heading: str) -> str:
@@ -65,8 +66,10 @@ def test_every_relative_link_resolves_inside_the_repository(page: Path) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_page_points_outside_the_clone(page: Path) -> None:
+    """The old reference's names appear only where docs/architecture.md maps them to pages."""
     text = page.read_text()
     assert "../shared" not in text
+    text = text.split(f"## {MAPPING}")[0]
     assert "reference/cuzk.md" not in text
     assert "reference/manager-api.md" not in text
 
