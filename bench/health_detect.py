@@ -1,5 +1,5 @@
-"""How soon the run phase's health watch notices a fault and acts, against the bounds the README
-states ("The run phase"), measured on whole lifecycles (issue 34).
+"""How soon the run phase's health watch notices a fault and acts, against the bounds
+docs/run-phase.md states, measured on whole lifecycles (issue 34).
 
     .venv/bin/python bench/health_detect.py [--quick] [--json FILE] [--time-scale 200]
 
@@ -10,7 +10,7 @@ supervisor's own event timestamps: the daemon's "sim fault firing" line (as the 
 it) to the first ``health.changed`` about it ("noticed") and to its action (``health.restart`` or
 ``health.telling_manager``: "acted"), in seconds of wall time. The watch's thresholds are scaled
 to the run (``I`` = ``health_interval_s`` 0.2 s; ``health_stuck_min_s`` 0.5 s). Targets: noticed
-within the README's bound (an XID: ``I`` plus one read, taken as 2 ``I``; a stuck partition:
+within docs/run-phase.md's bound (an XID: ``I`` plus one read, taken as 2 ``I``; a stuck partition:
 its threshold plus 2 ``I``); acted within ``I`` plus the reason's push after being noticed (taken
 as 2 ``I``). On a loaded machine the event loop's own lateness shows in the figures. ``--quick``
 runs the lost GPU and the stuck partition only.

@@ -48,8 +48,7 @@ MEANINGS: dict[int, str] = {
     "I/O error, `state_dir` made read-only since the start); a `state_dir` found unwritable "
     "before the start is exit 2",
     HEALTH_BROKEN: "the run phase found the machine broken (a GPU lost, every proof failing after "
-    "a daemon restart, ...) and told the manager, which ended the instance (README 'The run "
-    "phase')",
+    "a daemon restart, ...) and told the manager, which ended the instance (docs/run-phase.md)",
 }
 SIGNAL_MEANING = "stopped by signal N (143 for SIGTERM, 130 for SIGINT)"
 

@@ -15,7 +15,7 @@
 #   4. the checks: `sim --exit-after-run` exits 0 under --network none; `docker run -d IMG sim`
 #      turns healthy through the image's own HEALTHCHECK; the HEALTHCHECK command says why in one
 #      line when the health server is off; `docker stop` ends the supervisor with 143 well within
-#      the daemon's stop grace; the supervisor runs as the user the README says (root, 0:0); the
+#      the daemon's stop grace; the supervisor runs as the user docs/deployment.md says (root, 0:0); the
 #      runtime venv holds no pip or setuptools; the OCI labels carry version and revision;
 #   5. the deploy path, the manager's Deploy button end to end (deploy/deploy-test.py): the image
 #      built again with the manager's URL and the fleet's settings baked in (CUZK_MANAGER_URL,
@@ -47,7 +47,7 @@ BASE_PACKAGES=python3,python3-venv,ca-certificates,curl
 BASE_RECIPE=2
 # The supervisor's own daemon_stop_grace_s default: `docker stop` must be done well before it.
 STOP_GRACE_S=10
-# What the README says the image runs as (section "Docker").
+# What docs/deployment.md says the image runs as (section "Docker").
 EXPECTED_USER=0:0
 
 say() { printf 'image-test: %s\n' "$*"; }
@@ -297,8 +297,8 @@ user="$(docker inspect -f '{{.Config.User}}' "$IMAGE")"
 uid="$(docker exec "$cid" sh -c 'sed -n "s/^Uid:[[:space:]]*\([0-9]*\).*/\1/p" /proc/1/status')"
 gid="$(docker exec "$cid" sh -c 'sed -n "s/^Gid:[[:space:]]*\([0-9]*\).*/\1/p" /proc/1/status')"
 [[ "$user" == "$EXPECTED_USER" && "$uid:$gid" == "$EXPECTED_USER" ]] ||
-    fail "runs as $uid:$gid (USER $user), the README says $EXPECTED_USER"
-say "ok: the supervisor (PID 1) runs as $uid:$gid, as the README says"
+    fail "runs as $uid:$gid (USER $user), docs/deployment.md says $EXPECTED_USER"
+say "ok: the supervisor (PID 1) runs as $uid:$gid, as docs/deployment.md says"
 
 # The same command with the health server off: unhealthy, one line, no traceback.
 set +e

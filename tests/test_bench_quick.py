@@ -2,9 +2,9 @@
 
 Each ``bench/*.py`` script whose name does not start with ``_`` (found here, not listed: a new
 script is run the day it is added) is run as its own process with ``--quick --json FILE``, the
-options every script takes (README, "For developers"). ``bench/run.py`` runs two of them itself,
-that way, and reports their rows under a prefix: those are checked in its rows (they must be
-there), not run a second time. The test fails when the script crashes or
+options every script takes (docs/development.md, "Development"). ``bench/run.py`` runs two of
+them itself, that way, and reports their rows under a prefix: those are checked in its rows (they
+must be there), not run a second time. The test fails when the script crashes or
 exits non-zero, when FILE is missing, does not parse or is not a list of rows, and when any row
 holds no figure: a value that is not a finite number, or ``NOT MEASURED`` in its name (how
 ``bench/_harness.failed`` spells a figure that could not be measured). It never looks at the

@@ -50,7 +50,8 @@ def sections(text: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize("command", ["plan", "doctor"])
 def test_plan_and_doctor_help_fit_a_screen(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     text = help_of(command, monkeypatch, columns=80)
-    assert len(text.splitlines()) < 60, text
+    # Short beside run's (hundreds of lines), though every flag names its variable (issue 45).
+    assert len(text.splitlines()) < 70, text
 
 
 def test_each_command_lists_only_the_settings_it_uses(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +75,7 @@ def test_help_groups_match_what_the_settings_do(monkeypatch: pytest.MonkeyPatch)
     titled = {flag: title for title, flags in found.items() for flag in flags}
     assert titled["--log-level"].startswith("logging settings")  # was under "files settings"
     assert titled["--state-dir"].startswith("folders settings")
-    assert titled["--params-expected"].startswith("params settings")
+    assert titled["--params-timeout-s"].startswith("params settings")
     assert titled["--daemon-stop-grace-s"].startswith("supervision settings")
 
 
@@ -83,9 +84,19 @@ def test_help_shows_metavars_defaults_and_no_markup(monkeypatch: pytest.MonkeyPa
         text = help_of(command, monkeypatch, columns=200)
         assert "`" not in text, command
         assert not re.search(r"^  --[a-z0-9-]+ V ", text, flags=re.MULTILINE), command
-    text = help_of("run", monkeypatch, columns=200)
-    assert re.search(r"--max-workers N +most workers planned .*\(default: 12\)", text)
-    assert re.search(r"--state-dir DIR .*\(default: /var/lib/cuzk-supervisor\)", text)
+    text = " ".join(help_of("run", monkeypatch, columns=200).split())
+    env = "env: CUZK_SUPERVISOR_"
+    assert re.search(
+        rf"--max-workers N +most workers planned .*\(default: 12; {env}MAX_WORKERS\)", text
+    )
+    assert re.search(
+        rf"--state-dir DIR .*\(default: /var/lib/cuzk-supervisor; {env}STATE_DIR\)", text
+    )
+    assert re.search(rf"--label LABEL .*\(default: empty; {env}LABEL\)", text)
+    assert re.search(
+        rf"--health-ladder STEP .*\(one of say, restart, tell; default: tell; {env}HEALTH_LADDER\)",
+        text,
+    )
     assert "--daemon-stop-grace-s SECONDS" in text
     assert "--manager-url URL" in text
     assert "--log-level LEVEL" in text

@@ -479,7 +479,7 @@ def test_progress_fields():
         "partitions_total": 10,
         "eta_s": 150.0,
     }
-    assert proveprogress.PROGRESS_INTERVAL_S <= 5.0  # the README promises at least every 10 s
+    assert proveprogress.PROGRESS_INTERVAL_S <= 5.0  # docs/commands.md promises at least every 10 s
 
 
 def test_the_partition_workers_come_from_the_daemons_config():

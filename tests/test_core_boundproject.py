@@ -30,7 +30,7 @@ def test_more_workers_scale_synthesis_by_the_measured_contention() -> None:
     more = p["more-workers"]
     assert (more.workers, more.limit) == (4, "synthesis")
     assert more.rate_per_hour == pytest.approx(23.7 * contention.gain(2, 4))
-    assert any("cuzk.md §3's measured contention" in a for a in more.assumptions)
+    assert any("upstream's measured contention" in a for a in more.assumptions)
     # A synthesis-bound machine: neither another GPU nor another proof in flight helps.
     assert p["one-more-gpu"].rate_per_hour == pytest.approx(23.7)
     assert p["one-more-in-flight"].rate_per_hour == pytest.approx(23.7)

@@ -1,5 +1,5 @@
 """An operator kills the instance from the dashboard (``POST /api/kill``), in each long phase:
-the supervisor finds out within the bound its phase has (README, "The manager"), stops the
+the supervisor finds out within the bound its phase has (docs/manager.md), stops the
 daemon, exits with the "instance gone" code, and sends no report that would revive the record.
 
 How it finds out depends on the phase (issue 22: nothing periodic reads the whole table unless

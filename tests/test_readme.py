@@ -1,17 +1,25 @@
-"""The README's generated parts are current, and its exit-code table gives one meaning per code."""
+"""The generated tables are current (the README's exit codes, docs/configuration.md's settings),
+and the exit-code table gives one meaning per code."""
 
 import re
 
 import pytest
 
-from cuzk_supervisor import exitcodes
+from cuzk_supervisor import exitcodes, settings
 from cuzk_supervisor.cli import readme
 from cuzk_supervisor.errors import UsageError
 
 
-def test_configuration_table_is_current():
-    text = readme.README.read_text()
-    assert readme.render(text) == text, "README is out of date: run `make readme`"
+@pytest.mark.parametrize("path", sorted(readme.GENERATED), ids=lambda p: p.name)
+def test_generated_tables_are_current(path):
+    text = path.read_text()
+    assert readme.render(text, readme.GENERATED[path]) == text, "out of date: run `make readme`"
+
+
+def test_every_setting_is_in_the_configuration_page():
+    text = readme.CONFIGURATION.read_text()
+    for decl in settings.declarations():
+        assert f"| `{decl.name}` | `{decl.flag}` | `{decl.env}` |" in text
 
 
 def _table() -> dict[str, str]:

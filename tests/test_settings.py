@@ -220,7 +220,8 @@ def test_every_setting_has_a_group_that_says_what_it_is_for():
     assert by_group["logging"] == {"log_level", "log_format"}  # not under files
     assert by_group["folders"] == {"state_dir", "run_dir", "log_dir"}
     assert {"params_expected", "params_fetch_command"} <= by_group["params"]
-    # The declaration order is the groups' order, so help and the README list them together.
+    # The declaration order is the groups' order, so help and docs/configuration.md list them
+    # together.
     order = [decl.group for decl in DECLS]
     assert order == sorted(order, key=list(settings.GROUPS).index)
 

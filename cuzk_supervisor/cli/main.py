@@ -32,6 +32,7 @@ from typing import NoReturn
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.cli.parser import CommandParser
 from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.version import VERSION
 
 CLOSED_PIPE = exitcodes.SIGNAL_BASE + signal.SIGPIPE
 PACKAGE = "cuzk_supervisor.cli.commands"
@@ -44,6 +45,8 @@ class Command:
 
     name: str
     help: str
+    more: str
+    """Where to read more: the last line of the command's ``--help``."""
     settled_exit: bool = False
     """Whether the program ends without the interpreter's teardown (``entry``)."""
 
@@ -53,19 +56,46 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("run", "the entrypoint: the whole lifecycle, then keep proving", settled_exit=True),
-    Command("sim", "run the whole lifecycle against the simulator", settled_exit=True),
-    Command("prove", "run one proof or a small batch against a daemon and report the rate"),
-    Command("daemon", "keep only the daemon up as a supervised child"),
-    Command("plan", "print the worker plan for this machine and why"),
     Command(
-        "doctor", "check this machine before a run (GPUs, memory, disk, folders, ports, manager)"
+        "run",
+        "the entrypoint: the whole lifecycle, then keep proving",
+        'README.md, "When a machine fails"; docs/lifecycle.md; docs/configuration.md',
+        settled_exit=True,
     ),
-    Command("config", "print the effective settings and their sources"),
     Command(
-        "healthcheck", "probe the running supervisor's health server (the container's HEALTHCHECK)"
+        "sim",
+        "run the whole lifecycle against the simulator",
+        "docs/commands.md; docs/simulator.md; docs/sim-manager.md",
+        settled_exit=True,
+    ),
+    Command(
+        "prove",
+        "run one proof or a small batch against a daemon and report the rate",
+        'docs/commands.md; docs/benchmark.md, "What bounds the rate"',
+    ),
+    Command(
+        "daemon",
+        "keep only the daemon up as a supervised child",
+        "docs/daemon.md; docs/configuration.md",
+    ),
+    Command(
+        "plan",
+        "print the worker plan for this machine and why",
+        'docs/daemon.md, "Measured figures"; docs/configuration.md',
+    ),
+    Command(
+        "doctor",
+        "check this machine before a run (GPUs, memory, disk, folders, ports, manager)",
+        'README.md, "When a machine fails"',
+    ),
+    Command("config", "print the effective settings and their sources", "docs/configuration.md"),
+    Command(
+        "healthcheck",
+        "probe the running supervisor's health server (the container's HEALTHCHECK)",
+        "docs/observability.md",
     ),
 )
+MORE = "Read more in the source tree: {}."
 
 
 def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
@@ -74,11 +104,14 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
     parser = CommandParser(
         prog="cuzk-supervisor",
         description="Supervisor for a cuzk GPU proving instance.",
+        epilog=MORE.format("README.md; docs/commands.md"),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         if load is None or command.name in load:
             importlib.import_module(command.module).register(sub)
+            sub.choices[command.name].epilog = MORE.format(command.more)
         else:
             sub.add_parser(command.name, help=command.help, add_help=False)
     return parser

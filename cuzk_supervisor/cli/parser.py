@@ -6,8 +6,8 @@ command's one-line usage; ``--help`` has the whole list. Unknown arguments are r
 subcommand they were given to, not by the top-level parser.
 
 ``HelpFormatter`` keeps help short and plain: a one-line usage (``[options]`` rather than every
-flag), descriptions re-wrapped paragraph by paragraph (indented lines kept as written), and no
-reST markup (``literal`` shows as literal).
+flag), descriptions re-wrapped paragraph by paragraph (indented lines kept as written), no
+reST markup (``literal`` shows as literal), and no word cut at a hyphen.
 """
 
 from __future__ import annotations
@@ -47,11 +47,15 @@ class HelpFormatter(argparse.HelpFormatter):
                 out.append("\n".join(indent + line for line in lines))
             else:
                 out.append(textwrap.fill(" ".join(lines), width, initial_indent=indent,
-                                         subsequent_indent=indent))  # fmt: skip
+                                         subsequent_indent=indent, break_on_hyphens=False,
+                                         break_long_words=False))  # fmt: skip
         return "\n\n".join(out)
 
     def _split_lines(self, text: str, width: int) -> list[str]:
-        return super()._split_lines(plain(text), width)
+        """argparse's wrapping, but a path or a name (docs/sim-manager.md) is never cut at a
+        hyphen."""
+        flat = " ".join(plain(text).split())
+        return textwrap.wrap(flat, width, break_on_hyphens=False, break_long_words=False)
 
     def _format_usage(
         self,

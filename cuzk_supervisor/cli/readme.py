@@ -1,4 +1,5 @@
-"""Regenerate the generated parts of README.md (``make readme``); a test checks they are current.
+"""Regenerate the generated tables of the documentation (``make readme``); a test checks they
+are current: the exit codes in README.md, the settings in docs/configuration.md.
 
 Blocks live between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers.
 """
@@ -7,25 +8,29 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cuzk_supervisor import exitcodes, settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS: dict[str, Callable[[], str]] = {
-    "settings": settings.markdown_table,
-    "exitcodes": exitcodes.markdown_table,
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+Blocks = Mapping[str, Callable[[], str]]
+GENERATED: dict[Path, Blocks] = {
+    README: {"exitcodes": exitcodes.markdown_table},
+    CONFIGURATION: {"settings": settings.markdown_table},
 }
 
 
-def render(text: str) -> str:
-    for name, make in BLOCKS.items():
+def render(text: str, blocks: Blocks) -> str:
+    """``text`` with each block of ``blocks`` replaced by what its function makes now."""
+    for name, make in blocks.items():
         pattern = re.compile(
             rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)", flags=re.DOTALL
         )
         if not pattern.search(text):
-            raise ValueError(f"README has no {name} block")
+            raise ValueError(f"no {name} block")
         body = make()
 
         def replace(match: re.Match[str], body: str = body) -> str:
@@ -36,11 +41,12 @@ def render(text: str) -> str:
 
 
 def main() -> int:
-    current = README.read_text()
-    updated = render(current)
-    if updated != current:
-        README.write_text(updated)
-        print(f"updated {README.name}")
+    for path, blocks in GENERATED.items():
+        current = path.read_text()
+        updated = render(current, blocks)
+        if updated != current:
+            path.write_text(updated)
+            print(f"updated {path.relative_to(ROOT)}")
     return 0
 
 

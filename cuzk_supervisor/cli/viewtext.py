@@ -15,8 +15,9 @@ PHASES = ("register", "params", "plan", "warmup", "restart", "settle", "bench", 
 """The lifecycle's phases in order (``phase.entered``); ``finished``: an earlier verdict stands."""
 
 EXPECTED_DAEMON_S = {"warmup": 360.0, "restart": 90.0, "settle": 90.0}
-"""What a phase usually takes, in daemon seconds (field figures, shared/reference/cuzk.md: one
-warmup 359 s at 2 workers; a restart with its SRS load 1-2 min; a settle proof about as long).
+"""What a phase usually takes, in daemon seconds (field figures, docs/daemon.md, "Measured
+figures": one warmup 359 s at 2 workers; a restart with its SRS load 1-2 min; a settle proof
+about as long).
 Divided by the time scale (the simulator's) for the wall time shown."""
 
 DOING = {

@@ -233,8 +233,8 @@ def _synthesis_limit(e: Evidence) -> tuple[str | None, str]:
         return "cpu", f"the CPU is the limit (busy {_pct(cpu)})"
     if contention.plateau(e.partition_workers):
         return "memory-bandwidth", (
-            "the memory bandwidth is the limit: cuzk.md §3's table shows no gain from more "
-            "workers past 10"
+            "the memory bandwidth is the limit: upstream's measured table "
+            '(docs/daemon.md, "Measured figures") shows no gain from more workers past 10'
         )
     if cpu is None:
         return None, "the partition workers or the CPU (its busy share not known)"

@@ -213,8 +213,9 @@ def _more_workers(b: _Base, shape: Shape) -> tuple[int, list[str]]:
     """Twice the workers, as far as the memory allows; the notes of what limits the gain."""
     more = 2 * b.workers
     notes = [
-        "synthesis scaled by cuzk.md §3's measured contention (1, 2, 5, 7, 10, 12 workers; "
-        "another machine's cores and memory bandwidth may differ)"
+        "synthesis scaled by upstream's measured contention (1, 2, 5, 7, 10, 12 workers: "
+        'docs/daemon.md, "Measured figures"; another machine\'s cores and memory bandwidth '
+        "may differ)"
     ]
     if shape.max_workers is not None and shape.max_workers < more:
         more = max(b.workers, shape.max_workers)

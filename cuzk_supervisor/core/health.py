@@ -40,7 +40,7 @@ KINDS = (GPU_LOST, ECC, PAGES_RETIRED, PROOFS_FAILING, STUCK, THROTTLED, DAEMON_
 
 @dataclass(frozen=True, slots=True)
 class HealthPolicy:
-    """The thresholds (each a setting, ``health_*``; README "The run phase")."""
+    """The thresholds (each a setting, ``health_*``; docs/run-phase.md)."""
 
     gpu_lost_s: float = 60.0
     """A GPU NVML cannot read for this long is lost (an XID 79 says so at once)."""

@@ -2,7 +2,7 @@
 ``/running`` ping, as the base of the reporter (``reporting.Reporter``).
 
 How a kill is found, at a cost per machine that does not grow with the fleet (DESIGN.md
-principle 9; the README's manager section): in the run phase the repeated ``/running`` (every
+principle 9; docs/manager.md): in the run phase the repeated ``/running`` (every
 ``running_ping_interval_s``, jittered) answers the manager's 404 once the record is killed;
 before ``/bench-done`` and at a resume, one read of the whole table (``GET /status``), and after
 ``/param-done`` for the bench clock only when its acknowledgement was slow; otherwise nothing

@@ -23,6 +23,7 @@ from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.health import KINDS as HEALTH_KINDS
 from cuzk_supervisor.core.risk import RiskLevel
 from cuzk_supervisor.serve.exposition import Counter, Family, Gauge, Histogram, render
+from cuzk_supervisor.version import VERSION
 
 NAN = math.nan
 
@@ -73,6 +74,13 @@ class SupervisorMetrics:
 
         up = Gauge("cuzk_supervisor_up", "1 while the supervisor process runs", registry=r)
         up.set(1)
+        built = Gauge(
+            "cuzk_supervisor_build_info",
+            "1, labelled with the supervisor's version",
+            ["version"],
+            registry=r,
+        )
+        built.labels(version=VERSION).set(1)
         started = Gauge(
             "cuzk_supervisor_start_time_seconds",
             "When the supervisor started, seconds since the Unix epoch",
@@ -127,8 +135,9 @@ class SupervisorMetrics:
         self._bound = Gauge(
             "cuzk_supervisor_bench_bound",
             "1 for what bounded the benchmark's rate (gpu-bound, gpu-stage-bound, "
-            "synthesis-bound, feed-bound, mixed, unknown; README 'What bounds the rate'), 0 for "
-            "the others; all 0 until judged or with bench_status_sample_s 0",
+            "synthesis-bound, feed-bound, mixed, unknown; "
+            "docs/benchmark.md 'What bounds the rate'), 0 for the others; all 0 until judged or "
+            "with bench_status_sample_s 0",
             ["bound"],
             registry=r,
         )
@@ -142,7 +151,7 @@ class SupervisorMetrics:
         self._limiter_use = Gauge(
             "cuzk_supervisor_bench_synthesis_limiter_use",
             "Mean share of the partition workers' synthesis capacity in use over the measured "
-            "stretch (README 'What bounds the rate'; NaN until judged)",
+            "stretch (docs/benchmark.md 'What bounds the rate'; NaN until judged)",
             registry=r,
         )
         for unjudged in (self._gpu_busy, self._limiter_use):
@@ -214,7 +223,7 @@ class SupervisorMetrics:
         )
         self._health_level = Gauge(
             "cuzk_supervisor_health_level",
-            "The run phase's health: 0 healthy, 1 degraded, 2 broken (README 'The run phase')",
+            "The run phase's health: 0 healthy, 1 degraded, 2 broken (docs/run-phase.md)",
             registry=r,
         )
         self._health_finding = Gauge(

@@ -2,13 +2,14 @@
 
 Each field of ``Settings`` is declared once, with its default, help text, limits and group; the
 command-line flags, the environment variables (prefix ``CUZK_SUPERVISOR_``), the TOML file keys,
-the ``config`` dump and the README's table are all derived from these declarations. A bad value
-is a ``UsageError`` naming the setting, the value, where it came from and what is allowed.
+the ``config`` dump and the table of docs/configuration.md are all derived from these declarations.
+A bad value is a ``UsageError`` naming the setting, the value, where it came from and what is
+allowed.
 
 The parts: ``declare`` (how a setting is declared, its groups, shared constants), ``fields``
 (``Settings`` itself, assembled from the fields by role: ``edgefields``, ``machinefields`` and
 ``phasefields``), ``values`` (a raw value to a typed one, with its rules), ``sources`` (``load``:
-flag, environment, file, default), ``show`` (text, JSON, the README table) and ``flags``
+flag, environment, file, default), ``show`` (text, JSON, the docs' table) and ``flags``
 (argparse: the flags and their help). Import from here.
 """
 

@@ -2,7 +2,7 @@
 
 A setting is a field of ``Settings`` made by ``setting()``: its default, its help text, its limits
 and its group. A group says what the settings in it are for; each command takes the groups it
-reads (``flags.add_flags``) and the README's table lists them group by group.
+reads (``flags.add_flags``) and docs/configuration.md lists them group by group.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ GROUPS: dict[str, str] = {
     "run": "the run phase",
     "health": "the health server: /healthz /readyz /metrics",
 }
-"""Every group, in the order help and the README show them, with what its settings are for."""
+"""Every group, in the order help and docs/configuration.md show them, with what its settings
+are for."""
 
 
 def setting(

@@ -1,11 +1,12 @@
 """``Settings``: every setting of the supervisor, one frozen object, assembled from its groups.
 
 Each field is declared once (``declare.setting``) with its default, help text, limits and group;
-the flags, the environment variables, the TOML keys, the ``config`` dump and the README's table
-are derived from these declarations. The fields are declared by role: the edges' (``edgefields``:
-manager, logging, folders, daemon), the machine's (``machinefields``: supervision, memory), the
-phases' (``phasefields``: proving, params, bench, run), and here the health server's. Here too:
-the checks that span settings (``__post_init__``) and the daemon addresses' public check.
+the flags, the environment variables, the TOML keys, the ``config`` dump and the table of
+docs/configuration.md are derived from these declarations. The fields are declared by role: the
+edges' (``edgefields``: manager, logging, folders, daemon), the machine's (``machinefields``:
+supervision, memory), the phases' (``phasefields``: proving, params, bench, run), and here the
+health server's. Here too: the checks that span settings (``__post_init__``) and the daemon
+addresses' public check.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from cuzk_supervisor.settings.phasefields import PhaseFields
 
 # The bases are listed last group first: a dataclass takes its bases' fields in reverse method
 # resolution order, so the edges' come first, then the machine's, the phases', and this class's
-# own. That order is the flags', the ``config`` dump's and the README tables'.
+# own. That order is the flags', the ``config`` dump's and docs/configuration.md's.
 @dataclass(frozen=True)
 class Settings(PhaseFields, MachineFields, EdgeFields):
     # --- health server ------------------------------------------------------------------------

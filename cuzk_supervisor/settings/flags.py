@@ -13,15 +13,13 @@ import argparse
 import re
 from collections.abc import Iterable
 
-from cuzk_supervisor.settings.declare import CONFIG_FILE_ENV, ENV_PREFIX, GROUPS
+from cuzk_supervisor.settings.declare import CONFIG_FILE_ENV, GROUPS
 from cuzk_supervisor.settings.show import format_value
 from cuzk_supervisor.settings.values import Declared, declarations
 
 SOURCES_TITLE = "settings sources"
-SOURCES_HELP = (
-    f"Each setting flag is also {ENV_PREFIX}<NAME> and a key of the settings file "
-    f"({CONFIG_FILE_ENV}); flag > environment > file > default."
-)
+FIRST_TITLE = "what a fleet sets (every other setting has a default that fits the field)"
+SOURCES_HELP = f"flag > environment > settings file ({CONFIG_FILE_ENV}) > default."
 
 _FORM_METAVARS = {
     "url": "URL",
@@ -61,17 +59,12 @@ def metavar(decl: Declared) -> str:
 
 
 def help_text(decl: Declared) -> str:
-    """The flag's help: the setting's meaning, its choices and its default, in plain text."""
-    default = format_value(decl, decl.default)
-    choices = ", ".join(decl.choices) if decl.choices and decl.metavar else ""
-    if default:
-        tail = f"{choices}; default: {default}" if choices else f"default: {default}"
-    elif "empty" in decl.help:  # the help says what empty means
-        tail = choices
-    else:
-        tail = f"{choices}; default: none" if choices else "default: none"
-    text = f"{decl.help} ({tail})" if tail else decl.help
-    return plain(text).replace("%", "%%")
+    """The flag's help: the setting's meaning, then in one form for every flag its choices (where
+    the metavar does not list them), its default (``empty`` when there is none) and its
+    environment variable, in plain text."""
+    parts = [f"one of {', '.join(decl.choices)}"] if decl.choices and decl.metavar else []
+    parts += [f"default: {format_value(decl, decl.default) or 'empty'}", f"env: {decl.env}"]
+    return plain(f"{decl.help} ({'; '.join(parts)})").replace("%", "%%")
 
 
 def select(
@@ -102,12 +95,17 @@ def add_flags(
     names: Iterable[str] = (),
     without: Iterable[str] = (),
     unlisted: Iterable[str] = (),
+    first: Iterable[str] = (),
 ) -> None:
     """``--config-file`` and one flag per setting of ``groups`` and ``names``, less ``without``
-    (see ``select``: ``add_flags(parser)`` is every setting), each in its group's section. The
-    flags of ``unlisted`` are accepted too but left out of the help (the command says where
+    (see ``select``: ``add_flags(parser)`` is every setting), each in its group's section; those
+    of ``first`` (the few a fleet sets) together in a section of their own before the others.
+    The flags of ``unlisted`` are accepted too but left out of the help (the command says where
     they are documented): settings a command reads but that are not what it is about."""
     listed = select(groups, names, without)
+    leading = list(first)
+    if set(leading) - {decl.name for decl in listed}:
+        raise ValueError(f"first names a setting not listed: {', '.join(leading)}")
     listed_names = {decl.name for decl in listed}
     quiet = [decl for decl in select((), unlisted) if decl.name not in listed_names]
     sources = parser.add_argument_group(SOURCES_TITLE, SOURCES_HELP if listed else None)
@@ -118,11 +116,15 @@ def add_flags(
         help="TOML settings file",
     )
     sections: dict[str, argparse._ArgumentGroup] = {}
-    for decl in listed:
-        if decl.group not in sections:
+    if leading:
+        sections[FIRST_TITLE] = parser.add_argument_group(FIRST_TITLE)
+    rank = {name: i for i, name in enumerate(leading)}
+    for decl in sorted(listed, key=lambda d: rank.get(d.name, len(rank))):  # stable: the rest
+        section = FIRST_TITLE if decl.name in leading else decl.group
+        if section not in sections:
             title = f"{decl.group} settings ({GROUPS[decl.group]})"
-            sections[decl.group] = parser.add_argument_group(title)
-        _add(sections[decl.group], decl, help_text(decl))
+            sections[section] = parser.add_argument_group(title)
+        _add(sections[section], decl, help_text(decl))
     for decl in quiet:
         _add(parser, decl, argparse.SUPPRESS)
 

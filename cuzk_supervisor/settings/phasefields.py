@@ -127,7 +127,7 @@ class PhaseFields:
     exit_after_run: bool = setting(
         False, "exit once the run phase is reached (demos and tests)", group="run"
     )
-    # The run phase's health watch (README "The run phase"; core.health, core.healthladder).
+    # The run phase's health watch (docs/run-phase.md; core.health, core.healthladder).
     health_interval_s: float = setting(
         30.0, "how often the run phase's health is judged; 0: not watched", minimum=0,
         maximum=HOUR_S, group="run",

@@ -1,6 +1,7 @@
 """Settings shown to people and programs: ``format_value`` (one line of text), ``json_value``
 (the value with its type: numbers, booleans, lists, null), ``dump`` for ``config``, and the
-README's configuration reference (``markdown_table``). Secrets are redacted in every one."""
+configuration reference in docs/configuration.md (``markdown_table``). Secrets are redacted in
+every one."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def _meaning(decl: Declared) -> str:
 
 
 def markdown_table() -> str:
-    """The README's configuration reference, one table per group, from the declarations."""
+    """The configuration reference (docs/configuration.md), one table per group, from the
+    declarations."""
     lines: list[str] = []
     decls = declarations()
     for group, what in GROUPS.items():

@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         names=("run_dir", "log_dir"),
         without=DAEMON_UNUSED,
     )
+    workers = next(a for a in parser._actions if a.dest == "workers")
+    workers.help = (
+        "partition_workers the daemon runs with, checked against the memory limit (required "
+        f"here: 1-256, no default; env: {settings.ENV_PREFIX}WORKERS)"
+    )
     parser.set_defaults(handler=main)
 
 

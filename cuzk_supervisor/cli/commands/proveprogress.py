@@ -24,7 +24,7 @@ from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.proto import proving_pb2 as pb
 
 PROGRESS_INTERVAL_S = 5.0
-"""Cadence of ``prove.waiting`` and ``prove.progress`` (documented in the README: progress at
+"""Cadence of ``prove.waiting`` and ``prove.progress`` (documented in docs/commands.md: progress at
 least every 10 s, so twice that often)."""
 
 EVENT_STARTED = "prove.started"

@@ -14,6 +14,17 @@ import os
 from cuzk_supervisor import settings
 from cuzk_supervisor.cli import observe
 
+FLEET_SETTINGS = (
+    "manager_url",
+    "min_rate",
+    "label",
+    "manager_token",
+    "params_fetch_command",
+    "params_expected",
+    "c1_file",
+)
+"""What a fleet sets (README, "The settings a fleet must set"), first in ``run --help``."""
+
 # Everything else is imported by ``main``, not here: ``run --help`` loads this module, and the
 # lifecycle behind it (``cli.runlifecycle``, ``cuzk_supervisor.compose``) loads gRPC, protobuf
 # and the manager's HTTP client (see bench/entrypoint.py).
@@ -23,7 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "run", help="the entrypoint: the whole lifecycle, then keep proving", description=__doc__
     )
-    settings.add_flags(parser)
+    settings.add_flags(parser, first=FLEET_SETTINGS)
     observe.add_view_flags(parser)
     parser.set_defaults(handler=main)
 

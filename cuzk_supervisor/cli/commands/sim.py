@@ -127,7 +127,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="",
         metavar="K=V,...",
         help="fault switches for the simulated manager (e.g. fail_rate=0.3,html_rate=0.2; "
-        "README, 'The simulated manager'); not with --manager-url",
+        "docs/sim-manager.md, 'Fault switches'); not with --manager-url",
     )
     sim.add_argument(
         "--fresh",
