@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import errno
 import os
 import select
 import subprocess
@@ -276,7 +275,7 @@ def _gpu_folder(folder: Path, *, fresh: bool) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        why = "a symbolic link (not followed)" if exc.errno == errno.ELOOP else files.describe(exc)
+        why = "a symbolic link (not followed)" if folder.is_symlink() else files.describe(exc)
         raise UsageError(f"the simulated GPUs' folder {folder}: {why}") from None
 
 
