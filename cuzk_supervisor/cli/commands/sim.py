@@ -74,9 +74,9 @@ HEALTH_SCALED = (
 DEMO_HEALTH_INTERVAL_MIN_S = 0.2
 """The demo's health watch looks no more often than this (real seconds), whatever the scale."""
 DEMO_HEALTH_THRESHOLD_MIN_S = 1.0
-"""No threshold of the demo's watch is shorter (real seconds): on a laptop whose CPU is shared,
-a partition's GPU step of 30 ms at time scale 400 takes 300 ms, which a shorter stuck threshold
-would take for a stuck partition."""
+"""No threshold of the demo's watch is shorter (real seconds): at time scale 400 the stuck
+threshold would be 300 ms, and on the development machine with its 2 cores shared, partitions
+that were not stuck stayed 300 to 500 ms in the GPU stage and were restarted as stuck ones."""
 # The settings the demo sets itself (see _sim_settings), taken from their flags only.
 SIM_OWNED = (
     "label",
