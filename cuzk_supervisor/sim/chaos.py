@@ -298,7 +298,6 @@ class FaultController:
         self._cgroup_dir = cgroup_dir
         self._started = 0.0
         self._floods: list[Flooder] = []
-        self.gpu_faults: dict[int, str] = {}  # GPU index -> the error /status reports for it
         self.gpus: GpuState | None = None  # the GPUs' condition (gpufaults.py; --gpu-dir)
 
     def start_clock(self) -> None:
@@ -364,10 +363,6 @@ class FaultController:
             flooder.start()
         elif kind == "ignore-sigterm":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        elif kind == "gpu-fault":
-            index = int(spec.number)
-            self.gpu_faults[index] = "NVMLError_GpuIsLost: GPU is lost (simulated)"
-            self._log.error(TARGET, "GPU fell off the bus", gpu=index)
         elif kind in gpufaults.GPU_FAULTS and self.gpus is not None:
             gpufaults.act(self.gpus, spec, self._log)
         elif kind == "fork-grandchild":

@@ -313,7 +313,7 @@ class SimDaemon:
                 lambda: statusdoc.status_document(
                     self.engine,
                     memory_scale=self.args.memory_scale,
-                    gpu_faults=self.faults.gpu_faults,
+                    gpu_faults=None if self.faults.gpus is None else self.faults.gpus.nvml_errors(),
                 ),
                 self.gate,
             )

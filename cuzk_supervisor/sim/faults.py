@@ -13,7 +13,8 @@ looked at only at *checkpoints*; each kind listens to some of them:
 - ``gpu``: partition K of a PoRep proof reaches a GPU worker (``stuck`` decides here).
 
 The GPUs' faults (``gpu-lost``, ``xid``, ``throttle``, ``corrupt``, ``gpu-crash``, ``stuck``)
-are described in ``gpufaults.py``.
+are described in ``gpufaults.py``; ``gpu-fault`` is an older name of ``gpu-lost`` (one
+condition: the daemon's status, the fake NVML and the GPU steps all see the GPU lost).
 
 The triggers ``after_proofs``, ``after_s`` and ``at_partition`` must all hold; ``times``
 caps how often a fault fires (0 = every time).
@@ -47,7 +48,6 @@ POINTS: dict[str, frozenset[Point]] = {
     "fork-grandchild": _PROCESS_POINTS,
     "oom": frozenset({"memory"}),
     "fail": frozenset({"partition", "finishing"}),
-    "gpu-fault": _PROCESS_POINTS,
     "never-ready": frozenset({"bind"}),
     "addr-in-use": frozenset({"bind"}),
     # The GPUs' condition (gpufaults.py): kept in --gpu-dir, so it outlives the daemon.
@@ -60,15 +60,17 @@ POINTS: dict[str, frozenset[Point]] = {
     "stuck": frozenset({"gpu"}),
 }
 _ARG_REQUIRED = {
-    "exit", "oom", "flood", "fork-grandchild", "gpu-fault", "freeze", "cancel-early", "cancel",
+    "exit", "oom", "flood", "fork-grandchild", "freeze", "cancel-early", "cancel",
     "gpu-lost", "xid", "throttle", "corrupt", "gpu-crash",
 }  # fmt: skip
-_INDEX_ARG = {"exit", "flood", "gpu-fault", "gpu-lost", "corrupt", "gpu-crash"}
+_INDEX_ARG = {"exit", "flood", "gpu-lost", "corrupt", "gpu-crash"}
 _AT_GPU_ARG = {"xid", "throttle"}  # NUMBER or NUMBER@GPU
 # What ``cancel:CALL`` can cut: ``submit-before`` ends SubmitProof before the job is enqueued
 # (the upload did not land), ``submit-after`` once it is (the answer is lost).
 CANCEL_CALLS = ("submit-before", "submit-after", "await", "prove", "status", "metrics")
 _NO_ARG = {"drop", "hang", "never-ready", "addr-in-use", "ignore-sigterm", "stuck"}
+ALIASES = {"gpu-fault": "gpu-lost"}
+"""Older names, each the same fault as the one it names (the spec's ``text`` keeps the name)."""
 _TRIGGERS = ("after_proofs", "after_s", "at_partition", "times", "once")
 DEFAULT_FAIL_MESSAGE = "simulated proving failure"
 
@@ -141,7 +143,7 @@ def parse_fault(text: str) -> FaultSpec:
         else:
             head.append(seg)
     kind, sep, arg = ",".join(head).partition(":")
-    kind = kind.strip()
+    kind = ALIASES.get(kind.strip(), kind.strip())
     if kind not in POINTS:
         raise FaultSpecError(f"unknown fault kind {kind!r} (known: {', '.join(sorted(POINTS))})")
     arg_value: str | None = arg.strip() if sep else None

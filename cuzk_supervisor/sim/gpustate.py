@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from cuzk_supervisor.adapters.files import atomic_write
 
 FILE = "gpus.json"
 ECC_XIDS = frozenset({48, 94, 95})
@@ -81,6 +82,15 @@ class GpuState:
     def condition(self, gpu: int) -> GpuCondition:
         return self.conditions.get(gpu, GpuCondition())
 
+    def nvml_errors(self) -> dict[int, str]:
+        """What NVML answers about each GPU it cannot read (a lost one), by index: the daemon's
+        status shows it (``sim.gpus[i].fault``) as the fake NVML raises it."""
+        return {
+            gpu: f"NVMLError_GpuIsLost: GPU is lost (simulated: {condition.lost})"
+            for gpu, condition in sorted(self.conditions.items())
+            if condition.lost
+        }
+
     # --- what the daemon's faults do ---------------------------------------------------------
 
     def _set(self, gpu: int, **changes: Any) -> None:
@@ -116,16 +126,15 @@ class GpuState:
         self.save()
 
     def save(self) -> None:
-        """Written whole through a temp file (a reader never sees half of it)."""
+        """Written whole through a temp file (a reader never sees half of it; a file or link
+        planted at a temp name is never written through: ``adapters.files``)."""
         if self.folder is None:
             return
         raw = {
             "gpus": {str(i): asdict(c) for i, c in sorted(self.conditions.items())},
             "xids": [list(e) for e in self.xids],
         }
-        tmp = self.folder / f".{FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(raw))
-        os.replace(tmp, self.folder / FILE)
+        atomic_write(self.folder / FILE, json.dumps(raw).encode())
 
 
 def gpu_and_number(arg: str, default_gpu: int = 0) -> tuple[float, int]:

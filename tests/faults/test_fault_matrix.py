@@ -380,10 +380,14 @@ ROWS = [
     Row("memory-growth-proactive-step-down", 0, setup=fake_cgroup_limited,
         settings={"workers": 5, "memory_scale": 1},
         events=("memory.risk_critical", "plan.step_down")),
-    # The GPU is sampled every status_interval_s; the fault shows from each daemon's first proof
-    # on, and the second daemon lives about a second after its settle proof: sample faster.
-    Row("gpu-fault-mid-run", 0, settings={"gpu_probe": "sim", "status_interval_s": 0.2},
-        sim_faults=("gpu-fault:0,after_proofs=1",), events=("gpu.fault",)),
+    # A GPU lost after the warmup (gpu-fault, gpu-lost's older name: one condition): the settle
+    # proof fails on it three times, and the rate 0 ends the record. The sampler, every
+    # status_interval_s (faster here: the lifecycle ends seconds later), says the GPU is lost
+    # from the daemon's status.
+    Row("gpu-lost-before-the-bench", exitcodes.BENCH_FAILED,
+        settings={"gpu_probe": "sim", "status_interval_s": 0.2},
+        sim_faults=("gpu-fault:0,after_proofs=1",), events=("gpu.fault",),
+        reason="settle proof failed 3 times"),
     Row("sigkill-daemon-in-bench", 0, action=kill_daemon_at("bench"),
         events=("daemon.restart_scheduled",)),
     Row("sigkill-daemon-in-run", SIGTERM_EXIT, action=kill_daemon_at("run", then_stop=True),

@@ -1,13 +1,17 @@
-"""Fault switches for the fault matrix: once across restarts, a GPU lost mid-run, and a
-cgroup-like memory.current that follows the simulated allocations."""
+"""Fault switches for the fault matrix: once across restarts, a GPU lost mid-run (one condition
+however it is named: the daemon's status and the fake NVML agree), and a cgroup-like
+memory.current that follows the simulated allocations."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
 
+import pynvml
+import pytest
 from simhelpers import SimProcess, free_tcp_port, poll_until, write_config
 
+from cuzk_supervisor.sim.fakenvml import FakeNvml, GpuStateFile
 from cuzk_supervisor.sim.faults import FaultSpecError, parse_fault
 
 
@@ -15,7 +19,8 @@ def test_once_and_gpu_fault_parse():
     spec = parse_fault("exit:3,at_partition=2,once=/tmp/marker")
     assert spec.once == "/tmp/marker"
     assert spec.at_partition == 2
-    assert parse_fault("gpu-fault:1,after_s=2").number == 1
+    older = parse_fault("gpu-fault:1,after_s=2")  # the older name of gpu-lost
+    assert (older.kind, older.number, older.text) == ("gpu-lost", 1, "gpu-fault:1,after_s=2")
     for bad in ("exit:3,once=relative", "gpu-fault"):
         try:
             parse_fault(bad)
@@ -29,8 +34,10 @@ def _status(port: int) -> dict:
         return json.load(response)
 
 
-def test_once_fires_in_one_life_only_and_gpu_fault_shows_in_status(tmp_path):
+def test_once_fires_in_one_life_only_and_a_lost_gpu_shows_in_status_and_nvml(tmp_path):
     marker = tmp_path / "fired"
+    gpus_dir = tmp_path / "gpus"
+    gpus_dir.mkdir()
     status_port = free_tcp_port()
     config = write_config(tmp_path, daemon={"status_listen": f"127.0.0.1:{status_port}"})
     args = ["--fault", f"exit:7,once={marker}", "--gpus", "2"]
@@ -43,7 +50,7 @@ def test_once_fires_in_one_life_only_and_gpu_fault_shows_in_status(tmp_path):
         first.kill()
     second = SimProcess.start(
         listen=f"127.0.0.1:{free_tcp_port()}", config=config,
-        args=[*args, "--fault", "gpu-fault:1,after_s=0.2"],
+        args=[*args, "--gpu-dir", str(gpus_dir), "--fault", "gpu-fault:1,after_s=0.2"],
     )  # fmt: skip
     try:
         gpus = poll_until(
@@ -52,6 +59,11 @@ def test_once_fires_in_one_life_only_and_gpu_fault_shows_in_status(tmp_path):
         )  # fmt: skip
         assert "fault" not in gpus[0]
         assert "GpuIsLost" in gpus[1]["fault"]
+        # The fake NVML, reading the same folder, cannot read GPU 1 either.
+        nvml = FakeNvml(2, GpuStateFile(gpus_dir, 2))
+        nvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_GpuIsLost):
+            nvml.nvmlDeviceGetHandleByIndex(1)
         assert second.proc.poll() is None  # the marker stopped the exit this time
     finally:
         second.kill()

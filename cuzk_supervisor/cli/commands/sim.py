@@ -8,23 +8,30 @@ with ``--exit-after-run``. Any ``run`` setting can be given too (e.g. ``--bench-
 The simulated machine (``--gpus``, ``--vram-gib``, ``--host-gib``, ``--memory-scale``) is known
 to the plan from the start: its GPUs and their VRAM (below what a proof needs, the plan
 refuses), and its RAM in simulated GiB. What the simulated daemon would refuse at its start
-(``--sim-fault bogus``) is refused before anything starts, with exit 2.
+(``--sim-fault bogus``) is refused before anything starts, with exit 2. The GPUs' condition is
+kept in SIM_DIR/gpus (the daemon's ``--gpu-dir``, read by the run phase's health watch through a
+fake NVML), so a GPU fault (``--sim-fault gpu-lost:0,after_s=20``) is found, said in the
+manager's ``setup`` tab, acted on and told as in the field; the watch's durations run at the
+demo's pace (divided by the time scale). ``--fresh`` forgets the state, the manager's database
+and the GPUs' condition.
 
 With ``--manager-url URL`` it runs the same lifecycle against that manager (a real one, or a
 ``python -m cuzk_supervisor.sim.manager`` of your own) and starts no simulated manager.
 
 The settings the demo sets itself (marked "sim: flag only" below: the label, min_rate, the
 manager URL, the state, run and log folders, the daemon's binary, arguments, status address
-and parameter cache, the C1 file, the GPU probe, the time and memory scales, the bench budget
-and the params fetch) are taken from their flags only, never from CUZK_SUPERVISOR_* variables
-or --config-file: an environment meant for the real instance (an image's state folder, its
-manager URL and label) must not leak into the demo, nor the demo's state into the real
-instance. Every other setting is read as ``run`` reads it: flag, then environment, then file.
+and parameter cache, the C1 file, the GPU probe, the time and memory scales, the bench budget,
+the params fetch and the health watch's durations) are taken from their flags only, never from
+CUZK_SUPERVISOR_* variables or --config-file: an environment meant for the real instance (an
+image's state folder, its manager URL and label) must not leak into the demo, nor the demo's
+state into the real instance. Every other setting is read as ``run`` reads it: flag, then
+environment, then file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import select
@@ -35,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from cuzk_supervisor import settings
+from cuzk_supervisor.adapters import files
 from cuzk_supervisor.address import free_loopback_port
 from cuzk_supervisor.cli import observe
 from cuzk_supervisor.daemon.simulated import SIM_DAEMON_MODULE
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.gpustate import FILE as GPU_FILE
 from cuzk_supervisor.sim.machine import DEFAULT_VRAM_GIB, SimMachine, check_daemon_argv
 
 # Simulated parameter files: small, but written at a pace that shows progress.
@@ -49,6 +58,25 @@ SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
 DEMO_HOST_GIB = 512.0
 # The demo's label has the platform's form (C.<instance id>), so a manager's sweep can match it.
 DEMO_LABEL = "C.100000001"
+GPU_DIR = "gpus"
+"""In ``--sim-dir``: the simulated GPUs' condition (the daemon's ``--gpu-dir``)."""
+# The run phase's health watch at the demo's pace (_health_settings): its durations, field time
+# by default, divided by the time scale as the daemon's own durations are.
+HEALTH_SCALED = (
+    "health_interval_s",
+    "health_gpu_lost_s",
+    "health_failing_s",
+    "health_stuck_min_s",
+    "health_throttle_s",
+    "health_exit_window_s",
+    "health_restart_window_s",
+)
+DEMO_HEALTH_INTERVAL_MIN_S = 0.2
+"""The demo's health watch looks no more often than this (real seconds), whatever the scale."""
+DEMO_HEALTH_THRESHOLD_MIN_S = 1.0
+"""No threshold of the demo's watch is shorter (real seconds): at time scale 400 the stuck
+threshold would be 300 ms, and on the development machine with its 2 cores shared, partitions
+that were not stuck stayed 300 to 500 ms in the GPU stage and were restarted as stuck ones."""
 # The settings the demo sets itself (see _sim_settings), taken from their flags only.
 SIM_OWNED = (
     "label",
@@ -73,6 +101,7 @@ SIM_OWNED = (
     "params_fetch_command",
     "params_expected",
     "params_progress_interval_s",
+    *HEALTH_SCALED,
 )
 
 
@@ -184,6 +213,7 @@ def _sim_settings(
         + " ".join(SIM_PARAMS),
         "params_expected": SIM_PARAMS,
         "params_progress_interval_s": 0.5,
+        **_health_settings(scale),
     }
     # Not health_listen: the health server listens where the setting says (127.0.0.1:9822 by
     # default, or a flag, CUZK_SUPERVISOR_HEALTH_LISTEN, the config file), as in `run`, so that
@@ -193,6 +223,25 @@ def _sim_settings(
     # manager URL) must not leak into the demo, nor the demo's state into the real instance.
     chosen = {k: v for k, v in overrides.items() if base.sources.get(k) != "flag"}
     return dataclasses.replace(base.settings, **chosen)
+
+
+def _health_settings(scale: float) -> dict[str, float]:
+    """The health watch's durations at the demo's pace: each default (the field's) divided by
+    the time scale, no shorter than ``DEMO_HEALTH_INTERVAL_MIN_S`` (the interval) or
+    ``DEMO_HEALTH_THRESHOLD_MIN_S`` (the others): a GPU fault of the run phase is found, said,
+    acted on and told in seconds (``docs/simulator.md``, the GPUs' faults), as in the field in
+    minutes."""
+    declared = {decl.name: decl for decl in settings.declarations()}
+    scaled = {}
+    for name in HEALTH_SCALED:
+        decl = declared[name]
+        least = (
+            DEMO_HEALTH_INTERVAL_MIN_S
+            if name == "health_interval_s"
+            else DEMO_HEALTH_THRESHOLD_MIN_S
+        )
+        scaled[name] = max(least, decl.minimum or 0.0, float(decl.default) / scale)
+    return scaled
 
 
 def _machine_args(args: argparse.Namespace, sim_dir: Path) -> list[str]:
@@ -205,7 +254,29 @@ def _machine_args(args: argparse.Namespace, sim_dir: Path) -> list[str]:
         "--host-gib", f"{args.host_gib:g}",
         "--memory-scale", f"{args.memory_scale:g}",
         "--cgroup-dir", str(sim_dir / "machine"),  # where it keeps memory.current
+        "--gpu-dir", str(sim_dir / GPU_DIR),  # the GPUs' condition, the fake NVML's
     ]  # fmt: skip
+
+
+def _gpu_folder(folder: Path, *, fresh: bool) -> None:
+    """The folder of the simulated GPUs' condition (``sim.gpustate``: the daemon writes it, the
+    fake NVML of the run phase's health watch reads it): made ``files.DIR_MODE`` whatever the
+    umask, a link or a file planted there refused, never followed; ``--fresh`` forgets the
+    condition the previous demo left (a GPU it lost stays lost otherwise, as a card's would)."""
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, files.DIR_MODE)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, files.DIR_MODE)
+            if fresh:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(GPU_FILE, dir_fd=fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        why = "a symbolic link (not followed)" if folder.is_symlink() else files.describe(exc)
+        raise UsageError(f"the simulated GPUs' folder {folder}: {why}") from None
 
 
 def _check_simulator(args: argparse.Namespace, sim_dir: Path) -> SimMachine:
@@ -258,6 +329,7 @@ def main(args: argparse.Namespace) -> int:
         for stale in (sim_dir / "state" / "state.json", sim_dir / "manager.db"):
             stale.unlink(missing_ok=True)
     sim_dir.mkdir(parents=True, exist_ok=True)
+    _gpu_folder(sim_dir / GPU_DIR, fresh=args.fresh)
     c1 = sim_dir / "c1.json"
     if not c1.exists():
         write_c1(c1, size_bytes=1_000_000)  # the real 51 MB only slows the demo
