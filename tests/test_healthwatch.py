@@ -19,8 +19,8 @@ from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
 from cuzk_supervisor.adapters.manager.values import InstanceGone, ManagerUnavailable
 from cuzk_supervisor.adapters.state.doc import Report
 from cuzk_supervisor.core.bound import PartitionSample, PipelineSample, StatusSample
-from cuzk_supervisor.core.health import HealthPolicy
 from cuzk_supervisor.core.healthladder import LadderPolicy
+from cuzk_supervisor.core.healthpolicy import HealthPolicy
 from cuzk_supervisor.core.reports import BENCH_DONE
 from cuzk_supervisor.lifecycle.healthwatch import HealthWatch, Unwatched, bench_gpu_stage_s
 from cuzk_supervisor.lifecycle.shared import Progress, Signals

@@ -16,12 +16,12 @@ from cuzk_supervisor.core.health import (
     ECC,
     GPU_LOST,
     PAGES_RETIRED,
-    HealthPolicy,
     HealthState,
     Level,
     assess,
 )
 from cuzk_supervisor.core.healthevidence import Observation
+from cuzk_supervisor.core.healthpolicy import HealthPolicy
 from cuzk_supervisor.sim.fakenvml import FakeNvml, GpuStateFile
 from cuzk_supervisor.sim.gpustate import GpuState
 
