@@ -5,7 +5,7 @@ machine with its probes. Read top to bottom, it is how one run is put together:
 
 1. **the machine** (``Machine``): what memory and GPUs are measured with. The host's own
    (``HOST``: the memory sampler, NVML or the simulated daemon's ``/status``) unless the caller
-   hands another in: the simulator's machine (``sim.probes.machine``), which the ``sim``
+   hands another in: the simulator's machine (``sim.machine.probes.machine``), which the ``sim``
    command hands in, and ``cli.simhandoff`` for ``run``, ``doctor``, ``plan`` and ``daemon``
    when their daemon is the simulated one; nothing here, nor in what this builds, imports the
    simulator;

@@ -26,8 +26,8 @@ from cuzk_supervisor.lifecycle.healthwatch import HealthWatch, Unwatched, bench_
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.serve.health import HealthServer
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
-from cuzk_supervisor.sim.fakenvml import FakeNvml
-from cuzk_supervisor.sim.gpustate import GpuState
+from cuzk_supervisor.sim.machine.fakenvml import FakeNvml
+from cuzk_supervisor.sim.machine.gpustate import GpuState
 
 TOTALS = "cuzk_proofs_completed_total {c}\ncuzk_proofs_failed_total {f}\n"
 

@@ -116,7 +116,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "serve": frozenset({"lifecycle", "settings", "cli", "compose", "composeedges", "sim"}),
     "lifecycle": frozenset({"cli", "compose", "composeedges", "sim"}),
     "settings": frozenset({"lifecycle", "cli", "compose", "composeedges", "sim"}),
-    # The simulated machine is handed to the composition root as its probes (sim.probes).
+    # The simulated machine is handed to the composition root as its probes (sim.machine.probes).
     "sim": frozenset({"lifecycle", "cli"}),
 }  # fmt: skip
 BELOW_ROOT = ("address", "deadline", "errors", "exitcodes", "killtree", "logcontext",
