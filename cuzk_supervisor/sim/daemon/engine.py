@@ -30,7 +30,7 @@ from cuzk_supervisor.sim.clock import SimClock
 from cuzk_supervisor.sim.daemon import model
 from cuzk_supervisor.sim.daemon.c1 import check_c1
 from cuzk_supervisor.sim.daemon.chaos import FaultController
-from cuzk_supervisor.sim.daemon.engineevents import PipelineEvents
+from cuzk_supervisor.sim.daemon.engineevents import GpuSteps, PipelineEvents
 from cuzk_supervisor.sim.daemon.job import POREP, Job
 from cuzk_supervisor.sim.daemon.logfmt import DaemonLog
 from cuzk_supervisor.sim.daemon.memory import Memory
@@ -39,7 +39,6 @@ from cuzk_supervisor.sim.daemon.pipestatus import GpuUse
 from cuzk_supervisor.sim.daemon.residency import POREP_CIRCUIT, Release, Residency
 from cuzk_supervisor.sim.daemon.statustrack import StatusTracker
 from cuzk_supervisor.sim.daemon.timeline import Timeline, starved_s
-from cuzk_supervisor.sim.machine.gpufaults import GpuSteps
 
 # Parse small inputs inline; a 50 MB C1 in a thread, after SubmitProof has answered.
 INLINE_PARSE_BYTES = 1 << 20

@@ -5,7 +5,7 @@ or failed, a GPU step started or finished, a job synthesized or proved, the PCE 
 pure ``Pipeline``'s events into the engine's state: the status tracker and the GPUs' use follow
 every event (a failed job's leftovers too, as the real daemon's do), partitions hold their memory
 from their start to the end of their synthesis, a ``fail`` fault at a partition's start fails its
-job, the GPUs' trouble (``sim.machine.gpufaults``) acts at a GPU step's start, and the next
+job, the GPUs' trouble (:class:`GpuSteps`) acts at a GPU step's start, and the next
 deadline of the pipeline is one timer on the engine's clock (a fired deadline is processed at its
 ideal time, so late callbacks never accumulate drift).
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import signal
 from typing import TYPE_CHECKING
 
 from cuzk_supervisor.sim.daemon import model
@@ -31,6 +33,8 @@ from cuzk_supervisor.sim.daemon.pipeline import (
     Synthesized,
 )
 from cuzk_supervisor.sim.daemon.pipestatus import GpuUse, track
+from cuzk_supervisor.sim.machine.gpufaults import TARGET
+from cuzk_supervisor.sim.machine.gpustate import GpuState
 
 if TYPE_CHECKING:
     from cuzk_supervisor.sim.clock import SimClock
@@ -39,7 +43,6 @@ if TYPE_CHECKING:
     from cuzk_supervisor.sim.daemon.memory import Memory
     from cuzk_supervisor.sim.daemon.residency import Residency
     from cuzk_supervisor.sim.daemon.statustrack import StatusTracker
-    from cuzk_supervisor.sim.machine.gpufaults import GpuSteps
 
 
 class PipelineEvents:
@@ -112,7 +115,7 @@ class PipelineEvents:
                 elapsed_ms=round(event.seconds * 1000),
             )
         elif isinstance(event, GpuStarted):
-            if self.gpu_steps is not None:  # the GPUs' trouble (sim.machine.gpufaults)
+            if self.gpu_steps is not None:  # the GPUs' trouble (GpuSteps, below)
                 self.gpu_steps.started(self, job, event)
         elif isinstance(event, GpuFinished):
             job.gpu_s += event.seconds
@@ -166,3 +169,48 @@ class PipelineEvents:
         deadline = self.pipeline.next_deadline()
         if deadline is not None and math.isfinite(deadline) and self.clock is not None:
             self._timer = self.clock.call_at(deadline, self._on_deadline, deadline)
+
+
+class GpuSteps:
+    """What the GPUs' condition (``sim.machine.gpustate``, changed by ``sim.machine.gpufaults``)
+    does to the engine's GPU steps: called as a partition reaches a GPU worker and as a proof
+    is about to be returned."""
+
+    def __init__(self, state: GpuState, faults: FaultController | None, log: DaemonLog) -> None:
+        self.state = state
+        self._faults = faults
+        self._log = log
+        self._wrong: dict[int, int] = {}  # job seq -> the GPU that computed a wrong partition
+
+    def started(self, engine: PipelineEvents, job: Job, event: GpuStarted) -> None:
+        """A partition reached a GPU worker: the GPU's trouble, if any, happens now."""
+        gpu = event.worker // max(1, engine.gpu_workers_per_device)
+        condition = self.state.condition(gpu)
+        index = event.part.index
+        if condition.crash:
+            self._log.error(TARGET, "CUDA error: an illegal memory access was encountered",
+                            gpu=gpu, job_id=job.job_id, partition=index)  # fmt: skip
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if condition.lost:
+            error = (f"partition {index} GPU prove failed: CUDA error 999: unspecified launch "
+                     f"failure (simulated: GPU {gpu} {condition.lost})")  # fmt: skip
+            self._log.error("cuzk_core::engine", "partition GPU proving failed",
+                            job_id=job.job_id, partition=index, error=error)  # fmt: skip
+            engine.fail_job(job, error, event.at, worker=event.worker)
+            return
+        if condition.corrupt:
+            self._wrong[job.seq] = gpu
+        if self._faults is not None:
+            fired = self._faults.check("gpu", partition=index)
+            if any(spec.kind == "stuck" for spec in fired):
+                engine.pipeline.stick(event.worker)
+
+    def self_check(self, job: Job) -> str | None:
+        """The error of a proof whose partition a corrupt GPU proved (None: it verifies)."""
+        gpu = self._wrong.pop(job.seq, None)
+        if gpu is None:
+            return None
+        self._log.error("cuzk_core::engine", "PoRep proof self-check FAILED — proof will NOT be "
+                        "returned to caller", job_id=job.job_id)  # fmt: skip
+        return (f"PoRep proof self-check failed: assembled proof did not verify (simulated: GPU "
+                f"{gpu} computes wrong results)")  # fmt: skip

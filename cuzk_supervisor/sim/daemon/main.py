@@ -26,6 +26,7 @@ from cuzk_supervisor.sim.daemon import chaos, logfmt, model, statusdoc
 from cuzk_supervisor.sim.daemon.chaos import FaultController, HangGate
 from cuzk_supervisor.sim.daemon.config import DEFAULT_CONFIG, ConfigError, SimConfig, load_config
 from cuzk_supervisor.sim.daemon.engine import Engine
+from cuzk_supervisor.sim.daemon.engineevents import GpuSteps
 from cuzk_supervisor.sim.daemon.memory import Memory
 from cuzk_supervisor.sim.daemon.service import ProvingService, start_grpc_server
 from cuzk_supervisor.sim.daemon.status_http import start_status_server
@@ -38,7 +39,6 @@ from cuzk_supervisor.sim.daemon.transport import (
 )
 from cuzk_supervisor.sim.faults import FaultSpec, FaultSpecError, parse_faults
 from cuzk_supervisor.sim.machine import SimMachine, add_machine_arguments
-from cuzk_supervisor.sim.machine.gpufaults import GpuSteps
 from cuzk_supervisor.sim.machine.gpustate import GpuState
 
 VERSION = "0.1.0-sim"
