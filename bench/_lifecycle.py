@@ -33,8 +33,8 @@ from _harness import (
     read_daemon_log,
 )
 
-from cuzk_supervisor.sim import model, pipeline
-from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.daemon import model, pipeline
+from cuzk_supervisor.sim.daemon.c1 import write_c1
 
 MIB = 1 << 20
 LAUNCHER = Path(__file__).resolve().parent.parent / "tests" / "loadedmodules.py"

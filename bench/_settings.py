@@ -8,8 +8,8 @@ from typing import Any
 
 from _harness import PY, free_tcp_port
 
-from cuzk_supervisor.sim.c1 import write_c1
-from cuzk_supervisor.sim.pipeline import simulate_closed_loop
+from cuzk_supervisor.sim.daemon.c1 import write_c1
+from cuzk_supervisor.sim.daemon.pipeline import simulate_closed_loop
 
 # The plan of the measured lifecycle: 2 partition workers (warmup at 1, so the restart phase
 # runs), 12 bench proofs at concurrency 2 on one simulated GPU (2 GPU workers). The model's own
@@ -108,7 +108,8 @@ def daemon_only(
 
 
 def steady_rate(workers: int, concurrency: int) -> float:
-    """The model's steady rate, proofs per simulated hour (``sim.pipeline``: completions 100 to
+    """The model's steady rate, proofs per simulated hour (``sim.daemon.pipeline``: completions 100
+    to
     500 of a long closed loop on the sim's ``GPU_WORKERS``): the truth a rate is compared with."""
     done = simulate_closed_loop(workers, GPU_WORKERS, concurrency, 500)
     return (len(done) - 100) / (done[-1] - done[99]) * 3600

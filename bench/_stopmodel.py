@@ -7,9 +7,9 @@ through. A partition synthesizes in ``seconds_per_proof * workers / 10`` (so a f
 proves one proof every ``seconds_per_proof``, the reference table's figure) times the proof's
 ``slowdown`` (a throttle, a drift) times a seeded noise of ``noise`` (relative standard
 deviation, per partition). It is a statistical model (noise, drift, late hearing), written here
-so that the simulator's own timing model (``sim.pipeline``) can change under it without moving
-these figures; like it, the partition rounds make completions come in lumps where the workers do
-not divide the 10 partitions.
+so that the simulator's own timing model (``sim.daemon.pipeline``) can change under it without
+moving these figures; like it, the partition rounds make completions come in lumps where the
+workers do not divide the 10 partitions.
 
 The client is the product's own decision code: :func:`~cuzk_supervisor.core.bench.
 next_submission` at every completion heard (the lifecycle's ``StretchRun`` loop, in virtual

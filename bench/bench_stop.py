@@ -14,8 +14,8 @@ concurrency 2, ``bench/_settings.py``) in two cases and two modes:
 
 It prints, for each, the time from the supervisor's start to its ``/bench-done`` being
 acknowledged, the proofs the bench used (submitted, in every stretch), the rate's error
-against the model's steady rate (``sim.pipeline``, completions 100..500 of a long closed loop)
-and why the batch stopped. Targets: on the quiet machine the adaptive verdict comes at least
+against the model's steady rate (``sim.daemon.pipeline``, completions 100..500 of a long closed
+loop) and why the batch stopped. Targets: on the quiet machine the adaptive verdict comes at least
 25 % sooner with the rate still within 1 % (as is the fixed batch's). At this time scale the
 supervisor's own scheduling (tens of ms on a loaded machine) is several per cent of a 1.52 s
 interval: spread the adaptive stop does not trust, so a loaded machine's runs stop later;

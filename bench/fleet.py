@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weather-share", type=float, default=0.5)
     p.add_argument(
         "--weather-page", action="append", dest="weather_pages",
-        help="a proxy page (sim/manager_proxy.py); default html404 and html403",
+        help="a proxy page (sim/manager/proxy.py); default html404 and html403",
     )  # fmt: skip
     p.add_argument("--late", type=float, default=0.05, help="share reporting in the weather")
     p.add_argument("--recover-s", type=float, default=300.0)

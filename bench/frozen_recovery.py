@@ -57,7 +57,7 @@ from cuzk_supervisor.adapters.proving.client import ProvingClient
 from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.address import parse_address
-from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.daemon.c1 import write_c1
 
 FAULT = "freeze:60,at_partition=9"
 COMPLETED_RE = re.compile(r"^(\S+Z)\s+INFO .*proof completed job_id=(\S+)")

@@ -60,8 +60,8 @@ from lifecyclehelpers import lifecycle_env
 from managerhelpers import ManagerProcess
 
 from cuzk_supervisor.core.risk import RiskPolicy
-from cuzk_supervisor.sim import model
-from cuzk_supervisor.sim.residency import pce_cache_path
+from cuzk_supervisor.sim.daemon import model
+from cuzk_supervisor.sim.daemon.residency import pce_cache_path
 
 BASELINE_MIB = 50  # anonymous memory of the supervisor + the daemon's interpreter (measured)
 PARTITION_START = re.compile(r"^(\S+Z)\s+DEBUG\s+\S+: partition synthesis started")

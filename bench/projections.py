@@ -25,7 +25,7 @@ cuzk.md §3's table (``core.boundproject``).
 
 The sampling row runs the quiet lifecycle with the status sampler on (its field cadence scaled to
 the time scale, 0.04 s at the fastest) and off, and compares each rate's error against the
-model's steady rate (``sim.pipeline``): the difference must stay within 0.5 %.
+model's steady rate (``sim.daemon.pipeline``): the difference must stay within 0.5 %.
 
 Rows: per case the projected and the measured rate (proofs/h, information) and the error (%,
 target |x| <= 10); the sampling row's difference (percentage points, |x| <= 0.5). The table and

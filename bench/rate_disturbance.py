@@ -5,8 +5,8 @@
 
 Each row runs the whole lifecycle (``supervisor run`` against the simulated manager and daemon,
 real processes, scaled time) with one disturbance, and compares the rate the manager received
-with the model's steady rate of the plan the run ended on (``sim.pipeline``: completions 100 to
-500 of a long closed loop at the bench's concurrency), or, where the machine slows down during
+with the model's steady rate of the plan the run ended on (``sim.daemon.pipeline``: completions 100
+to 500 of a long closed loop at the bench's concurrency), or, where the machine slows down during
 the bench, with the rate it holds at the end. Target: |error| <= 1 % in every row (issue 25: with
 the adaptive stop on). Three rows are the field's rough edges (issue 32), each the worst of at
 least ``FIELD_RUNS`` (10) runs: every core busy (``BUSY_PER_CORE`` busy loops a core beside the

@@ -5,7 +5,7 @@ machine with its probes. Read top to bottom, it is how one run is put together:
 
 1. **the machine** (``Machine``): what memory and GPUs are measured with. The host's own
    (``HOST``: the memory sampler, NVML or the simulated daemon's ``/status``) unless the caller
-   hands another in: the simulator's machine (``sim.probes.machine``), which the ``sim``
+   hands another in: the simulator's machine (``sim.machine.probes.machine``), which the ``sim``
    command hands in, and ``cli.simhandoff`` for ``run``, ``doctor``, ``plan`` and ``daemon``
    when their daemon is the simulated one; nothing here, nor in what this builds, imports the
    simulator;
@@ -256,8 +256,8 @@ def build_health_watch(
     """The run phase's health watch: the daemon's status and GetMetrics, NVML, the policy and
     the ladder from the settings; ``min_rate`` as the manager holds it (0: its default)."""
     from cuzk_supervisor.adapters.proving.daemonstatus import fetch_status, status_address
-    from cuzk_supervisor.core.health import HealthPolicy
     from cuzk_supervisor.core.healthladder import LadderPolicy
+    from cuzk_supervisor.core.healthpolicy import HealthPolicy
     from cuzk_supervisor.lifecycle.healthwatch import HealthWatch, metrics_reader
 
     address = status_address(s.daemon_status_listen)
@@ -289,8 +289,8 @@ async def run(
     health server and the metrics when the health server is on; the lifecycle run to its exit
     code (``STATE_UNWRITABLE`` when the state file cannot be opened)."""
     from cuzk_supervisor import exitcodes
+    from cuzk_supervisor.adapters.state import STATE_FILE
     from cuzk_supervisor.adapters.state.store import StateKeeper, StateStore, StateWriteError
-    from cuzk_supervisor.cli.looks import STATE_FILE
     from cuzk_supervisor.serve.metricsink import NoMetrics
 
     try:
@@ -315,9 +315,10 @@ async def run(
             # health server never loads the metrics.
             return await build(NoMetrics()).run()
         # The health server and the metrics registry only when the server is on.
+        from cuzk_supervisor.lifecycle.machine import LifecycleSource
         from cuzk_supervisor.serve.health import HealthServer
         from cuzk_supervisor.serve.metrics import SupervisorMetrics
-        from cuzk_supervisor.serve.probes import LifecycleSource, StartupLatch
+        from cuzk_supervisor.serve.probes import StartupLatch
 
         metrics = SupervisorMetrics()
         lifecycle = build(metrics)

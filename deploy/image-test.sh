@@ -270,7 +270,7 @@ run_env=(
     -e CUZK_SUPERVISOR_BENCH_BUDGET_S=13.5 -e CUZK_SUPERVISOR_C1_FILE=/tmp/c1.json
 )
 cid_run="$(docker run -d --network none "${run_env[@]}" --entrypoint sh "$IMAGE" -c \
-    'python -m cuzk_supervisor.sim.c1 --out /tmp/c1.json --size-mb 0.2 && exec cuzk-supervisor run')"
+    'python -m cuzk_supervisor.sim.daemon.c1 --out /tmp/c1.json --size-mb 0.2 && exec cuzk-supervisor run')"
 containers+=("$cid_run")
 run_started=$SECONDS
 
@@ -387,7 +387,7 @@ DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-1}" docker build --network host "${build_arg
     fail "docker build with CUZK_MANAGER_URL and CUZK_SETTINGS failed"
 }
 deploy_image="$IMAGE-deploy"
-printf 'FROM %s\nRUN mkdir -p /data/zk \\\n    && python -m cuzk_supervisor.sim.c1 --out /data/zk/c1.json --size-mb 0.2\n' \
+printf 'FROM %s\nRUN mkdir -p /data/zk \\\n    && python -m cuzk_supervisor.sim.daemon.c1 --out /data/zk/c1.json --size-mb 0.2\n' \
     "$IMAGE-baked" | DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-1}" docker build --network none -t "$deploy_image" - \
     > "$work/build-deploy.log" 2>&1 || {
     tail -20 "$work/build-deploy.log" >&2

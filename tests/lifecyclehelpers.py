@@ -14,7 +14,7 @@ from daemonhelpers import Supervisor
 from pacehelpers import scaled
 from simhelpers import free_tcp_port
 
-from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.daemon.c1 import write_c1
 
 SIM_PARAMS = ("p.params:3000000", "p.vk:1000")
 

@@ -17,7 +17,7 @@ from cuzk_supervisor.adapters.manager.wire import (
     HttpRequest,
 )
 from cuzk_supervisor.sim import vtime
-from cuzk_supervisor.sim.manager_proxy import proxy_error_page
+from cuzk_supervisor.sim.manager.proxy import proxy_error_page
 
 URL = "http://manager.test"
 FAST = ManagerRetry(backoff_base_s=0.001, backoff_max_s=0.005)

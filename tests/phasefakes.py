@@ -425,7 +425,7 @@ def build(
     memory_policy = policy(MemoryPolicy, s)
     reporter = Reporter(
         s, label=s.label, min_rate=pass_rate, manager=manager,  # type: ignore[arg-type]
-        state=state, outbox=Outbox.for_keeper(manager, state),  # type: ignore[arg-type]
+        state=state, outbox=Outbox.for_keeper(manager, state),
         shipper=shipper, signals=signals, progress=progress,  # type: ignore[arg-type]
         retries=LifecycleRetries(),
     )  # fmt: skip

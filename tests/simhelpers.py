@@ -369,7 +369,7 @@ def submit_request(
 ) -> pb.SubmitProofRequest:
     """A SubmitProofRequest; PoRep gets a small valid C1 envelope unless ``payload`` is given."""
     if payload is None:
-        from cuzk_supervisor.sim.c1 import make_c1
+        from cuzk_supervisor.sim.daemon.c1 import make_c1
 
         payload = make_c1(2_000) if kind == pb.POREP_SEAL_COMMIT else b""
     # ``kind`` is any number: tests send unknown ones (99) on purpose.

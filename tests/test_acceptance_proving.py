@@ -21,7 +21,7 @@ from cuzk_supervisor.adapters.proving.errors import DaemonNotReady
 from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, load_c1
 from cuzk_supervisor.address import parse_address
-from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.daemon.c1 import write_c1
 
 pytestmark = pytest.mark.slow
 

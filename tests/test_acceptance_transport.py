@@ -26,7 +26,7 @@ from cuzk_supervisor.adapters.proving.proofinput import build_submit_request, lo
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.daemon.spec import grpc_alive_probe as _grpc_alive_probe
 from cuzk_supervisor.proto import proving_pb2 as pb
-from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.daemon.c1 import write_c1
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ a loaded machine makes the supervisor late enough to leave the rate less certain
 error it states: issue 32).
 
 The supervisor and the simulated daemon and manager run as real processes in scaled time. The
-truth is the simulator's own pipeline model (``sim.pipeline``): the long-run rate of the plan
+truth is the simulator's own pipeline model (``sim.daemon.pipeline``): the long-run rate of the plan
 the run ended on, at the bench's concurrency.
 """
 
@@ -25,7 +25,7 @@ from pacehelpers import patient, scaled
 from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.sim.pipeline import simulate_closed_loop
+from cuzk_supervisor.sim.daemon.pipeline import simulate_closed_loop
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,8 @@
 """The benchmark's arithmetic (cuzk_supervisor.core.bench), against the simulator's own pipeline
 model.
 
-The model (``sim.pipeline``) is the same discrete-event core the simulated daemon runs: here it
-is driven in simulated seconds, with no process, so every case is exact and fast.
+The model (``sim.daemon.pipeline``) is the same discrete-event core the simulated daemon runs: here
+it is driven in simulated seconds, with no process, so every case is exact and fast.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from cuzk_supervisor.core.bench import (
     steady_rate_per_s,
 )
 from cuzk_supervisor.core.benchreport import choose_measurement
-from cuzk_supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
+from cuzk_supervisor.sim.daemon.pipeline import JobProved, Pipeline, simulate_closed_loop
 
 
 def gpu_workers(workers: int) -> int:

@@ -23,7 +23,7 @@ from cuzk_supervisor.core.bench import (
 )
 from cuzk_supervisor.core.benchreport import choose_measurement
 from cuzk_supervisor.core.benchstop import StopCall, StopRule, knowledge, stop_call
-from cuzk_supervisor.sim.pipeline import JobProved, Pipeline, simulate_closed_loop
+from cuzk_supervisor.sim.daemon.pipeline import JobProved, Pipeline, simulate_closed_loop
 
 INTERVAL = 100.0  # seconds between completions: 36 proofs/hour
 RATE = 1 / INTERVAL

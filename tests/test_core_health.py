@@ -19,7 +19,6 @@ from cuzk_supervisor.core.health import (
     STUCK,
     THROTTLED,
     Assessment,
-    HealthPolicy,
     HealthState,
     Level,
     assess,
@@ -31,6 +30,7 @@ from cuzk_supervisor.core.healthevidence import (
     daemon_view,
     proof_totals,
 )
+from cuzk_supervisor.core.healthpolicy import HealthPolicy
 
 POLICY = HealthPolicy(gpu_lost_s=60, failing_proofs=3, failing_s=900, stuck_factor=10,
                       stuck_min_s=120, throttle_ratio=0.5, throttle_s=3600, daemon_exits=3,

@@ -181,7 +181,7 @@ def test_only_the_simulator_and_the_sim_command_import_the_simulator() -> None:
         "from cuzk_supervisor.sim.machine import SimMachine",
         "from cuzk_supervisor.sim import probes",
         "from cuzk_supervisor import sim",
-        "import cuzk_supervisor.sim.probes",
+        "import cuzk_supervisor.sim.machine.probes",
         "def f():\n    from ..sim import probes",
         "def f():\n    from ..sim.machine import SimMachine",
     ],

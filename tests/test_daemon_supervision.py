@@ -40,7 +40,7 @@ from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.exits import DaemonExit, ExitKind
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
-from cuzk_supervisor.sim.c1 import write_c1
+from cuzk_supervisor.sim.daemon.c1 import write_c1
 
 pytestmark = pytest.mark.slow
 

@@ -386,7 +386,7 @@ def test_wheel_builds_from_the_docker_context_alone(tmp_path):
         entry_points = next(zf.read(n) for n in names if n.endswith("entry_points.txt")).decode()
     assert "cuzk_supervisor/cli/main.py" in names
     assert "cuzk_supervisor/proto/proving_pb2.py" in names
-    assert "cuzk_supervisor/sim/daemon.py" in names
+    assert "cuzk_supervisor/sim/daemon/main.py" in names
     assert not [n for n in names if n.startswith("tests/")]
     # One import package, and not supervisord's: `pip install supervisor cuzk-supervisor` in one
     # venv must not have one overwrite the other (issue 16.1).
@@ -936,7 +936,7 @@ def standin(tmp_path):
 
 
 def test_standin_creates_as_the_platform_does_from_the_managers_own_argv(standin):
-    from cuzk_supervisor.sim.manager_vast import ONSTART_CMD, VastCLI, new_contract
+    from cuzk_supervisor.sim.manager.vast import ONSTART_CMD, VastCLI, new_contract
 
     argv = VastCLI(str(STANDIN), "img:test").create_argv(7, 30.0, "p4ss", "host:1")
     done = standin.run(*argv[1:])
@@ -960,8 +960,8 @@ def test_standin_creates_as_the_platform_does_from_the_managers_own_argv(standin
 
 
 def test_standin_reboots_with_the_onstart_command_again_destroys_and_lists(standin):
-    from cuzk_supervisor.sim.manager_platform import parse_platform
-    from cuzk_supervisor.sim.manager_vast import ONSTART_CMD, VastCLI
+    from cuzk_supervisor.sim.manager.platform import parse_platform
+    from cuzk_supervisor.sim.manager.vast import ONSTART_CMD, VastCLI
 
     argv = VastCLI(str(STANDIN), "img").create_argv(7, 30.0, "p", "s")
     assert standin.run(*argv[1:]).returncode == 0

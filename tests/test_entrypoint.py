@@ -195,11 +195,11 @@ def test_the_simulated_daemon_loads_none_of_the_supervisors_libraries() -> None:
     """The sim daemon starts two or three times per lifecycle (every test that runs one): the
     supervisor's logging, HTTP, retry and process libraries, and its lifecycle, cost it about
     40 ms of CPU each start for nothing."""
-    code = "import sys, cuzk_supervisor.sim.daemon; print(' '.join(sorted(sys.modules)))"
+    code = "import sys, cuzk_supervisor.sim.daemon.main; print(' '.join(sorted(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, timeout=60, check=False)  # fmt: skip
     modules = set(done.stdout.split())
-    assert "cuzk_supervisor.sim.engine" in modules, done.stderr
+    assert "cuzk_supervisor.sim.daemon.engine" in modules, done.stderr
     libraries = ("structlog", "psutil", "httpx", "tenacity", "pynvml", "prometheus_client")
     assert among(modules, (*libraries, "cuzk_supervisor.lifecycle", "importlib.abc")) == []
 

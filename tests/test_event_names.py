@@ -11,7 +11,7 @@ Two explicit exceptions, each checked in its own way:
 
 - ``FORWARDERS``: helpers that log an event named by their caller (a retry hook, a ticker). Inside
   them the name may be their parameter; every call of them must pass a checked name.
-- ``IMITATION``: the simulator's modules log through ``sim.logfmt.DaemonLog`` (``target,
+- ``IMITATION``: the simulator's modules log through ``sim.daemon.logfmt.DaemonLog`` (``target,
   message``), imitating the real daemon's lines on purpose. A module there that imports structlog
   is checked like any other; in the others every logger call must have DaemonLog's shape.
 """

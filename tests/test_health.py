@@ -31,10 +31,11 @@ from cuzk_supervisor.adapters.machine.gpu import GpuDevice
 from cuzk_supervisor.core.exits import ExitKind
 from cuzk_supervisor.core.risk import RiskLevel
 from cuzk_supervisor.errors import UsageError
+from cuzk_supervisor.lifecycle.machine import LifecycleSource
 from cuzk_supervisor.serve.endpoint import HealthServerError, check_listen, parse_listen
 from cuzk_supervisor.serve.health import HealthServer
 from cuzk_supervisor.serve.metrics import CONTENT_TYPE, SupervisorMetrics
-from cuzk_supervisor.serve.probes import Heartbeat, LifecycleSource, StartupLatch
+from cuzk_supervisor.serve.probes import Heartbeat, StartupLatch
 
 GIB = 1 << 30
 

@@ -19,15 +19,15 @@ from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
 from cuzk_supervisor.adapters.manager.values import InstanceGone, ManagerUnavailable
 from cuzk_supervisor.adapters.state.doc import Report
 from cuzk_supervisor.core.bound import PartitionSample, PipelineSample, StatusSample
-from cuzk_supervisor.core.health import HealthPolicy
 from cuzk_supervisor.core.healthladder import LadderPolicy
+from cuzk_supervisor.core.healthpolicy import HealthPolicy
 from cuzk_supervisor.core.reports import BENCH_DONE
 from cuzk_supervisor.lifecycle.healthwatch import HealthWatch, Unwatched, bench_gpu_stage_s
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
 from cuzk_supervisor.serve.health import HealthServer
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
-from cuzk_supervisor.sim.fakenvml import FakeNvml
-from cuzk_supervisor.sim.gpustate import GpuState
+from cuzk_supervisor.sim.machine.fakenvml import FakeNvml
+from cuzk_supervisor.sim.machine.gpustate import GpuState
 
 TOTALS = "cuzk_proofs_completed_total {c}\ncuzk_proofs_failed_total {f}\n"
 

@@ -14,7 +14,7 @@ from scripted import FULL_LOGS
 from simhelpers import free_tcp_port, poll_until, quick_sim
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.sim import model
+from cuzk_supervisor.sim.daemon import model
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from cuzk_supervisor.adapters.manager.values import (
 from cuzk_supervisor.adapters.manager.wire import Dropped, HttpAnswer
 from cuzk_supervisor.adapters.state.doc import Report
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
-from cuzk_supervisor.sim.manager_proxy import PROXY_PAGES, RESET, proxy_page
+from cuzk_supervisor.sim.manager.proxy import PROXY_PAGES, RESET, proxy_page
 
 NGINX = {"Server": "nginx/1.25.3"}
 

@@ -1,4 +1,5 @@
-"""The GPUs' health through NVML (issue 34), against a fake pynvml (``sim.fakenvml``, pynvml's
+"""The GPUs' health through NVML (issue 34), against a fake pynvml (``sim.machine.fakenvml``,
+pynvml's
 own error classes and constants): the event set's XIDs (79, 48, 63, 94), the ECC counters and
 retired pages, a device lost, a GPU without ECC, clocks, and NVML missing altogether."""
 
@@ -16,14 +17,14 @@ from cuzk_supervisor.core.health import (
     ECC,
     GPU_LOST,
     PAGES_RETIRED,
-    HealthPolicy,
     HealthState,
     Level,
     assess,
 )
 from cuzk_supervisor.core.healthevidence import Observation
-from cuzk_supervisor.sim.fakenvml import FakeNvml, GpuStateFile
-from cuzk_supervisor.sim.gpustate import GpuState
+from cuzk_supervisor.core.healthpolicy import HealthPolicy
+from cuzk_supervisor.sim.machine.fakenvml import FakeNvml, GpuStateFile
+from cuzk_supervisor.sim.machine.gpustate import GpuState
 
 
 def machine(gpus: int = 2, **kwargs: Any) -> tuple[GpuState, FakeNvml]:

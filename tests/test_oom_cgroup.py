@@ -44,8 +44,8 @@ from pacehelpers import scaled
 from simhelpers import poll_until
 
 from cuzk_supervisor import exitcodes
-from cuzk_supervisor.sim import model
-from cuzk_supervisor.sim.residency import pce_cache_path
+from cuzk_supervisor.sim.daemon import model
+from cuzk_supervisor.sim.daemon.residency import pce_cache_path
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.cli import main as cli
 from cuzk_supervisor.cli import prestart
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.sim import probes as sim_probes
+from cuzk_supervisor.sim.machine import probes as sim_probes
 
 DECLS = settings.declarations()
 

@@ -14,8 +14,8 @@ from cuzk_supervisor.adapters.logship.shipper import ShipperSettings
 from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
 from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
 from cuzk_supervisor.core.bench import BenchPolicy
-from cuzk_supervisor.core.health import HealthPolicy
 from cuzk_supervisor.core.healthladder import LadderPolicy
+from cuzk_supervisor.core.healthpolicy import HealthPolicy
 from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.core.risk import RiskPolicy

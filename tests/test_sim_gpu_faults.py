@@ -8,7 +8,7 @@ import pytest
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.sim.demand import Stretch, parse_pattern
 from cuzk_supervisor.sim.faults import Checkpoint, FaultSpecError, is_due, parse_fault
-from cuzk_supervisor.sim.gpustate import GpuState, gpu_and_number
+from cuzk_supervisor.sim.machine.gpustate import GpuState, gpu_and_number
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ from cuzk_supervisor.adapters.proving.daemonstatus import (
 from cuzk_supervisor.adapters.proving.statussampler import StatusSampler, sampler_on
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.boundsample import parse_status
-from cuzk_supervisor.sim.chaos import HangGate
-from cuzk_supervisor.sim.status_http import start_status_server
+from cuzk_supervisor.sim.daemon.chaos import HangGate
+from cuzk_supervisor.sim.daemon.status_http import start_status_server
 
 DOCUMENT: dict[str, Any] = {
     "uptime_secs": 10.5,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cuzk_supervisor.adapters.state import STATE_FILE as STATE_FILE
 from cuzk_supervisor.core.disk import DiskNeed, disk_need
 
 if TYPE_CHECKING:
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from cuzk_supervisor.adapters.state.doc import SupervisorState
     from cuzk_supervisor.settings import Settings
 
-STATE_FILE = "state.json"
-"""The state file in ``state_dir`` (``run`` keeps it there)."""
 MAX_STATE_BYTES = 16 << 20
 
 

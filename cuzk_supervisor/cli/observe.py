@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
+from cuzk_supervisor.logcontext import add_context
+
 if TYPE_CHECKING:
     # The view's model and screen are imported where the view is shown: a run off a terminal
     # (the container's) loads neither.
@@ -43,24 +45,6 @@ _LEVELS = {
 }
 EVENTS_FILE = "supervisor.log"
 """The events file in ``log_dir`` while the terminal view is shown (JSON lines)."""
-
-
-# Process-wide context (phase, uuid) added to every event. Not contextvars: tasks copy those when
-# they are created, so a task started in one phase would report that phase for ever.
-_CONTEXT: dict[str, object] = {}
-
-
-def bind(**values: object) -> None:
-    """Set process-wide fields carried by every later log event (e.g. phase, uuid)."""
-    _CONTEXT.update(values)
-
-
-def _add_context(
-    logger: object, method_name: str, event_dict: structlog.typing.EventDict
-) -> structlog.typing.EventDict:
-    for key, value in _CONTEXT.items():
-        event_dict.setdefault(key, value)
-    return event_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +220,7 @@ def configure_logging(
     tty = on_terminal(out)
     head: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
-        _add_context,
+        add_context,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -4,7 +4,7 @@
 the host's probes (``compose.HOST``), unless the daemon they are configured with is the
 simulated one (``daemon.simulated.sim_daemon_argv``: the image without a GPU, or the demo's
 settings given to ``run``). Only then is the simulator imported, for the probes of the machine
-its arguments describe (``sim.probes``): a run against a real daemon loads no module of
+its arguments describe (``sim.machine.probes``): a run against a real daemon loads no module of
 ``cuzk_supervisor.sim`` (tests/test_run_imports.py lists them). ``sim`` hands its simulated
 machine in itself. This module and ``cli/commands/sim.py`` are the only ones outside ``sim/``
 that import the simulator (tests/test_core_imports.py).
@@ -30,6 +30,6 @@ def machine_for(s: Settings, environ: Mapping[str, str] = os.environ) -> Machine
         from cuzk_supervisor.compose import HOST
 
         return HOST
-    from cuzk_supervisor.sim.probes import machine
+    from cuzk_supervisor.sim.machine.probes import machine
 
     return machine(environ)

@@ -1,7 +1,8 @@
 """The terminal view's handlers: one per event it turns into more than a generic line.
 
-Each takes the :class:`~cuzk_supervisor.cli.view.ViewModel` and the event, updates the model and
-returns the lines to print (the live line is worked out by the model after every event). Pure.
+Each takes the :class:`~cuzk_supervisor.cli.viewstate.ViewState` and the event, updates the
+state and returns the lines to print (the live line is worked out by the view after every
+event). Pure.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from cuzk_supervisor.cli.viewtext import (
 )
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.cli.view import ViewModel
+    from cuzk_supervisor.cli.viewstate import ViewState
 
-Handler = Callable[["ViewModel", Mapping[str, Any]], list[Action]]
+Handler = Callable[["ViewState", Mapping[str, Any]], list[Action]]
 
 UNJUDGED = " (not judged: no manager)"
 """After a local run's rate: no manager URL, so nobody held it to a min_rate."""
 
 
-def _phase_entered(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _phase_entered(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     out: list[Action] = []
     if m.phase is not None:
         out.append(m.phase_line(m.now, mark="done"))
@@ -51,11 +52,11 @@ def _phase_entered(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
 _FULL = frozenset({"restart", "settle", "bench", "run"})
 
 
-def _registered(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _registered(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     return m.note(f"runner {e.get('runner_id')}, instance {e.get('uuid')}")
 
 
-def _skipped(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _skipped(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if e.get("call") == "register":
         return m.note("local run: no manager URL, nothing is reported")
     if e.get("call") == "bench_done":
@@ -63,7 +64,7 @@ def _skipped(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
-def _register_waiting(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _register_waiting(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """The wait in the live line; the manager client's ``manager.away`` warnings say it."""
     m.waiting = f"{e.get('url') or 'the manager'} did not answer ({e.get('reason', '')})"
     if e.get("level") not in ("warning", "error"):
@@ -71,12 +72,12 @@ def _register_waiting(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return m.problem(e, f"manager at {e.get('url')} did not answer: {e.get('reason', '')}")
 
 
-def _fetch_started(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _fetch_started(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.fetch = {"total": float(e.get("total_bytes") or 0), "done": 0.0}
     return []
 
 
-def _fetch_progress(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _fetch_progress(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.fetch.update(
         done=float(e.get("done_bytes") or 0), total=float(e.get("total_bytes") or 0),
         rate=float(e.get("rate_bytes_s") or 0), at=m.now or 0.0,
@@ -90,7 +91,7 @@ def _fetch_progress(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
-def _plan_made(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _plan_made(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.plan_workers = (int(e.get("warmup_workers") or 0), int(e.get("full_workers") or 0))
     gpus = re.search(r"(\d+) GPU", str(e.get("summary", "")))
     if e.get("full_workers") is not None and e.get("total_budget_gib") is not None:
@@ -102,23 +103,23 @@ def _plan_made(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return m.note(m.plan)
 
 
-def _step_down(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _step_down(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     text = (f"stepped down to {e.get('full_workers')} workers (warmup "
             f"{e.get('warmup_workers')}): {e.get('cause', '')}")  # fmt: skip
     return [Line("warning", text)]
 
 
-def _one_proof(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _one_proof(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.workers = int(e.get("workers") or 0) or m.workers
     return m.note(f"1 proof in {duration(e.get('wall_s'))} at {e.get('workers')} workers")
 
 
-def _replaced(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _replaced(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.workers = int(e.get("workers") or 0) or m.workers
     return []
 
 
-def _daemon_ready(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _daemon_ready(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if m.options.command == "prove":
         return daemon_ready(m, e)
     if "startup_s" not in e or m.phase is None or m.phase.name != "restart":
@@ -126,7 +127,7 @@ def _daemon_ready(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return m.note(f"daemon ready at {m.workers} workers in {duration(e.get('startup_s'))}")
 
 
-def _proof(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _proof(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if m.options.command == "prove":
         return proof_result(m, e)
     if e.get("event") == "proof.completed":
@@ -136,12 +137,12 @@ def _proof(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return _said("proof {status}: {error}")(m, e)
 
 
-def _bench_started(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _bench_started(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.bench = {"planned": float(e.get("max_proofs") or 0), "done": 0.0}
     return []
 
 
-def _status(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _status(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if e.get("headroom_gib") is not None:
         m.headroom = f"{float(e['headroom_gib']):.1f} GiB memory headroom ({e.get('risk', '?')})"
     if "bench_done" in e:
@@ -153,20 +154,20 @@ def _status(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
-def _stretch_done(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _stretch_done(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if m.phase is not None and m.phase.mark == "stopped":
         return []  # interrupted: its note says how
     return m.note(f"{e.get('completed')} of {e.get('submitted')} proofs done ({e.get('stopped')})")
 
 
-def _interrupted(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _interrupted(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if m.phase is not None:
         m.phase.mark = "stopped"
     lost = f", {e.get('lost')} in flight lost" if e.get("lost") else ""
     return m.note(f"interrupted after {e.get('completed')} proofs{lost}")
 
 
-def _keeper(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _keeper(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """``daemon.`` or ``worker.`` ``restart_scheduled``, ``crash_loop``, ``start_failed``: the
     events of a kept process (a worker command's name in its ``worker`` field)."""
     kind, _, what = str(e.get("event", "")).partition(".")
@@ -179,13 +180,13 @@ def _keeper(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return m.problem(e, f"{who} failed to start: {e.get('exit_reason', '')}")
 
 
-def _daemon_exited(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _daemon_exited(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if e.get("level") not in ("warning", "error"):
         return []
     return m.problem(e, f"daemon {e.get('exit_kind')}: {e.get('exit_reason', '')}")
 
 
-def _bench_result(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _bench_result(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.rate = float(e.get("rate") or 0)
     how = e.get("measurement")
     reason = how.get("reason") if isinstance(how, Mapping) else ""
@@ -200,7 +201,7 @@ def _bench_result(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return m.note(f"{m.rate:.1f} proofs/hour" + (f" ({reason})" if reason else ""))
 
 
-def _verdict(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _verdict(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     if e.get("event") == "bench.failed" or e.get("passed") is False:
         m.verdict = f" - failed: below min_rate {m.options.min_rate:g}"
         if m.failure:  # a rate 0 sent for a failure already shown
@@ -216,7 +217,7 @@ def _verdict(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
-def _unjudged(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _unjudged(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """A local run's rate: measured, judged by nobody; never "passed"."""
     m.verdict = UNJUDGED
     if m.rate is None:  # bench.result said it first, in the same units
@@ -226,31 +227,31 @@ def _unjudged(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
-def _failed(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _failed(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     return m.fail(str(e.get("reason") or e.get("event")))
 
 
-def _gone(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _gone(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     return m.fail(f"the manager killed this instance: {e.get('reason', '')}")
 
 
-def _health(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _health(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """The run phase's health watch: a change of its findings, a restart, the manager told."""
     kind = {"info": "note", "warning": "warning"}.get(str(e.get("level")), "error")
     words = "telling the manager" if e.get("event") == "health.telling_manager" else "health"
     return [Line(kind, f"{words}: {e.get('reason', '')}")]
 
 
-def _finished(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _finished(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     m.failure = f"an earlier run ended with exit {e.get('exit_code')}: {e.get('reason', '')}"
     return [Line("warning", f"{m.failure} ({e.get('detail', '')})")]
 
 
-def _stopping(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _stopping(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     return [Line("note", f"stopping on {e.get('signal')}")]
 
 
-def _ignore(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def _ignore(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
@@ -261,7 +262,7 @@ def _weather_over(e: Mapping[str, Any]) -> str:
 def _said(template: str) -> Any:
     """A warning or error in words: ``template`` formatted with the event's fields."""
 
-    def handler(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+    def handler(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
         try:
             text = template.format_map(_Blank(e))
         except (ValueError, IndexError):

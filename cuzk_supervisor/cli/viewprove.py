@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cuzk_supervisor.cli.viewtext import Action, Line, Status, duration
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.cli.view import ViewModel
+    from cuzk_supervisor.cli.viewstate import ViewState
 
 
 def _number(e: Mapping[str, Any], key: str, default: float = 0.0) -> float:
@@ -24,7 +24,7 @@ def _number(e: Mapping[str, Any], key: str, default: float = 0.0) -> float:
     return float(value) if isinstance(value, int | float) else default
 
 
-def prove_event(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def prove_event(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """``prove.started``, ``.waiting``, ``.progress``: what it asked, its wait, how far it got."""
     name, now = e.get("event"), m.now or 0.0
     p = m.prove
@@ -53,14 +53,14 @@ def prove_event(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     return []
 
 
-def daemon_ready(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def daemon_ready(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """The daemon answered: the proofs start now (the first ``prove.progress`` is 5 s away)."""
     m.prove.setdefault("since", m.now or 0.0)
     m.waiting = ""
     return []
 
 
-def proof_result(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def proof_result(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """``proof.completed`` or ``proof.failed``: one line, counted in the order proofs end."""
     p = m.prove
     ok = e.get("event") == "proof.completed"
@@ -93,13 +93,13 @@ def proof_result(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
     ]
 
 
-def prove_summary(m: ViewModel, e: Mapping[str, Any]) -> list[Action]:
+def prove_summary(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
     """``prove.summary``: kept for the closing lines; nothing runs any more."""
     m.summary = dict(e)
     return []
 
 
-def prove_status(m: ViewModel) -> Status | None:
+def prove_status(m: ViewState) -> Status | None:
     """The live line: the wait for the daemon, then the proofs; nothing once the summary is in."""
     p = m.prove
     if m.summary:
@@ -129,7 +129,7 @@ def prove_status(m: ViewModel) -> Status | None:
     return Status("prove", text, since=p["since"])
 
 
-def prove_closing(m: ViewModel) -> list[Line]:
+def prove_closing(m: ViewState) -> list[Line]:
     """The summary's lines: the proofs, the rate in wall time and in daemon time."""
     s = m.summary
     if not s:

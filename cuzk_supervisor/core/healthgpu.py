@@ -29,7 +29,7 @@ from cuzk_supervisor.core.healthrules import (
 )
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.core.health import HealthPolicy
+    from cuzk_supervisor.core.healthpolicy import HealthPolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from cuzk_supervisor.core.healthevidence import DaemonView, Observation, ProofTotals
 
 if TYPE_CHECKING:
-    from cuzk_supervisor.core.health import HealthPolicy
+    from cuzk_supervisor.core.healthpolicy import HealthPolicy
 
 REFERENCE_SAMPLES = 64
 """GPU stage times kept as the reference of a stuck partition (the latest)."""

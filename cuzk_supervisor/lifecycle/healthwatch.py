@@ -33,7 +33,7 @@ from cuzk_supervisor.adapters.manager.values import InstanceGone, ManagerError
 from cuzk_supervisor.adapters.state.doc import Report
 from cuzk_supervisor.adapters.state.store import StateWriteError
 from cuzk_supervisor.core.boundsample import StatusSample
-from cuzk_supervisor.core.health import Assessment, HealthPolicy, HealthState, Level, assess
+from cuzk_supervisor.core.health import Assessment, HealthState, Level, assess
 from cuzk_supervisor.core.healthevidence import GpuView, Observation, daemon_view, proof_totals
 from cuzk_supervisor.core.healthladder import (
     Action,
@@ -44,6 +44,7 @@ from cuzk_supervisor.core.healthladder import (
     Tell,
     climb,
 )
+from cuzk_supervisor.core.healthpolicy import HealthPolicy
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals

@@ -22,12 +22,11 @@ from typing import Any
 
 import structlog
 
-from cuzk_supervisor import exitcodes
+from cuzk_supervisor import exitcodes, logcontext
 from cuzk_supervisor.adapters import params
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.adapters.manager.outbox import Outbox
 from cuzk_supervisor.adapters.state.store import StateKeeper
-from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core import bench
 from cuzk_supervisor.core.benchclock import room_to_measure
 from cuzk_supervisor.core.benchreport import RateMeasurement, choose_measurement
@@ -80,7 +79,7 @@ class Lifecycle(RunEndings):
     phase_listeners: list[Callable[[str], None]] = field(default_factory=list, init=False)
     last_verdict_reason: str = field(default="", init=False)
 
-    # What /readyz and /metrics read (serve.health.LifecycleSource, compose.run).
+    # What /readyz and /metrics read (LifecycleSource below, compose.run).
     @property
     def keeper(self) -> DaemonKeeper | None:
         return self.daemon.keeper
@@ -335,7 +334,7 @@ class Lifecycle(RunEndings):
         self.progress.phase = phase
         self.metrics.set_phase(phase)
         self.progress.phase_started = time.monotonic()
-        observe.bind(phase=phase)
+        logcontext.bind(phase=phase)
         log.info("phase.entered", phase=phase)
         for listener in self.phase_listeners:
             listener(phase)
@@ -347,3 +346,32 @@ class Lifecycle(RunEndings):
     def _workers(self) -> int:
         running = self.daemon.workers
         return running if running is not None else (self.plan.full_workers if self.plan else 0)
+
+
+class LifecycleSource:
+    """``/readyz``'s ``HealthSource`` (:mod:`cuzk_supervisor.serve.probes`) over the lifecycle:
+    read at request time, nothing copied."""
+
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self._lifecycle = lifecycle
+
+    @property
+    def phase(self) -> str:
+        return self._lifecycle.progress.phase
+
+    @property
+    def daemon_ready(self) -> bool:
+        keeper = self._lifecycle.keeper
+        return keeper is not None and keeper.is_ready
+
+    @property
+    def last_failure(self) -> str:
+        return self._lifecycle.last_failure
+
+    @property
+    def health(self) -> dict[str, str] | None:
+        """The run phase's latest health assessment (None before the first)."""
+        assessment = getattr(self._lifecycle.health, "assessment", None)
+        if assessment is None:
+            return None
+        return {"level": assessment.level.word, "reason": assessment.reason}

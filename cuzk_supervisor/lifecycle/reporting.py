@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 from tenacity import RetryCallState, retry_if_exception_type
 
+from cuzk_supervisor import logcontext
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
 from cuzk_supervisor.adapters.manager.client import ManagerClient
 from cuzk_supervisor.adapters.manager.outbox import Outbox
@@ -30,7 +31,6 @@ from cuzk_supervisor.adapters.manager.values import (
 )
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState, utc_now_iso
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
-from cuzk_supervisor.cli import observe
 from cuzk_supervisor.core.benchclock import bench_deadline, prompt_ack
 from cuzk_supervisor.core.jitter import first_delay, next_delay
 from cuzk_supervisor.core.reconcile import manager_time
@@ -117,7 +117,7 @@ class Reporter(KillLookup):
             lambda st: dataclasses.replace(st, uuid=uuid, runner_id=runner, label=self.label)
         )
         self._shipper.set_uuid(registration.uuid)
-        observe.bind(uuid=registration.uuid)
+        logcontext.bind(uuid=registration.uuid)
 
     def _register_waiting(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None

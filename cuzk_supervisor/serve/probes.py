@@ -1,5 +1,5 @@
 """What the probes report, apart from HTTP: :class:`HealthSource` (phase, daemon readiness,
-last failure; ``/readyz``) and :class:`LifecycleSource`, which reads it off the lifecycle;
+last failure; ``/readyz``; the lifecycle's is ``lifecycle.machine.LifecycleSource``);
 :class:`StartupLatch`, which passes once the slow start is over (``/startupz``); and
 :class:`Heartbeat`, how late the event loop runs (``/healthz``).
 
@@ -13,10 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from cuzk_supervisor.lifecycle.machine import Lifecycle
+from typing import Protocol
 
 # The phases after warmup: entering one means the daemon answered proofs after the slow start
 # (params fetched, plan made, PCE built), which is what /startupz reports.
@@ -35,34 +32,6 @@ class HealthSource(Protocol):
 
     @property
     def last_failure(self) -> str: ...
-
-
-class LifecycleSource:
-    """``HealthSource`` over the lifecycle: read at request time, nothing copied."""
-
-    def __init__(self, lifecycle: Lifecycle) -> None:
-        self._lifecycle = lifecycle
-
-    @property
-    def phase(self) -> str:
-        return self._lifecycle.progress.phase
-
-    @property
-    def daemon_ready(self) -> bool:
-        keeper = self._lifecycle.keeper
-        return keeper is not None and keeper.is_ready
-
-    @property
-    def last_failure(self) -> str:
-        return self._lifecycle.last_failure
-
-    @property
-    def health(self) -> dict[str, str] | None:
-        """The run phase's latest health assessment (None before the first)."""
-        assessment = getattr(self._lifecycle.health, "assessment", None)
-        if assessment is None:
-            return None
-        return {"level": assessment.level.word, "reason": assessment.reason}
 
 
 class StartupLatch:

@@ -1,8 +1,8 @@
 """Judge a reported bench rate against the simulated daemon's own record of the same proofs.
 
 The simulated daemon's pipeline runs at exact simulated times whatever the machine's load
-(``cuzk_supervisor.sim.timeline``), so its record says what it really delivered and when it sat
-idle for want of a submission. Comparing the supervisor's rate with a model of a perfect client
+(``cuzk_supervisor.sim.daemon.timeline``), so its record says what it really delivered and when it
+sat idle for want of a submission. Comparing the supervisor's rate with a model of a perfect client
 instead blames the supervisor for everything real time does to a batch that lasts 0.6 s at the
 fault matrix's time scale (a few tens of milliseconds are several per cent of it). :func:`judge`
 asks the two questions the rate is for (issue 10: it must be the pipeline's steady throughput):
@@ -27,7 +27,7 @@ asks the two questions the rate is for (issue 10: it must be the pipeline's stea
 (b) **Feeding.** Did the supervisor cost the rate by leaving the pipeline idle? The daemon records,
     per job, which answer the submission followed (``reply_to``: a client keeping N proofs in
     flight submits one for each answer) and when it entered the pipeline. The pipeline is
-    replayed from the record as a closed loop (``sim.pipeline.Pipeline``; with the recorded
+    replayed from the record as a closed loop (``sim.daemon.pipeline.Pipeline``; with the recorded
     reactions it must reproduce the daemon's completions), then again with every reaction capped
     at an allowance for scheduling (``NOISE_S``, plus ``NOISE_FACTOR`` times how slow the machine
     was then, (c)). The window's rate
@@ -53,8 +53,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cuzk_supervisor.core.bench import Stretch, steady_rate_per_s
-from cuzk_supervisor.sim.pipeline import Event, JobProved, Pipeline
-from cuzk_supervisor.sim.timeline import JobRecord
+from cuzk_supervisor.sim.daemon.pipeline import Event, JobProved, Pipeline
+from cuzk_supervisor.sim.daemon.timeline import JobRecord
 
 HOUR_S = 3600.0
 RATE_TOLERANCE = 0.02

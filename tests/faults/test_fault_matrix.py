@@ -29,7 +29,7 @@ from simhelpers import free_tcp_port, poll_until
 
 from cuzk_supervisor import exitcodes
 from cuzk_supervisor.adapters.state.store import StateStore
-from cuzk_supervisor.sim.timeline import read_timeline
+from cuzk_supervisor.sim.daemon.timeline import read_timeline
 
 pytestmark = pytest.mark.slow
 
@@ -569,7 +569,7 @@ def ctx(tmp_path: Path):
         faults = tuple(f.replace("{tmp}", str(tmp_path)) for f in row.sim_faults)
         # The params phase lasts long enough for the rows that act inside it.
         env = lifecycle_env(tmp_path, mgr.url, sim_faults=faults, fetch_rate_mb=4, **settings)
-        # The daemon's own record of each job (sim.timeline), for _check_rate.
+        # The daemon's own record of each job (sim.daemon.timeline), for _check_rate.
         timeline = shlex.quote(str(tmp_path / TIMELINE))
         env["CUZK_SUPERVISOR_DAEMON_ARGS"] += f" --timeline {timeline}"
         context = Ctx(tmp_path, mgr, env)

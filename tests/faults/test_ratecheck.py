@@ -20,15 +20,15 @@ from faults.ratecheck import (
 )
 
 from cuzk_supervisor.core.bench import Stretch, steady_rate_per_s
-from cuzk_supervisor.sim.logfmt import DaemonLog
-from cuzk_supervisor.sim.pipeline import (
+from cuzk_supervisor.sim.daemon.logfmt import DaemonLog
+from cuzk_supervisor.sim.daemon.pipeline import (
     Event,
     JobProved,
     Pipeline,
     Synthesized,
     simulate_closed_loop,
 )
-from cuzk_supervisor.sim.timeline import JobRecord, JobTimes, Timeline, read_timeline
+from cuzk_supervisor.sim.daemon.timeline import JobRecord, JobTimes, Timeline, read_timeline
 
 SCALE = 200.0
 ORIGIN = 1_000_000.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuzk_supervisor.sim.manager_gojson import BadJSON, decode_struct, go_dumps, go_float
+from cuzk_supervisor.sim.manager.gojson import BadJSON, decode_struct, go_dumps, go_float
 
 
 @pytest.mark.parametrize(

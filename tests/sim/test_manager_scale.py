@@ -18,15 +18,15 @@ import httpx
 import pytest
 from managerhelpers import ManagerFactory, ManagerProcess, poll_until
 
-from cuzk_supervisor.sim.manager_counters import Counters
-from cuzk_supervisor.sim.manager_faults import (
+from cuzk_supervisor.sim.manager.counters import Counters
+from cuzk_supervisor.sim.manager.faults import (
     THROTTLE_KIND,
     FaultError,
     Faults,
     FaultSettings,
     validate,
 )
-from cuzk_supervisor.sim.manager_proxy import retry_after_value
+from cuzk_supervisor.sim.manager.proxy import retry_after_value
 
 
 @pytest.fixture

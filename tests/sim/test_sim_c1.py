@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cuzk_supervisor.sim.c1 import SECTOR_SIZE_32G, check_c1, make_c1
+from cuzk_supervisor.sim.daemon.c1 import SECTOR_SIZE_32G, check_c1, make_c1
 
 
 def test_envelope_shape_and_size() -> None:
@@ -39,7 +39,7 @@ def test_command_line_writes_a_file(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "cuzk_supervisor.sim.c1",
+            "cuzk_supervisor.sim.daemon.c1",
             "--out",
             str(out),
             "--size-mb",

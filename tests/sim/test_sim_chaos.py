@@ -9,8 +9,8 @@ import asyncio
 
 from simhelpers import SimProcess, free_tcp_port, write_config
 
-from cuzk_supervisor.sim import chaos, logfmt
-from cuzk_supervisor.sim.daemon import build_parser
+from cuzk_supervisor.sim.daemon import chaos, logfmt
+from cuzk_supervisor.sim.daemon.main import build_parser
 
 
 def args_of(*argv: str) -> argparse.Namespace:

@@ -17,7 +17,7 @@ from cuzk_supervisor.adapters.files import DIR_MODE
 from cuzk_supervisor.cli.commands import sim
 from cuzk_supervisor.cli.main import build_parser
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.sim.gpustate import FILE, GpuState
+from cuzk_supervisor.sim.machine.gpustate import FILE, GpuState
 
 
 def test_the_folder_has_our_mode_whatever_the_umask(tmp_path: Path) -> None:

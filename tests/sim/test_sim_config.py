@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cuzk_supervisor.sim.config import (
+from cuzk_supervisor.sim.daemon.config import (
     DEFAULT_LISTEN,
     GIB,
     MIB,

@@ -18,9 +18,9 @@ from simhelpers import CHANNEL_OPTIONS, SimProcess, poll_until, submit_request, 
 
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.proto import proving_pb2_grpc as pb_grpc
-from cuzk_supervisor.sim.pipeline import batch_proofs_per_hour
-from cuzk_supervisor.sim.residency import pce_cache_path
-from cuzk_supervisor.sim.timeline import read_timeline
+from cuzk_supervisor.sim.daemon.pipeline import batch_proofs_per_hour
+from cuzk_supervisor.sim.daemon.residency import pce_cache_path
+from cuzk_supervisor.sim.daemon.timeline import read_timeline
 
 MIB = 1 << 20
 GIB = 1 << 30

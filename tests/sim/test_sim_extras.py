@@ -11,8 +11,8 @@ import pynvml
 import pytest
 from simhelpers import SimProcess, free_tcp_port, poll_until, write_config
 
-from cuzk_supervisor.sim.fakenvml import FakeNvml, GpuStateFile
 from cuzk_supervisor.sim.faults import FaultSpecError, parse_fault
+from cuzk_supervisor.sim.machine.fakenvml import FakeNvml, GpuStateFile
 
 
 def test_once_and_gpu_fault_parse():

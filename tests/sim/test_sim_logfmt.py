@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import re
 
-from cuzk_supervisor.sim import logfmt
+from cuzk_supervisor.sim.daemon import logfmt
 
 
 def test_line_layout_matches_the_real_daemon() -> None:

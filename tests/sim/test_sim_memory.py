@@ -5,8 +5,8 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from cuzk_supervisor.sim.memory import MIB, Memory
-from cuzk_supervisor.sim.model import GIB
+from cuzk_supervisor.sim.daemon.memory import MIB, Memory
+from cuzk_supervisor.sim.daemon.model import GIB
 
 
 def test_rss_follows_allocations_and_simulated_total_is_exact() -> None:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from cuzk_supervisor.sim import model
-from cuzk_supervisor.sim.model import GIB
-from cuzk_supervisor.sim.pipeline import GpuTimes, batch_proofs_per_hour, simulate_closed_loop
+from cuzk_supervisor.sim.daemon import model
+from cuzk_supervisor.sim.daemon.model import GIB
+from cuzk_supervisor.sim.daemon.pipeline import (
+    GpuTimes,
+    batch_proofs_per_hour,
+    simulate_closed_loop,
+)
 
 # cuzk.md §3: partition_workers -> (seconds per proof, GPU workers), measured upstream.
 TABLE = {1: (290.0, 1), 2: (152.0, 1), 5: (68.4, 1), 7: (53.3, 1), 10: (42.5, 2), 12: (42.5, 2)}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cuzk_supervisor.sim import model
-from cuzk_supervisor.sim.pipeline import (
+from cuzk_supervisor.sim.daemon import model
+from cuzk_supervisor.sim.daemon.pipeline import (
     CudaFinished,
     CudaStarted,
     GpuFinished,

@@ -14,7 +14,7 @@ from pacehelpers import scaled
 from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
 
 from cuzk_supervisor.proto import proving_pb2 as pb
-from cuzk_supervisor.sim.residency import pce_cache_path
+from cuzk_supervisor.sim.daemon.residency import pce_cache_path
 
 FAST = 2000.0
 READY = r"cuzk-daemon ready, serving on "

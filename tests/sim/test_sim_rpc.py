@@ -16,7 +16,7 @@ from pacehelpers import scaled
 from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
 
 from cuzk_supervisor.proto import proving_pb2 as pb
-from cuzk_supervisor.sim.c1 import make_c1
+from cuzk_supervisor.sim.daemon.c1 import make_c1
 
 FAST = 2000.0  # simulated seconds per real second: a proof in ~0.1 s
 Status = pb.AwaitProofResponse.Status

@@ -13,7 +13,7 @@ import pytest
 from simhelpers import SimProcess, free_tcp_port, poll_until, submit_request, write_config
 
 from cuzk_supervisor.proto import proving_pb2 as pb
-from cuzk_supervisor.sim import model
+from cuzk_supervisor.sim.daemon import model
 
 STATES = {"pending", "synthesizing", "synth_done", "gpu", "done", "failed"}
 

@@ -1,10 +1,10 @@
-"""sim.statustrack: the tracker computes each field as cuzk-core/src/status.rs does."""
+"""sim.daemon.statustrack: the tracker computes each field as cuzk-core/src/status.rs does."""
 
 from __future__ import annotations
 
 import pytest
 
-from cuzk_supervisor.sim.statustrack import StatusTracker
+from cuzk_supervisor.sim.daemon.statustrack import StatusTracker
 
 
 def tracker(workers: int = 2) -> StatusTracker:

@@ -1,5 +1,7 @@
-"""The simulated daemon's timeline (sim.timeline): when its pipeline waited for the client, the
-records it writes and reads back, and partition memory mapped off the event loop (sim.pages)."""
+"""The simulated daemon's timeline (sim.daemon.timeline): when its pipeline waited for the client,
+the
+records it writes and reads back, and partition memory mapped off the event loop
+(sim.daemon.pages)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ import psutil
 import pytest
 from simhelpers import poll_until
 
-from cuzk_supervisor.sim.logfmt import DaemonLog
-from cuzk_supervisor.sim.memory import MIB, Memory
-from cuzk_supervisor.sim.model import GIB
-from cuzk_supervisor.sim.pages import PAGE, Pages, touched_mapping
-from cuzk_supervisor.sim.pipeline import Pipeline
-from cuzk_supervisor.sim.timeline import JobTimes, Timeline, read_timeline, starved_s
+from cuzk_supervisor.sim.daemon.logfmt import DaemonLog
+from cuzk_supervisor.sim.daemon.memory import MIB, Memory
+from cuzk_supervisor.sim.daemon.model import GIB
+from cuzk_supervisor.sim.daemon.pages import PAGE, Pages, touched_mapping
+from cuzk_supervisor.sim.daemon.pipeline import Pipeline
+from cuzk_supervisor.sim.daemon.timeline import JobTimes, Timeline, read_timeline, starved_s
 
 
 def test_starved_counts_from_the_later_of_hunger_and_the_answer() -> None:

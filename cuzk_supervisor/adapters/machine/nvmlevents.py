@@ -15,8 +15,8 @@ One :class:`NvmlHealth` reads, at each observation and for each device, a
   the error's text; its handle is looked up again at the next read.
 
 ``nvml`` is the module (default ``import pynvml``); tests and the simulator pass a fake with the
-same names (``sim.fakenvml``). No library or no driver: ``available`` is False with the reason,
-never an exception. NVML calls can block on a GPU in a bad state: call :meth:`read` through
+same names (``sim.machine.fakenvml``). No library or no driver: ``available`` is False with the
+reason, never an exception. NVML calls can block on a GPU in a bad state: call :meth:`read` through
 ``asyncio.to_thread``.
 """
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import structlog
 
@@ -30,12 +30,23 @@ from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.reconcile import RECONCILED_KINDS, Recorded, recorded_outcome
 from cuzk_supervisor.core.reports import OUTCOME_GONE, OUTCOME_REJECTED
 
-if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.manager.client import ManagerClient
-
 __all__ = ["DrainResult", "Outbox", "SaveOutbox"]
 
 log = structlog.get_logger("supervisor.manager")
+
+
+class ReportSender(Protocol):
+    """What the outbox needs of the manager's client (``client.ManagerClient``), named here so
+    that the client imports the outbox and not both ways."""
+
+    clock: Callable[[], float]
+    wall_clock: Callable[[], float]
+
+    async def send(self, report: Report, *, stop_s: float | None = None) -> Report: ...
+
+    async def instance_record(
+        self, uuid: str, *, stop_s: float | None = None
+    ) -> Mapping[str, Any] | None: ...
 
 
 SaveOutbox = Callable[[tuple[Report, ...], tuple[Report, ...]], Awaitable[None]]
@@ -69,7 +80,7 @@ class Outbox:
 
     def __init__(
         self,
-        client: ManagerClient,
+        client: ReportSender,
         save: SaveOutbox,
         pending: Iterable[Report] = (),
         acked: Iterable[Report] = (),
@@ -94,7 +105,7 @@ class Outbox:
         self._send_lock = asyncio.Lock()
 
     @classmethod
-    def for_keeper(cls, client: ManagerClient, keeper: StateKeeper) -> Outbox:
+    def for_keeper(cls, client: ReportSender, keeper: StateKeeper) -> Outbox:
         """The outbox as it was left in the state file (after a restart: what is still due)."""
         state = keeper.state
         return cls(client, keeper.save_outbox, state.outbox, state.acked)

@@ -48,9 +48,9 @@ from cuzk_supervisor.cli import observe
 from cuzk_supervisor.daemon.simulated import SIM_DAEMON_MODULE
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.sim.c1 import write_c1
-from cuzk_supervisor.sim.gpustate import FILE as GPU_FILE
+from cuzk_supervisor.sim.daemon.c1 import write_c1
 from cuzk_supervisor.sim.machine import DEFAULT_VRAM_GIB, SimMachine, check_daemon_argv
+from cuzk_supervisor.sim.machine.gpustate import FILE as GPU_FILE
 
 # Simulated parameter files: small, but written at a pace that shows progress.
 SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
@@ -351,10 +351,10 @@ def main(args: argparse.Namespace) -> int:
             flush=True,
         )
         # The lifecycle (gRPC, the manager client, the health server) only now, not for --help;
-        # the simulated machine's probes handed to it (sim.probes), as ``run`` is handed them
-        # where its daemon is the simulator (cli.simhandoff).
+        # the simulated machine's probes handed to it (sim.machine.probes), as ``run`` is handed
+        # them where its daemon is the simulator (cli.simhandoff).
         from cuzk_supervisor.cli.runlifecycle import run_lifecycle
-        from cuzk_supervisor.sim.probes import machine as sim_machine
+        from cuzk_supervisor.sim.machine.probes import machine as sim_machine
 
         started = time.monotonic()
         code = run_lifecycle(
