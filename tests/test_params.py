@@ -254,3 +254,27 @@ async def test_a_leftover_fetch_without_its_marks_is_found_by_its_pidfile(tmp_pa
         if pid:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
+
+
+def test_a_killed_supervisor_not_yet_collected_is_no_owner(tmp_path):
+    """A SIGKILLed supervisor is a zombie until its parent collects it, its pid and start time
+    unchanged: its fetch is a leftover all the same (issue 46: the race a restart right after a
+    SIGKILL lost)."""
+    folder = tmp_path / "params"
+    pidfile = tmp_path / "state" / "fetch.pid"
+    role = fetch_role(folder)
+    first = _start_supervisor(tmp_path, folder, pidfile,
+                              careful_fetch_command(tmp_path, {"a": 200_000}, pause=0.5),
+                              {"a": 200_000})  # fmt: skip
+    try:
+        poll_until(lambda: len(marked(role)) >= 2, 30, what="the fetch running")
+        owner = marked(role)[0].environ()[leftovers.OWNER_VAR]
+        assert leftovers.owner_alive(owner)
+        first.kill()  # not collected yet: a zombie
+        poll_until(lambda: psutil.Process(first.pid).status() == "zombie", 30, what="a zombie")
+        assert not leftovers.owner_alive(owner)
+        assert set(leftovers.find(role, pidfile)) >= {p.pid for p in marked(role)}
+    finally:
+        first.kill()
+        first.wait(10)
+        kill_marked(role)
