@@ -179,7 +179,7 @@ def test_sigkill_during_a_slow_fetch_then_a_restart_runs_one_fetch_at_a_time(tmp
         lines = journal_lines(tmp_path)
         assert [line.split()[0] for line in lines] == ["start", "start", "end"], lines
         assert files_whole(tmp_path / "params", sizes)
-        assert second.named("child.leftover_stopped")
+        assert second.named("params.lock_holders_stopped")
         assert marked(role) == []
     finally:
         kill_marked(role)

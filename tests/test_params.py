@@ -166,9 +166,11 @@ async def test_a_fetch_left_by_a_killed_supervisor_is_stopped_before_a_new_one(t
         assert not [line for line in lines if line.startswith("overlap")], lines
         assert [line.split()[0] for line in lines] == ["start", "start", "end"]
         assert files_whole(folder, sizes)
-        stopped = [e for e in logs if e["event"] == "child.leftover_stopped"]
+        # Found holding the params lock (the escaped grandchild by its marks), stopped at once.
+        stopped = [e for e in logs if e["event"] == "params.lock_holders_stopped"]
         assert len(stopped) == 1
         assert {p.pid for p in left} <= set(stopped[0]["pids"])
+        assert "which is gone" in stopped[0]["reason"]
         assert not any(p.is_running() and p.status() != "zombie" for p in left)
         assert not pidfile.exists()
         assert marked(role) == []

@@ -88,9 +88,10 @@ def forget(pidfile: Path) -> None:
 def _from_pidfile(pidfile: Path) -> int | None:
     try:
         pid_text, started_text = files.read_regular(pidfile, 4096).decode().split()
-        pid = int(pid_text)
-        if abs(psutil.Process(pid).create_time() - float(started_text)) < 0.01:
-            return pid
+        proc = psutil.Process(int(pid_text))
+        same = abs(proc.create_time() - float(started_text)) < 0.01
+        if same and proc.status() != psutil.STATUS_ZOMBIE:  # a zombie is stopped already
+            return proc.pid
     except (OSError, ValueError, UnicodeDecodeError, psutil.Error):
         pass
     return None
