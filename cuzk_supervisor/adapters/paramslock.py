@@ -87,6 +87,7 @@ def _open(path: Path) -> int:
 def attempt(path: Path, proc: Path = Path("/proc")) -> int | Held:
     """Take the lock on a description of our own (its fd), or see who holds it. Blocking (a scan
     of ``proc``): from async code through a thread."""
+    looked = False
     while True:
         fd = _open(path)
         try:
@@ -94,9 +95,13 @@ def attempt(path: Path, proc: Path = Path("/proc")) -> int | Held:
         except BlockingIOError:
             try:
                 info = os.fstat(fd)
-                return look(info.st_dev, info.st_ino, proc)
+                held = look(info.st_dev, info.st_ino, proc)
             finally:
                 os.close(fd)
+            if held.holders or looked:
+                return held
+            looked = True  # nobody: released while we looked? Once more before saying so
+            continue
         except BaseException:
             os.close(fd)
             raise
@@ -178,8 +183,8 @@ async def _acquire(
     grace_s: float,
     clock: Callable[[], float],
 ) -> int:
-    started = clock()
-    said: Held | None = None
+    started: float | None = None  # when it was first found held
+    said: tuple[fetchlock.Holder, int | None] | None = None  # one line per holder
     pause = POLL_FIRST_S
     while True:
         try:
@@ -188,30 +193,33 @@ async def _acquire(
             why = files.describe(exc)
             raise LockUnavailable(f"cannot open the params lock {path}: {why}") from None
         if isinstance(got, int):
-            if said is not None:
+            if started is not None and said is not None:
                 log.info("params.lock_taken", lock=str(path), waited_s=round(clock() - started, 1))
             return got
         alive = got.locker is not None and _running(got.locker)
         who = fetchlock.holder(got.locker, os.getpid(), alive)
         reason = fetchlock.why(who, got.locker)
+        started = clock() if started is None else started
         step = fetchlock.turn(who, clock() - started, wait_s)
         if step is Turn.GIVE_UP:
             raise LockUnavailable(
                 f"{reason}: the params lock {path} is still held after {wait_s:g} s (pids "
                 f"{', '.join(map(str, got.holders)) or 'not visible here'}); not fetching beside it"
             )
-        stale = got.holders
         if step is Turn.STOP:
             found = await asyncio.to_thread(leftovers.find, role, pidfile)
-            stale = tuple(sorted({*got.holders, *found}))
-        if step is Turn.STOP and stale:
-            log.warning("params.lock_holders_stopped", reason=reason, pids=list(stale))
-            await asyncio.to_thread(killtree.kill_tree, stale, grace_s)
-            pause = POLL_FIRST_S
-            continue
-        if said != got:
-            said = got
-            log.warning("params.lock_wait", reason=reason, pids=list(stale), wait_s=wait_s,
-                        lock=str(path))  # fmt: skip
+            stale = [pid for pid in sorted({*got.holders, *found}) if _running(pid)]
+            if stale:
+                log.warning("params.lock_holders_stopped", reason=reason, pids=stale)
+                await asyncio.to_thread(killtree.kill_tree, stale, grace_s)
+                pause = POLL_FIRST_S
+                continue
+            if got.holders:  # they exited while we looked: the lock is free or soon will be
+                await asyncio.sleep(POLL_FIRST_S)
+                continue
+        if said != (who, got.locker):  # waiting (or holders not visible from here to stop)
+            said = (who, got.locker)
+            log.warning("params.lock_wait", reason=reason, pids=list(got.holders),
+                        wait_s=wait_s, lock=str(path))  # fmt: skip
         await asyncio.sleep(pause)
         pause = min(pause * 2, POLL_MAX_S)
