@@ -84,10 +84,31 @@ def test_a_grandchild_holding_the_descriptor_keeps_the_lock_after_its_parent_die
         assert _running(taker.grandchild)
         got = paramslock.attempt(path)
         # Still held, by the grandchild alone; the kernel still names its dead taker.
-        assert got == Held(taker.proc.pid, (taker.grandchild,))
+        assert isinstance(got, Held)
+        assert got.locker == taker.proc.pid
+        assert paramslock.holders(got) == [taker.grandchild]
         taker.release()  # the last holder exits: the kernel releases the lock
         poll_until(lambda: not _running(taker.grandchild), 30, what="the grandchild gone")
         assert _free(path)
+    finally:
+        taker.cleanup()
+
+
+def test_a_lock_proc_locks_names_otherwise_is_told_by_its_holders_descriptors(tmp_path):
+    """overlayfs and btrfs name a file in /proc/locks otherwise than stat does: the taker is
+    then read from the descriptors holding the lock (here a /proc whose locks list is empty)."""
+    path = _lock(tmp_path / "params")
+    taker = Taker(path)
+    try:
+        proc = tmp_path / "proc"
+        proc.mkdir()
+        (proc / "locks").write_text("")
+        for pid in (taker.proc.pid, taker.grandchild):
+            (proc / str(pid)).symlink_to(f"/proc/{pid}")
+        got = paramslock.attempt(path, proc)
+        assert isinstance(got, Held)
+        assert got.locker == taker.proc.pid
+        assert paramslock.holders(got, proc) == sorted([taker.proc.pid, taker.grandchild])
     finally:
         taker.cleanup()
 
@@ -128,7 +149,7 @@ def test_a_running_takers_lock_is_waited_for_then_a_failure_with_the_reason(tmp_
         assert f"{taker.proc.pid}, {taker.grandchild}" in reason
         waits = [e for e in logs if e["event"] == "params.lock_wait"]
         assert len(waits) == 1  # one line, not one a poll
-        assert waits[0]["pids"] == sorted([taker.proc.pid, taker.grandchild])
+        assert waits[0]["pid"] == taker.proc.pid
         assert not [e for e in logs if e["event"] == "params.lock_holders_stopped"]
         assert _running(taker.proc.pid)
         assert _running(taker.grandchild)

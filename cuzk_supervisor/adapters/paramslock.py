@@ -10,9 +10,9 @@ the last holder exits (or is killed) the kernel releases it. No mark that can fa
 written too late, an environment not yet visible, an owner check that takes a zombie for a
 live supervisor) decides whether two fetches write at once: the marks only find what to stop.
 
-Who holds it: the kernel keeps the pid of the process that took a flock with the lock itself,
-and shows it in ``/proc/PID/fdinfo`` of every descriptor that holds it (a ``lock:`` line): the
-taker is the supervisor that took it, the holders are the processes with such a descriptor.
+Who holds it: the kernel keeps the pid of the process that took a flock with the lock
+(``/proc/locks``), and shows the lock in ``/proc/PID/fdinfo`` of every descriptor that holds it:
+the taker is the supervisor that took it, the holders are the processes with such a descriptor.
 What follows is ``core.fetchlock``'s decision: holders nobody else will stop (a dead supervisor's
 fetch, or ours once our fetch has ended) are stopped at once, with the leftovers their marks
 find; a live supervisor's fetch is waited for, with one line saying why and for whom, for at
@@ -56,12 +56,12 @@ class LockUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A look at the lock while someone else holds it: who took it (the pid the kernel keeps
-    with the lock; None when not visible here, or taken again during the look) and which
-    processes hold its descriptor (the taker, its fetch and whatever they started)."""
+    """The lock held by someone else: the pid that took it (None: not visible from here, in
+    another pid namespace) and the file, to find the processes holding it by."""
 
     locker: int | None
-    holders: tuple[int, ...]
+    dev: int
+    ino: int
 
 
 def lock_path(folder: Path) -> Path:
@@ -85,9 +85,9 @@ def _open(path: Path) -> int:
 
 
 def attempt(path: Path, proc: Path = Path("/proc")) -> int | Held:
-    """Take the lock on a description of our own (its fd), or see who holds it. Blocking (a scan
-    of ``proc``): from async code through a thread."""
-    looked = False
+    """Take the lock on a description of our own (its fd), or say who took it. Blocking: from
+    async code through a thread."""
+    looks = 0
     while True:
         fd = _open(path)
         try:
@@ -95,13 +95,16 @@ def attempt(path: Path, proc: Path = Path("/proc")) -> int | Held:
         except BlockingIOError:
             try:
                 info = os.fstat(fd)
-                held = look(info.st_dev, info.st_ino, proc)
             finally:
                 os.close(fd)
-            if held.holders or looked:
-                return held
-            looked = True  # nobody: released while we looked? Once more before saying so
-            continue
+            locker = taker(info.st_dev, info.st_ino, proc)
+            if locker is None:  # no line: a filesystem that names it otherwise, or released
+                lockers = set(_scan(info.st_dev, info.st_ino, proc).values())
+                looks += 1
+                if len(lockers) != 1 and looks < 3:
+                    continue  # released, or taken again, while we looked: try again
+                locker = lockers.pop() if len(lockers) == 1 else 0
+            return Held(locker or None, info.st_dev, info.st_ino)  # 0: not visible from here
         except BaseException:
             os.close(fd)
             raise
@@ -115,11 +118,31 @@ def attempt(path: Path, proc: Path = Path("/proc")) -> int | Held:
         os.close(fd)  # removed or replaced since our open: the lock of a file nobody opens
 
 
-def look(dev: int, ino: int, proc: Path = Path("/proc")) -> Held:
-    """Who took the flock of file ``dev``/``ino`` and which processes (but us) hold it: those with
-    a descriptor of the file whose ``fdinfo`` shows the lock (the kernel keeps its taker's pid)."""
+def taker(dev: int, ino: int, proc: Path = Path("/proc")) -> int | None:
+    """The pid that took the flock of file ``dev``/``ino`` (``/proc/locks``: ``1: FLOCK  ADVISORY
+    WRITE PID MAJ:MIN:INO 0 EOF``; 0 when not visible from here); None: no such line (released,
+    or a filesystem whose locks name the file otherwise than ``stat``: overlayfs, btrfs)."""
+    file = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    with open(proc / "locks") as locks:
+        for line in locks:
+            fields = line.split()
+            if fields[1:2] == ["FLOCK"] and fields[5:6] == [file]:
+                return int(fields[4])
+    return None
+
+
+def holders(held: Held, proc: Path = Path("/proc")) -> list[int]:
+    """The processes (but us) holding ``held``'s lock (not a lock taken again meanwhile)."""
+    return sorted(pid for pid, locker in _scan(held.dev, held.ino, proc).items()
+                  if locker == (held.locker or 0))  # fmt: skip
+
+
+def _scan(dev: int, ino: int, proc: Path) -> dict[int, int]:
+    """Each process (but us) with a descriptor of file ``dev``/``ino`` that holds its flock, and
+    the pid that took it (the ``fdinfo`` lock line). Every descriptor of every process is looked
+    at: marks find the usual holders faster (``leftovers``)."""
     me = os.getpid()
-    by_locker: dict[int, list[int]] = {}
+    found: dict[int, int] = {}
     for entry in os.scandir(proc):
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -127,15 +150,13 @@ def look(dev: int, ino: int, proc: Path = Path("/proc")) -> Held:
             for fd in os.listdir(f"{entry.path}/fd"):
                 with contextlib.suppress(OSError, ValueError):
                     info = os.stat(f"{entry.path}/fd/{fd}")
-                    if (info.st_dev, info.st_ino) == (dev, ino):
-                        locker = _locker(f"{entry.path}/fdinfo/{fd}")
-                        if locker is not None:
-                            by_locker.setdefault(locker, []).append(int(entry.name))
-                            break
-    if len(by_locker) != 1:  # none visible, or released and taken again while we looked
-        return Held(None, tuple(sorted(pid for pids in by_locker.values() for pid in pids)))
-    [(locker, pids)] = by_locker.items()
-    return Held(locker or None, tuple(sorted(pids)))  # 0: a pid not visible from here
+                    if (info.st_dev, info.st_ino) != (dev, ino):
+                        continue
+                    locker = _locker(f"{entry.path}/fdinfo/{fd}")
+                    if locker is not None:
+                        found[int(entry.name)] = locker
+                        break
+    return found
 
 
 def _locker(fdinfo: str) -> int | None:
@@ -146,6 +167,14 @@ def _locker(fdinfo: str) -> int | None:
             if fields[:1] == ["lock:"] and fields[2:3] == ["FLOCK"]:
                 return int(fields[5])
     return None
+
+
+def _stale(held: Held, role: str, pidfile: Path | None) -> list[int]:
+    """What to stop for a lock nobody else will free: the fetch's leftovers by their marks (a
+    quick look, and they find a fetch that dropped the descriptor too); when there are none,
+    every holder of the lock (a scan: a holder that cleared its environment, our own fetch's)."""
+    stale = [pid for pid in leftovers.find(role, pidfile) if _running(pid)]
+    return stale or [pid for pid in holders(held) if _running(pid)]
 
 
 def _running(pid: int) -> bool:
@@ -186,6 +215,7 @@ async def _acquire(
     started: float | None = None  # when it was first found held
     said: tuple[fetchlock.Holder, int | None] | None = None  # one line per holder
     pause = POLL_FIRST_S
+    looked_again = False
     while True:
         try:
             got = await asyncio.to_thread(attempt, path)
@@ -202,24 +232,25 @@ async def _acquire(
         started = clock() if started is None else started
         step = fetchlock.turn(who, clock() - started, wait_s)
         if step is Turn.GIVE_UP:
+            pids = ", ".join(map(str, await asyncio.to_thread(holders, got))) or "not visible here"
             raise LockUnavailable(
                 f"{reason}: the params lock {path} is still held after {wait_s:g} s (pids "
-                f"{', '.join(map(str, got.holders)) or 'not visible here'}); not fetching beside it"
+                f"{pids}); not fetching beside it"
             )
         if step is Turn.STOP:
-            found = await asyncio.to_thread(leftovers.find, role, pidfile)
-            stale = [pid for pid in sorted({*got.holders, *found}) if _running(pid)]
+            stale = await asyncio.to_thread(_stale, got, role, pidfile)
             if stale:
                 log.warning("params.lock_holders_stopped", reason=reason, pids=stale)
                 await asyncio.to_thread(killtree.kill_tree, stale, grace_s)
                 pause = POLL_FIRST_S
                 continue
-            if got.holders:  # they exited while we looked: the lock is free or soon will be
+            if not looked_again:  # its holders exited while we looked: the lock is free now?
+                looked_again = True
                 await asyncio.sleep(POLL_FIRST_S)
                 continue
-        if said != (who, got.locker):  # waiting (or holders not visible from here to stop)
+        if said != (who, got.locker):  # waiting (or its holders not visible from here)
             said = (who, got.locker)
-            log.warning("params.lock_wait", reason=reason, pids=list(got.holders),
-                        wait_s=wait_s, lock=str(path))  # fmt: skip
+            log.warning("params.lock_wait", reason=reason, pid=got.locker, wait_s=wait_s,
+                        lock=str(path))  # fmt: skip
         await asyncio.sleep(pause)
         pause = min(pause * 2, POLL_MAX_S)
