@@ -2,7 +2,9 @@
 
 Runs the operator's fetch command (if any) as a supervised child, measures progress from bytes
 on disk (not from the command's output, whose format we do not own), and verifies the expected
-files and sizes afterwards. Already present with the right sizes: nothing is fetched.
+files and sizes afterwards. Already present with the right sizes: nothing is fetched. One writer
+at a time, by construction: all of it happens under the params lock, which the fetch and all it
+starts hold (:mod:`cuzk_supervisor.adapters.paramslock`).
 """
 
 from __future__ import annotations
