@@ -22,11 +22,13 @@ whole each time, the last supervisor's exit code.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import random
 import select
 import signal
+import statistics
 import sys
 import time
 import traceback
@@ -121,7 +123,7 @@ class Spec:
     kills: int
     sizes: dict[str, int]
     pause_s: float = 0.01
-    chunks: int = 8
+    chunks: int = 16
     lock_wait_s: float = 60.0
     deadline_s: float = 600.0
 
@@ -138,8 +140,13 @@ class Summary:
     elapsed_s: float = 0.0
 
 
+PRESENT = 10
+"""A supervisor's exit code here when it found the files whole (a leftover had finished them)."""
+
+
 def _supervise(spec: Spec) -> int:
-    """One supervisor's params phase, in a forked child: 0, 8 (ParamsFailed) or 1."""
+    """One supervisor's params phase, in a forked child: 0 (fetched), :data:`PRESENT`, 8
+    (ParamsFailed) or 1."""
     writer = Path(spec.journal).with_name(f"{MARK}.py")
     specs = " ".join(f"{name}:{size}" for name, size in spec.sizes.items())
     command = (
@@ -156,11 +163,11 @@ def _supervise(spec: Spec) -> int:
             Path(spec.folder), expected, command, timeout_s=120, progress_interval_s=5,
             stop_grace_s=2, pidfile=Path(spec.pidfile), lock_wait_s=spec.lock_wait_s,
         )  # fmt: skip
-        asyncio.run(phase)
+        outcome = asyncio.run(phase)
     except ParamsFailed as exc:
         print(f"PARAMS FAILED {exc}", flush=True)
         return 8
-    return 0
+    return 0 if outcome.fetched else PRESENT
 
 
 def _fork(spec: Spec) -> int:
@@ -231,7 +238,7 @@ def search(spec: Spec) -> Summary:
     summary = Summary(seed=spec.seed)
     started = time.monotonic()
     # Whole runs first: it works at all, and how long the phase takes here and now.
-    lengths = []
+    lengths: collections.deque[float] = collections.deque(maxlen=9)
     for _ in range(3):
         began = time.monotonic()
         summary.final_rc = _run_out(_fork(spec))
@@ -252,13 +259,17 @@ def search(spec: Spec) -> Summary:
         pid = _fork(spec)
         _collect(after)
         before, after, later = later, [], []
-        code = _exited_within(pid, rng.uniform(0, 1.2 * summary.baseline_s))
+        forked = time.monotonic()
+        # Over the whole phase and a little past it, as long as a whole phase lasts just now.
+        code = _exited_within(pid, rng.uniform(0, 1.2 * statistics.median(lengths)))
         _note(spec, f"supervisor {pid}: {'killed' if code is None else f'exit {code}'}")
         if code is None:
             os.kill(pid, signal.SIGKILL)
             rng.choice((before, after, later)).append(pid)
             summary.kills += 1
-        elif code == 0:
+        elif code in (0, PRESENT):
+            if code == 0:  # a whole phase, fetch included: how long the next may last
+                lengths.append(time.monotonic() - forked)
             summary.completed += 1
             if not _whole(spec):
                 summary.not_whole.append(summary.kills)
@@ -267,7 +278,8 @@ def search(spec: Spec) -> Summary:
             summary.failed.append(f"after {summary.kills} kills: exit {code}")
     last = _fork(spec)
     _collect(before + after + later)
-    summary.final_rc = _run_out(last)
+    code = _run_out(last)
+    summary.final_rc = 0 if code == PRESENT else code
     if summary.final_rc == 0 and not _whole(spec):
         summary.not_whole.append(summary.kills)
     summary.elapsed_s = round(time.monotonic() - started, 1)

@@ -26,8 +26,9 @@ def test_the_holder_is_told_by_the_takers_pid_and_whether_it_runs(locker, runnin
         (Holder.OURS, 0.0, Turn.STOP),
         (Holder.ANOTHERS, 0.0, Turn.WAIT),
         (Holder.UNKNOWN, 59.9, Turn.WAIT),
-        (Holder.ANOTHERS, 60.0, Turn.GIVE_UP),
-        (Holder.ORPHANED, 60.0, Turn.GIVE_UP),  # stopped, and still held: stuck in the kernel
+        (Holder.ANOTHERS, 60.0, Turn.WAIT),
+        (Holder.ANOTHERS, 60.1, Turn.GIVE_UP),
+        (Holder.ORPHANED, 60.1, Turn.GIVE_UP),  # stopped, and still held: stuck in the kernel
     ],
 )
 def test_stop_what_nobody_else_will_wait_for_the_rest_give_up_after_the_wait(
@@ -36,8 +37,10 @@ def test_stop_what_nobody_else_will_wait_for_the_rest_give_up_after_the_wait(
     assert turn(who, waited_s, wait_s=60.0) is expected
 
 
-def test_a_zero_wait_gives_up_at_once():
-    assert turn(Holder.ANOTHERS, 0.0, wait_s=0.0) is Turn.GIVE_UP
+def test_a_zero_wait_stops_a_dead_supervisors_fetch_and_gives_up_on_a_live_ones_after_a_look():
+    assert turn(Holder.ORPHANED, 0.0, wait_s=0.0) is Turn.STOP
+    assert turn(Holder.ANOTHERS, 0.0, wait_s=0.0) is Turn.WAIT
+    assert turn(Holder.ANOTHERS, 0.02, wait_s=0.0) is Turn.GIVE_UP
 
 
 def test_the_reason_names_the_taker():

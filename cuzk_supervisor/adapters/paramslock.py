@@ -216,6 +216,7 @@ async def _acquire(
     said: tuple[fetchlock.Holder, int | None] | None = None  # one line per holder
     pause = POLL_FIRST_S
     looked_again = False
+    stopped: list[int] = []
     while True:
         try:
             got = await asyncio.to_thread(attempt, path)
@@ -240,7 +241,9 @@ async def _acquire(
         if step is Turn.STOP:
             stale = await asyncio.to_thread(_stale, got, role, pidfile)
             if stale:
-                log.warning("params.lock_holders_stopped", reason=reason, pids=stale)
+                if stale != stopped:  # again (stuck in the kernel?): said once
+                    log.warning("params.lock_holders_stopped", reason=reason, pids=stale)
+                stopped = stale
                 await asyncio.to_thread(killtree.kill_tree, stale, grace_s)
                 pause = POLL_FIRST_S
                 continue

@@ -46,9 +46,10 @@ def holder(locker: int | None, me: int, locker_running: bool) -> Holder:
 
 def turn(who: Holder, waited_s: float, wait_s: float) -> Turn:
     """Stop a holder nobody else will stop (ours after our fetch, a dead supervisor's); wait
-    for the others; give up once ``wait_s`` has passed with the lock still held (also when
-    stopping did not free it: a holder stuck in the kernel)."""
-    if waited_s >= wait_s:
+    for the others; give up once more than ``wait_s`` has passed with the lock still held (also
+    when stopping did not free it: a holder stuck in the kernel). The first look (``waited_s``
+    0) never gives up: a wait of 0 still stops a dead supervisor's fetch, then looks once."""
+    if waited_s > wait_s:
         return Turn.GIVE_UP
     return Turn.STOP if who in (Holder.OURS, Holder.ORPHANED) else Turn.WAIT
 
