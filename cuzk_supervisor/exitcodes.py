@@ -43,7 +43,8 @@ MEANINGS: dict[int, str] = {
     INSTANCE_GONE: "the manager no longer knows this instance (404): it was killed; we stopped "
     "cleanly",
     PARAMS_FAILED: "the proof parameters could not be made ready (fetch failed, hung, or wrong "
-    "files)",
+    "files; another supervisor's fetch into the same folder still held the params lock after "
+    "`params_lock_wait_s`)",
     STATE_UNWRITABLE: "a write of the state file failed once the run had started (disk full, an "
     "I/O error, `state_dir` made read-only since the start); a `state_dir` found unwritable "
     "before the start is exit 2",

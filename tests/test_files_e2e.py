@@ -22,6 +22,7 @@ from scripted import FULL_LOGS
 from simhelpers import poll_until
 
 from cuzk_supervisor import exitcodes
+from cuzk_supervisor.adapters import paramslock
 from cuzk_supervisor.adapters.params import fetch_role
 
 pytestmark = pytest.mark.slow
@@ -77,6 +78,7 @@ def test_under_umask_0_nothing_the_supervisor_creates_is_world_writable(tmp_path
     assert stat.S_IMODE((tmp_path / "state" / "state.json").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "run" / "cuzk.toml").stat().st_mode) == 0o640
     assert stat.S_IMODE((tmp_path / "log" / "cuzk.log").stat().st_mode) == 0o640
+    assert stat.S_IMODE(paramslock.lock_path(tmp_path / "params").stat().st_mode) == 0o600
     assert _world_writable(folders) == []
 
 
@@ -179,7 +181,7 @@ def test_sigkill_during_a_slow_fetch_then_a_restart_runs_one_fetch_at_a_time(tmp
         lines = journal_lines(tmp_path)
         assert [line.split()[0] for line in lines] == ["start", "start", "end"], lines
         assert files_whole(tmp_path / "params", sizes)
-        assert second.named("child.leftover_stopped")
+        assert second.named("params.lock_holders_stopped")
         assert marked(role) == []
     finally:
         kill_marked(role)

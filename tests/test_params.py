@@ -166,9 +166,11 @@ async def test_a_fetch_left_by_a_killed_supervisor_is_stopped_before_a_new_one(t
         assert not [line for line in lines if line.startswith("overlap")], lines
         assert [line.split()[0] for line in lines] == ["start", "start", "end"]
         assert files_whole(folder, sizes)
-        stopped = [e for e in logs if e["event"] == "child.leftover_stopped"]
+        # Found holding the params lock (the escaped grandchild by its marks), stopped at once.
+        stopped = [e for e in logs if e["event"] == "params.lock_holders_stopped"]
         assert len(stopped) == 1
         assert {p.pid for p in left} <= set(stopped[0]["pids"])
+        assert "which is gone" in stopped[0]["reason"]
         assert not any(p.is_running() and p.status() != "zombie" for p in left)
         assert not pidfile.exists()
         assert marked(role) == []
@@ -254,3 +256,27 @@ async def test_a_leftover_fetch_without_its_marks_is_found_by_its_pidfile(tmp_pa
         if pid:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
+
+
+def test_a_killed_supervisor_not_yet_collected_is_no_owner(tmp_path):
+    """A SIGKILLed supervisor is a zombie until its parent collects it, its pid and start time
+    unchanged: its fetch is a leftover all the same (issue 46: the race a restart right after a
+    SIGKILL lost)."""
+    folder = tmp_path / "params"
+    pidfile = tmp_path / "state" / "fetch.pid"
+    role = fetch_role(folder)
+    first = _start_supervisor(tmp_path, folder, pidfile,
+                              careful_fetch_command(tmp_path, {"a": 200_000}, pause=0.5),
+                              {"a": 200_000})  # fmt: skip
+    try:
+        poll_until(lambda: len(marked(role)) >= 2, 30, what="the fetch running")
+        owner = marked(role)[0].environ()[leftovers.OWNER_VAR]
+        assert leftovers.owner_alive(owner)
+        first.kill()  # not collected yet: a zombie
+        poll_until(lambda: psutil.Process(first.pid).status() == "zombie", 30, what="a zombie")
+        assert not leftovers.owner_alive(owner)
+        assert set(leftovers.find(role, pidfile)) >= {p.pid for p in marked(role)}
+    finally:
+        first.kill()
+        first.wait(10)
+        kill_marked(role)

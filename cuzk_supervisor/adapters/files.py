@@ -207,10 +207,15 @@ def atomic_write(
 
 
 def open_append(path: Path | str, mode: int = FILE_MODE) -> BinaryIO:
-    """Open (or create with ``mode``) a regular file for appending; never blocks, never follows
-    a symlink at ``path``. A file we find with a wider mode (an older run, another umask) is
-    narrowed to ``mode``."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    """Open (or create with ``mode``) a regular file for appending (:func:`open_regular`)."""
+    return os.fdopen(open_regular(path, os.O_WRONLY | os.O_APPEND, mode), "ab")
+
+
+def open_regular(path: Path | str, flags: int, mode: int = FILE_MODE) -> int:
+    """Open (or create with ``mode``) a regular file with ``flags`` (``O_WRONLY | O_APPEND``,
+    ``O_RDWR``); never blocks, never follows a symlink at ``path``. A file we find with a wider
+    mode (an older run, another umask) is narrowed to ``mode``. Returns the fd (blocking)."""
+    flags |= os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     with contextlib.suppress(FileNotFoundError):
         found = os.lstat(path).st_mode
         if not stat.S_ISREG(found):
@@ -231,7 +236,7 @@ def open_append(path: Path | str, mode: int = FILE_MODE) -> BinaryIO:
             with contextlib.suppress(OSError):
                 os.fchmod(fd, stat.S_IMODE(info.st_mode) & mode)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "ab")
+        return fd
     except BaseException:
         os.close(fd)
         raise

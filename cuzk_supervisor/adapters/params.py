@@ -2,13 +2,16 @@
 
 Runs the operator's fetch command (if any) as a supervised child, measures progress from bytes
 on disk (not from the command's output, whose format we do not own), and verifies the expected
-files and sizes afterwards. Already present with the right sizes: nothing is fetched.
+files and sizes afterwards. Already present with the right sizes: nothing is fetched. One writer
+at a time, by construction: all of it happens under the params lock, which the fetch and all it
+starts hold (:mod:`cuzk_supervisor.adapters.paramslock`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import structlog
 
-from cuzk_supervisor.adapters import files
+from cuzk_supervisor.adapters import files, paramslock
 from cuzk_supervisor.daemon import leftovers
 from cuzk_supervisor.daemon.childenv import child_environ
 from cuzk_supervisor.daemon.output import OutputPump
@@ -153,13 +156,16 @@ async def ensure_params(
     pump: OutputPump | None = None,
     stop_grace_s: float = 5.0,
     pidfile: Path | None = None,
+    lock_wait_s: float = 60.0,
 ) -> ParamsOutcome:
     """Skip when everything expected is present; else fetch with progress, then verify.
 
-    A fetch a killed supervisor left running into the same folder is stopped first (found by
-    ``pidfile``, where the fetch's pid is recorded while it runs, and by its environment:
-    :mod:`cuzk_supervisor.daemon.leftovers`), so there is only ever one fetch writing the files.
-    Raises :class:`ParamsFailed` (also when the folder cannot be made).
+    One writer at a time: the files are looked at, fetched and verified under the params lock
+    (:mod:`cuzk_supervisor.adapters.paramslock`), which the fetch holds for its lifetime, its
+    children too; what a killed supervisor left holding it, or running with its marks
+    (``pidfile``, the environment: :mod:`cuzk_supervisor.daemon.leftovers`), is stopped first,
+    a live supervisor's fetch waited for (``lock_wait_s``). Raises :class:`ParamsFailed` (also
+    when the folder cannot be made, or the lock is still held after the wait).
     """
     try:
         files.make_folder(folder)  # a quick metadata call: fine in the loop
@@ -167,69 +173,118 @@ async def ensure_params(
         why = files.describe(exc)
         raise ParamsFailed(f"cannot make the params folder {folder}: {why}") from None
     role = fetch_role(folder)
-    await asyncio.to_thread(leftovers.reclaim, role, pidfile, stop_grace_s)
-    if expected and not missing(expected, file_sizes(folder, expected)):
-        log.info("params.present", folder=str(folder), files=len(expected))
-        return ParamsOutcome(fetched=False, progress=None)
-    if not fetch_command:
-        if expected:
-            gaps = missing(expected, file_sizes(folder, expected))
-            raise ParamsFailed(f"parameters missing and no fetch command set: {', '.join(gaps)}")
-        log.info("params.no_fetch", detail="no fetch command and no expected files")
-        return ParamsOutcome(fetched=False, progress=None)
-    total = sum(f.size for f in expected) or None
-    log.info("params.fetch_started", command=fetch_command, folder=str(folder), total_bytes=total)
-    proc = await spawn(
-        "/bin/sh", "-c", fetch_command,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        cwd=str(folder),
-        env=child_environ(leftovers.env_marks(role)),
-        umask=files.CHILD_UMASK,  # the params it writes: never world-writable
-        start_new_session=True,
-    )  # fmt: skip
-    if pidfile is not None:
-        await asyncio.to_thread(leftovers.record, pidfile, proc.pid)
-    pump = pump or OutputPump("setup", None)
-    assert proc.stdout is not None
-    reader = asyncio.create_task(pump.pump(proc.stdout, "stdout"))
-    started = time.monotonic()
-    samples: list[tuple[float, int]] = [(started, bytes_on_disk(folder, expected))]
-    last: Progress | None = None
+    locked = functools.partial(paramslock.held, folder, role=role, pidfile=pidfile,
+                               wait_s=lock_wait_s, grace_s=stop_grace_s)  # fmt: skip
     try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                try:
-                    await within(asyncio.shield(proc.wait()), progress_interval_s)
-                    break
-                except TimeoutError:
-                    samples = [*samples[-5:], (time.monotonic(), bytes_on_disk(folder, expected))]
-                    last = progress(samples, total, started)
-                    log.info("params.progress", **last.fields())
-                    if on_progress is not None:
-                        on_progress(last)
-    except TimeoutError:
-        await _stop_group(proc, stop_grace_s)
-        raise ParamsFailed(f"fetch command still running after {timeout_s:g} s: stopped") from None
-    finally:
-        if proc.returncode is None:  # cancelled (a signal): do not leave the download running
-            await asyncio.shield(_stop_group(proc, stop_grace_s))
-        await asyncio.wait({reader}, timeout=1.0)
-        reader.cancel()
-        if pidfile is not None:
-            leftovers.forget(pidfile)
-    if proc.returncode != 0:
-        tail = pump.tail[-1] if pump.tail else "no output"
-        raise ParamsFailed(f"fetch command exited with code {proc.returncode} (last line: {tail})")
-    gaps = missing(expected, file_sizes(folder, expected))
+        async with locked() as lock_fd:
+            await asyncio.to_thread(leftovers.reclaim, role, pidfile, stop_grace_s)
+            if expected and not missing(expected, file_sizes(folder, expected)):
+                log.info("params.present", folder=str(folder), files=len(expected))
+                return ParamsOutcome(fetched=False, progress=None)
+            if not fetch_command:
+                if expected:
+                    gaps = missing(expected, file_sizes(folder, expected))
+                    raise ParamsFailed(
+                        f"parameters missing and no fetch command set: {', '.join(gaps)}"
+                    )
+                log.info("params.no_fetch", detail="no fetch command and no expected files")
+                return ParamsOutcome(fetched=False, progress=None)
+            fetch = _Fetch(folder, expected, fetch_command, spawn, pump, stop_grace_s, pidfile)
+            samples = await fetch.run(lock_fd, role, timeout_s, progress_interval_s, on_progress)
+        # Taken again on a description of our own: nothing the fetch started still writes.
+        async with locked():
+            gaps = missing(expected, file_sizes(folder, expected))
+            done = bytes_on_disk(folder, expected)
+    except paramslock.LockUnavailable as exc:
+        raise ParamsFailed(str(exc)) from None
     if gaps:
         raise ParamsFailed(f"fetch finished but files are wrong: {', '.join(gaps)}")
-    final = progress(
-        [*samples, (time.monotonic(), bytes_on_disk(folder, expected))], total, started
-    )
+    final = progress([*samples, (time.monotonic(), done)], fetch.total, fetch.started)
     log.info("params.fetched", **final.fields())
     return ParamsOutcome(fetched=True, progress=final)
+
+
+class _Fetch:
+    """The fetch command as a child: started in a session of its own with the lock's
+    descriptor, its progress sampled from the bytes on disk, stopped (its group) on a timeout
+    or a cancel."""
+
+    def __init__(
+        self,
+        folder: Path,
+        expected: Sequence[ExpectedFile],
+        command: str,
+        spawn: Spawner,
+        pump: OutputPump | None,
+        stop_grace_s: float,
+        pidfile: Path | None,
+    ) -> None:
+        self.folder, self.expected, self.command = folder, expected, command
+        self.spawn, self.stop_grace_s, self.pidfile = spawn, stop_grace_s, pidfile
+        self.pump = pump or OutputPump("setup", None)
+        self.total = sum(f.size for f in expected) or None
+        self.started = time.monotonic()
+
+    async def run(
+        self,
+        lock_fd: int,
+        role: str,
+        timeout_s: float,
+        progress_interval_s: float,
+        on_progress: Callable[[Progress], None] | None,
+    ) -> list[tuple[float, int]]:
+        """Until the command exits 0: the progress samples; else :class:`ParamsFailed`."""
+        folder, expected = self.folder, self.expected
+        log.info("params.fetch_started", command=self.command, folder=str(folder),
+                 total_bytes=self.total)  # fmt: skip
+        proc = await self.spawn(
+            "/bin/sh", "-c", self.command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=str(folder),
+            env=child_environ(leftovers.env_marks(role)),
+            umask=files.CHILD_UMASK,  # the params it writes: never world-writable
+            start_new_session=True,
+            pass_fds=(lock_fd,),  # the lock, held by the fetch and all it starts
+        )  # fmt: skip
+        if self.pidfile is not None:
+            await asyncio.to_thread(leftovers.record, self.pidfile, proc.pid)
+        assert proc.stdout is not None
+        reader = asyncio.create_task(self.pump.pump(proc.stdout, "stdout"))
+        self.started = time.monotonic()
+        samples: list[tuple[float, int]] = [(self.started, bytes_on_disk(folder, expected))]
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    try:
+                        await within(asyncio.shield(proc.wait()), progress_interval_s)
+                        break
+                    except TimeoutError:
+                        now = (time.monotonic(), bytes_on_disk(folder, expected))
+                        samples = [*samples[-5:], now]
+                        last = progress(samples, self.total, self.started)
+                        log.info("params.progress", **last.fields())
+                        if on_progress is not None:
+                            on_progress(last)
+        except TimeoutError:
+            await _stop_group(proc, self.stop_grace_s)
+            raise ParamsFailed(
+                f"fetch command still running after {timeout_s:g} s: stopped"
+            ) from None
+        finally:
+            if proc.returncode is None:  # cancelled (a signal): do not leave the download running
+                await asyncio.shield(_stop_group(proc, self.stop_grace_s))
+            await asyncio.wait({reader}, timeout=1.0)
+            reader.cancel()
+            if self.pidfile is not None:
+                leftovers.forget(self.pidfile)
+        if proc.returncode != 0:
+            tail = self.pump.tail[-1] if self.pump.tail else "no output"
+            raise ParamsFailed(
+                f"fetch command exited with code {proc.returncode} (last line: {tail})"
+            )
+        return samples
 
 
 async def _stop_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:

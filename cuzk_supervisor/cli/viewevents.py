@@ -294,6 +294,8 @@ HANDLERS: dict[str, Handler] = {
     "params.present": lambda m, e: m.note(f"{e.get('files')} files present"),
     "params.already_verified": lambda m, e: m.note("already verified"),
     "params.no_fetch": lambda m, e: m.note("nothing to fetch"),
+    "params.lock_wait": _said("waiting up to {wait_s}s for the params lock: {reason}"),
+    "params.lock_holders_stopped": _said("stopped pids {pids} holding the params lock: {reason}"),
     "plan.made": _plan_made,
     "plan.step_down": _step_down,
     "warmup.done": _one_proof,

@@ -53,10 +53,18 @@ def env_marks(role: str) -> dict[str, str]:
     return {ROLE_VAR: role, OWNER_VAR: owner()}
 
 
-def _owner_alive(identity: str) -> bool:
+def owner_alive(identity: str) -> bool:
+    """Whether the supervisor ``identity`` (``pid:start time``) still runs.
+
+    A zombie does not: a SIGKILLed supervisor stays one until its parent (an on-start hook's
+    shell, the platform's init) collects it, which may be after its successor has started and
+    looked for leftovers (issue 46). Its pid and start time still read as before, so without
+    this its children were taken for a live supervisor's and spared."""
     pid_text, _, started = identity.partition(":")
     try:
-        return _identity(psutil.Process(int(pid_text))) == f"{pid_text}:{float(started):.3f}"
+        proc = psutil.Process(int(pid_text))
+        same = _identity(proc) == f"{pid_text}:{float(started):.3f}"
+        return same and proc.status() != psutil.STATUS_ZOMBIE
     except (ValueError, psutil.Error):
         return False
 
@@ -80,9 +88,10 @@ def forget(pidfile: Path) -> None:
 def _from_pidfile(pidfile: Path) -> int | None:
     try:
         pid_text, started_text = files.read_regular(pidfile, 4096).decode().split()
-        pid = int(pid_text)
-        if abs(psutil.Process(pid).create_time() - float(started_text)) < 0.01:
-            return pid
+        proc = psutil.Process(int(pid_text))
+        same = abs(proc.create_time() - float(started_text)) < 0.01
+        if same and proc.status() != psutil.STATUS_ZOMBIE:  # a zombie is stopped already
+            return proc.pid
     except (OSError, ValueError, UnicodeDecodeError, psutil.Error):
         pass
     return None
@@ -106,7 +115,7 @@ def find(role: str, pidfile: Path | None = None) -> list[int]:
             # A pidfile's process whose environment says it belongs to a live supervisor (or
             # to us) is not a leftover.
             started_by = env.get(OWNER_VAR)
-            if started_by is not None and (started_by == me or _owner_alive(started_by)):
+            if started_by is not None and (started_by == me or owner_alive(started_by)):
                 found.discard(proc.pid)
     return sorted(found)
 

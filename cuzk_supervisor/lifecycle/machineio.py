@@ -54,4 +54,5 @@ class ParamsFetch:
             spawn=self._spawn,
             pump=pump,
             pidfile=self.s.state_dir / "fetch.pid",
+            lock_wait_s=self.s.params_lock_wait_s,
         )

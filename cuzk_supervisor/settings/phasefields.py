@@ -56,6 +56,12 @@ class PhaseFields:
         "longest the fetch command may run (the manager kills at 90 min in registered)",
         minimum=1, maximum=DAY_S, group="params",
     )  # fmt: skip
+    params_lock_wait_s: float = setting(
+        900.0,
+        "longest the params phase waits for a running supervisor's fetch into the same folder "
+        "to release the params lock (a dead one's is stopped at once); then exit 8",
+        minimum=0, maximum=DAY_S, group="params",
+    )  # fmt: skip
 
     # --- bench --------------------------------------------------------------------------------
     bench_count: int = setting(
