@@ -65,6 +65,7 @@ from _harness import (
     Processes,
     child_env,
     finish,
+    held,
     info,
     print_table,
     standard_options,
@@ -304,13 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     describe(run)
     rows = rows_of(run, args.quick)
     rows.append(info("wall time of the benchmark, real s", run.real_s, "s"))
+    rows = held(rows, args.quick)
     print()
     print_table(rows)
     print(json.dumps([row.as_dict() for row in rows]))
-    code = finish(rows, args.json)
-    if code == 0 and not args.quick and any(row.ok is False for row in rows):
-        return 2
-    return code
+    return finish(rows, args.json)
 
 
 if __name__ == "__main__":
