@@ -144,6 +144,22 @@ def held(rows: Sequence[Row], quick: bool) -> list[Row]:
     ]  # fmt: skip
 
 
+def within(low: float, high: float) -> Callable[[str], float]:
+    """An option's type: a number in ``[low, high]`` (argparse answers anything else with exit 2
+    and the reason)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value:g} is outside {low:g}-{high:g}")
+        return value
+
+    return parse
+
+
 def finish(rows: Sequence[Row], json_path: Path | None) -> int:
     """Write ``--json``; the exit status: 0 when every row holds a figure and meets its target,
     1 when one could not be measured, ``MISSED_EXIT`` when one missed its target (a ``NO``)."""

@@ -50,6 +50,7 @@ from _harness import (
     print_table,
     progress_printer,
     standard_options,
+    within,
 )
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -105,17 +106,6 @@ def delegated_rows(
     ]  # fmt: skip
 
 
-def _window_s(text: str) -> float:
-    """A window of at least a second (argparse answers anything else with exit 2)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 1 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{value:g} s is outside 1-3600 s")
-    return value
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -135,7 +125,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--run-window-s",
-        type=_window_s,
+        type=within(1, 3600),
         default=60.0,
         help="the run phase's measured window in seconds (default 60; 1 with --quick): the idle"
         " CPU is counted in 10 ms ticks, 6 of them in 60 s at the 0.1 %% target, so a longer"
