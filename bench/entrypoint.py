@@ -40,6 +40,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import _memory
+import _runphase
 import _settings as cfg
 import psutil
 from _harness import (
@@ -72,7 +74,6 @@ QUICK_BENCH_COUNT = (
 ENTRY = "cuzk_supervisor.cli.main"
 RUN_MODULE = "cuzk_supervisor.cli.commands.run"
 IMPORT_TARGET_S = 0.25
-RSS_TARGET_MIB = 45.0
 STOP_TARGET_S = 0.05
 # Packages only some commands need: none of them belongs to ``run --help``.
 HEAVY = (
@@ -283,11 +284,12 @@ def lifecycle_rows(
     why = "; ".join(problems) or "no run"
     rows: list[Row] = []
     if memory is None:
-        rows.append(failed("run phase: supervisor RSS (max)", "MiB", f"<= {RSS_TARGET_MIB:g}", why))
+        target = f"<= {_runphase.OWN_SHARE_TARGET_MIB:g}"
+        rows.append(failed(f"run phase: {_runphase.OWN_SHARE}", "MiB", target, why))
     else:
         rss, pss, uss = memory
-        name = f"run phase: supervisor RSS (max, {hold_s:g} s)"
-        rows.append(at_most(name, rss, "MiB", RSS_TARGET_MIB))
+        floor = _memory.floor() / MIB
+        rows += _runphase.memory_rows(f"run phase ({hold_s:g} s)", rss, floor)
         rows.append(info("run phase: supervisor PSS (max)", pss, "MiB"))
         rows.append(info("run phase: supervisor USS (max)", uss, "MiB"))
     if not samples:
