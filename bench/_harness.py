@@ -137,11 +137,12 @@ def held(rows: Sequence[Row], quick: bool) -> list[Row]:
     ``full run: ...`` and not judged (``ok`` None)."""
     if not quick:
         return list(rows)
-    return [
-        r if r.ok is None or _never(r.target)
-        else Row(r.name, r.value, r.unit, f"full run: {r.target}", None)
-        for r in rows
-    ]  # fmt: skip
+    return [r if r.ok is None or _never(r.target) else unheld(r) for r in rows]
+
+
+def unheld(row: Row) -> Row:
+    """``row`` with its target shown as a full run's and not judged (``ok`` None)."""
+    return Row(row.name, row.value, row.unit, f"full run: {row.target}", None)
 
 
 def within(low: float, high: float) -> Callable[[str], float]:
