@@ -133,7 +133,7 @@ def held(rows: Sequence[Row], quick: bool) -> list[Row]:
     """The rows as a run holds them to their targets. A full run holds every target. A quick
     run (seconds, a sample or two, a scale where the sim's timer lateness shows) holds only the
     targets of what must never happen whatever the scale: a limit of 0 (reports lost, instances
-    ended, lines lost, descriptors grown); every other target is a full run's, shown as
+    ended, lines lost, reports applied twice); every other target is a full run's, shown as
     ``full run: ...`` and not judged (``ok`` None)."""
     if not quick:
         return list(rows)

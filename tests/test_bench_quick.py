@@ -9,7 +9,7 @@ there), not run a second time. The test fails when the script crashes or exits n
 FILE is missing, does not parse or is not a list of rows, when any row holds no figure (a value
 that is not a finite number, or ``NOT MEASURED`` in its name: ``bench/_harness.measured``) and
 when any row missed its target (``ok`` false: ``bench/_harness.missed``). A quick run holds only
-the targets of what must never happen (a limit of 0: reports lost, descriptors grown); its other
+the targets of what must never happen (a limit of 0: reports lost, instances ended); its other
 targets are a full run's, shown and not judged (``bench/_harness.held``). The test never looks
 at how long anything took: benchmarks print figures, tests do not assert speed.
 """
