@@ -30,6 +30,16 @@ class Plan:
     life: Lifecycle
     loud_lines_per_s: float
     late_life: Lifecycle
+    outage_s: float = 0.0
+    throttle: float = 0.5
+    throttle_s: float = 0.0
+    retry_after: float = 30.0
+
+    @property
+    def cohorts(self) -> tuple[str, ...]:
+        """The late cohorts, each ``late`` machines: one reports in each disturbance."""
+        on = (("late", self.weather_s), ("outage", self.outage_s), ("throttle", self.throttle_s))
+        return tuple(name for name, seconds in on if seconds > 0)
 
 
 @dataclass
@@ -42,6 +52,7 @@ class Run:
     opened: dict[str, list[int]] = field(default_factory=dict)  # connections opened, by mark
     counters: dict[str, Any] = field(default_factory=dict)
     unmatched: int = 0
+    backlog: list[tuple[float, int, int]] = field(default_factory=list)  # t, lines, reports
     real_s: float = 0.0
     cpu_s: float = 0.0
 
@@ -99,16 +110,23 @@ def rows_of(run: Run, quick: bool) -> list[Row]:
             ]  # fmt: skip
     if "weather_start" in run.marks:
         rows += weather_rows(run, costs["run"].per_min)
-    rows += health_rows(run)
     return rows
 
 
-def weather_rows(run: Run, steady_per_min: float) -> list[Row]:
-    plan, machines, requests = run.plan, run.machines, run.recorder.requests
-    w0, w1 = run.marks["weather_start"], run.marks["weather_end"]
-    where = (f"{plan.weather_share:.0%} of the requests answered {'/'.join(plan.weather_pages)} "
-             f"for {plan.weather_s / 60:g} min, N={plan.machines}")  # fmt: skip
-    ended = sum(1 for m in machines if m.outcome.gone is not None)
+def steady_per_min(run: Run) -> float:
+    """The run phase's requests a minute per machine in the steady window (the main cohort)."""
+    main = [m for m in run.machines if m.cohort == "main"]
+    window = (run.marks["steady_start"], run.marks["steady_end"])
+    cost = phase_cost("run", main, run.recorder.requests, GROUPS["run"], run.marks["end"], window)
+    return cost.per_min
+
+
+def report_counts(
+    run: Run, machines: list[VirtualMachine], running: tuple[str, ...]
+) -> tuple[int, int, int]:
+    """(reports expected, lost, applied twice) of ``machines`` by the manager's own counts:
+    ``/param-done`` and ``/bench-done`` of each, ``/running`` too for the cohorts ``running``
+    (lost only: it is a ping, sent again); a machine never registered loses one."""
     applied: dict[tuple[str, str], int] = {}
     for path in (*REPORT_PATHS, "/running"):
         for uuid, count in run.counters.get("reports", {}).get(path, {}).items():
@@ -119,14 +137,26 @@ def weather_rows(run: Run, steady_per_min: float) -> list[Row]:
         if uuid is None:
             lost += 1
             continue
-        paths = [*REPORT_PATHS, *(("/running",) if m.cohort == "late" else ())]
+        paths = [*REPORT_PATHS, *(("/running",) if m.cohort in running else ())]
         for path in paths:
             expected += 1
             count = applied.get((path, uuid), 0)
             lost += count == 0
             twice += count > 1 and path in REPORT_PATHS
+    return expected, lost, twice
+
+
+def weather_rows(run: Run, steady_per_min: float) -> list[Row]:
+    plan, machines, requests = run.plan, run.machines, run.recorder.requests
+    w0, w1 = run.marks["weather_start"], run.marks["weather_end"]
+    where = (f"{plan.weather_share:.0%} of the requests answered {'/'.join(plan.weather_pages)} "
+             f"for {plan.weather_s / 60:g} min, N={plan.machines}")  # fmt: skip
+    ended = sum(1 for m in machines if m.outcome.gone is not None)
+    checked = [m for m in machines if m.cohort in ("main", "late")]
+    expected, lost, twice = report_counts(run, checked, running=("late",))
     during = [r for r in requests if w0 <= r.start < w1]
-    active = sum(1 for m in machines if m.cohort == "main" or m.outcome.registered_at)
+    active = sum(1 for m in machines if m.cohort == "main" or (
+        m.outcome.registered_at is not None and m.outcome.registered_at < w1))  # fmt: skip
     rate = len(during) / active / ((w1 - w0) / 60)
     told = sum(1 for m in machines if "manager.weather" in m.said)
     return [

@@ -2,8 +2,10 @@
 imports cost) and its idle CPU, sampled over a window while it keeps the daemon up.
 
 The run phase is where the supervisor spends its days beside the daemon on every machine of
-the fleet (issue 35: at most 45 MiB of RSS, 0.1 % of a core). ``sample`` reads the process
-alone (not the daemon, not its other children); ``rows`` turns a sample into the table's rows.
+the fleet (0.1 % of a core, and DESIGN principle 14's memory: the supervisor's own share above
+its dependencies' floor, the reference row with grpc, at most 11 MiB; issue 35's 45 MiB total
+is a row, not the target). ``sample`` reads the process alone (not the daemon, not its other
+children); ``rows`` turns a sample into the table's rows.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import psutil
 from _harness import Row, at_most, failed, info
 
 MIB = 1 << 20
-RSS_TARGET_MIB = 45.0
+OWN_SHARE_TARGET_MIB = 11.0
+"""DESIGN principle 14: the run phase's RSS above the floor row, the supervisor's own share."""
 CPU_TARGET_PCT = 0.1
+OWN_SHARE = "supervisor's own share, max RSS above its floor (the reference row with grpc)"
 
 
 @dataclass
@@ -62,19 +66,28 @@ def _mib(size: int) -> float:
     return size / MIB
 
 
+def memory_rows(label: str, rss_max_mib: float, floor_mib: float) -> list[Row]:
+    """The run phase's memory as judged (DESIGN principle 14): its max RSS shown, its share
+    above the floor row held to ``OWN_SHARE_TARGET_MIB``."""
+    return [
+        info(f"{label}: supervisor max RSS", rss_max_mib, "MiB"),
+        at_most(f"{label}: {OWN_SHARE}", rss_max_mib - floor_mib, "MiB", OWN_SHARE_TARGET_MIB),
+    ]
+
+
 def rows(
     phase: RunPhase | None, field_c1: RunPhase | None, notes: list[str], why: str
 ) -> list[Row]:
     """The run phase's rows; ``field_c1``: a run whose proofs sent a field-size C1."""
     if phase is None:
         return [
-            failed("run phase: supervisor max RSS", "MiB", f"<= {RSS_TARGET_MIB:g}", why),
+            failed(f"run phase: {OWN_SHARE}", "MiB", f"<= {OWN_SHARE_TARGET_MIB:g}", why),
             failed("run phase: supervisor idle CPU", "% core", f"<= {CPU_TARGET_PCT:g}", why),
         ]
     window = f"{phase.window_s:.0f} s"
+    floor = _mib(_memory.floor())
     out = [
-        at_most(f"run phase: supervisor max RSS ({window})", _mib(phase.rss_max), "MiB",
-                RSS_TARGET_MIB),
+        *memory_rows(f"run phase ({window})", _mib(phase.rss_max), floor),
         info("run phase: supervisor PSS", _mib(phase.pss), "MiB"),
         info("run phase: supervisor USS", _mib(phase.uss), "MiB"),
         at_most(f"run phase: supervisor idle CPU ({window})", phase.cpu_pct, "% core",
@@ -98,12 +111,12 @@ def rows(
         notes.append("run phase: the modules that cannot be imported without grpc: "
                      + (", ".join(need_grpc) or "none"))  # fmt: skip
     out.append(info("  reference: a bare process holding only asyncio (+ ssl), structlog, psutil"
-                    " and grpc.aio with one channel", _mib(_memory.floor()), "MiB"))  # fmt: skip
+                    " and grpc.aio with one channel (the floor)", floor, "MiB"))  # fmt: skip
     out.append(info("  reference: the same without grpc (protobuf and the proving messages kept)",
                     _mib(_memory.floor(with_grpc=False)), "MiB"))  # fmt: skip
     if field_c1 is not None:
-        out.append(at_most("run phase: supervisor max RSS, proofs of a field-size C1 (51 MB)",
-                           _mib(field_c1.rss_max), "MiB", RSS_TARGET_MIB))  # fmt: skip
+        out += memory_rows("run phase, proofs of a field-size C1 (51 MB)",
+                           _mib(field_c1.rss_max), floor)  # fmt: skip
     notes.append(
         f"run phase window: RSS {_mib(phase.rss_start):.1f} -> {_mib(phase.rss_end):.1f} MiB "
         f"(max {_mib(phase.rss_max):.1f}), PSS {_mib(phase.pss):.1f}, USS {_mib(phase.uss):.1f};"

@@ -17,7 +17,9 @@ both in this process, so that the bytes on the wire are counted as they are:
 Connections stay open until the client closes them (no idle timeout): a new connection is the
 client's choice. ``GET /stats`` on the control port answers every connection seen, in the
 order they were accepted: ``[{"port", "turns": [[side, bytes], ...]}]``, side 0 the client's,
-1 the server's.
+1 the server's. ``GET /outage/on`` is the manager's host gone: the relay stops listening (a
+connect is refused) and every open connection is cut (reset); ``GET /outage/off`` listens
+again on the same port.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class Proxy:
         self.context.load_cert_chain(cert)
         self.seen: list[Seen] = []
         self.terminator_port = 0
+        self.relay_port = 0
+        self.relay_server: asyncio.Server | None = None
+        self.clients: set[asyncio.StreamWriter] = set()
 
     async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -62,7 +67,22 @@ class Proxy:
         except OSError:
             writer.close()
             return
-        await _both(reader, inner_w, inner_r, writer, seen)
+        self.clients.add(writer)
+        try:
+            await _both(reader, inner_w, inner_r, writer, seen)
+        finally:
+            self.clients.discard(writer)
+
+    async def outage(self, on: bool) -> None:
+        if on and self.relay_server is not None:
+            self.relay_server.close()
+            self.relay_server = None
+            for writer in list(self.clients):
+                writer.transport.abort()
+        elif not on and self.relay_server is None:
+            self.relay_server = await asyncio.start_server(
+                self.relay, "127.0.0.1", self.relay_port, backlog=4096
+            )
 
     async def terminate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -74,8 +94,13 @@ class Proxy:
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            await reader.readuntil(b"\r\n\r\n")
-            body = json.dumps([{"port": s.port, "turns": s.turns} for s in self.seen]).encode()
+            asked = await reader.readuntil(b"\r\n\r\n")
+            target = asked.split(b" ", 2)[1] if asked.count(b" ") >= 2 else b""
+            if target in (b"/outage/on", b"/outage/off"):
+                await self.outage(target == b"/outage/on")
+                body = json.dumps({"outage": self.relay_server is None}).encode()
+            else:
+                body = json.dumps([{"port": s.port, "turns": s.turns} for s in self.seen]).encode()
             head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             writer.write(head.encode() + body)
@@ -88,11 +113,12 @@ class Proxy:
         )
         self.terminator_port = terminator.sockets[0].getsockname()[1]
         relay = await asyncio.start_server(self.relay, "127.0.0.1", 0, backlog=4096)
+        self.relay_server = relay
         control = await asyncio.start_server(self.control, "127.0.0.1", 0)
-        port = relay.sockets[0].getsockname()[1]
+        port = self.relay_port = relay.sockets[0].getsockname()[1]
         cport = control.sockets[0].getsockname()[1]
         print(f"tlsproxy https://127.0.0.1:{port} control http://127.0.0.1:{cport}", flush=True)
-        async with terminator, relay, control:
+        async with terminator, control:
             await asyncio.Event().wait()
 
 

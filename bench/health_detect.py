@@ -135,7 +135,7 @@ def main() -> int:
         f"time scale {args.time_scale:g}; health_interval_s {INTERVAL_S:g} s; from the "
         "supervisor's own event timestamps (the fault: the daemon's line as it was read)",
     ]
-    return report(rows, notes, args.json)
+    return report(rows, notes, args.json, args.quick)
 
 
 if __name__ == "__main__":

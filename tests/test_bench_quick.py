@@ -1,24 +1,26 @@
-"""Every benchmark still measures every figure it declares (issue 24).
+"""Every benchmark still measures every figure it declares (issue 24), and meets the targets
+its run holds (issue 44).
 
 Each ``bench/*.py`` script whose name does not start with ``_`` (found here, not listed: a new
 script is run the day it is added) is run as its own process with ``--quick --json FILE``, the
-options every script takes (docs/development.md, "Development"). ``bench/run.py`` runs two of
-them itself, that way, and reports their rows under a prefix: those are checked in its rows (they
-must be there), not run a second time. The test fails when the script crashes or
-exits non-zero, when FILE is missing, does not parse or is not a list of rows, and when any row
-holds no figure: a value that is not a finite number, or ``NOT MEASURED`` in its name (how
-``bench/_harness.failed`` spells a figure that could not be measured). It never looks at the
-figures themselves nor at how long anything took: benchmarks print figures, tests do not assert
-speed.
+options every script takes (docs/development.md, "Development"). ``bench/run.py`` runs two of them itself,
+that way, and reports their rows under a prefix: those are checked in its rows (they must be
+there), not run a second time. The test fails when the script crashes or exits non-zero, when
+FILE is missing, does not parse or is not a list of rows, when any row holds no figure (a value
+that is not a finite number, or ``NOT MEASURED`` in its name: ``bench/_harness.measured``) and
+when any row missed its target (``ok`` false: ``bench/_harness.missed``). A quick run holds only
+the targets of what must never happen (a limit of 0: reports lost, instances ended); its other
+targets are a full run's, shown and not judged (``bench/_harness.held``). The test never looks
+at how long anything took: benchmarks print figures, tests do not assert speed.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,10 @@ from cgrouphelpers import cgroups_writable
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+
+from _harness import MISSED_EXIT, Row, finish, held, measured, missed  # noqa: E402  # bench/ is not a package
+
 FOUND = sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_"))
 # The scripts bench/run.py runs with --quick --json FILE itself, and the prefix of their rows.
 RUN_BY_RUN_PY = {"oom_reaction.py": "oom: ", "frozen_recovery.py": "frozen: "}
@@ -48,11 +54,35 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(foreign)}
 
 
-def _holds_no_figure(row: dict[str, Any]) -> bool:
-    value = row.get("value")
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        return True
-    return "NOT MEASURED" in str(row.get("name", "")).upper()
+def problems(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What the test fails on in a run's rows: each row without a figure, each missed target."""
+    return [
+        *(f"not measured: {row['name']}" for row in rows if not measured(row)),
+        *(f"missed its target {row['target']!r}: {row['name']} = {row['value']!r}"
+          for row in rows if missed(row)),
+    ]  # fmt: skip
+
+
+def test_a_row_that_misses_its_target_fails_the_check():
+    rows = [Row("reports lost", 0, "reports", "<= 0", True).as_dict(),
+            Row("requests/min", 1.0, "req/min", "<= 1.5", True).as_dict()]  # fmt: skip
+    assert problems(rows) == []
+    doctored = [dict(rows[0], value=2, ok=False), rows[1]]
+    assert problems(doctored) == ["missed its target '<= 0': reports lost = 2"]
+    # Every script ends through finish: it exits non-zero on that row, and 0 without it.
+    assert finish([Row("reports lost", 2, "reports", "<= 0", False)], None) == MISSED_EXIT
+    assert finish([Row("reports lost", 0, "reports", "<= 0", True)], None) == 0
+
+
+def test_a_quick_run_holds_the_targets_of_what_must_never_happen():
+    rows = [Row("reports lost", 2, "reports", "<= 0", False),
+            Row("stop latency", 3.0, "s", "<= 2", False),
+            Row("wall time", 9.0, "s")]  # fmt: skip
+    quick = [row.as_dict() for row in held(rows, quick=True)]
+    assert problems(quick) == ["missed its target '<= 0': reports lost = 2"]
+    assert quick[1]["target"] == "full run: <= 2"
+    assert quick[1]["ok"] is None
+    assert len(problems([row.as_dict() for row in held(rows, quick=False)])) == 2
 
 
 def test_the_scripts_are_found():
@@ -77,8 +107,7 @@ def test_quick_run_measures_every_row(script: Path, tmp_path: Path):
     report = (
         f"{' '.join(argv[1:])}: rc {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
-    assert done.returncode == 0, report
-    assert out.exists(), f"no --json file\n{report}"
+    assert out.exists(), f"no --json file (rc {done.returncode})\n{report}"
     try:
         rows = json.loads(out.read_text())
     except ValueError as exc:
@@ -87,8 +116,9 @@ def test_quick_run_measures_every_row(script: Path, tmp_path: Path):
     assert rows, "no rows"
     not_rows = [row for row in rows if not isinstance(row, dict) or not set(row) >= ROW_KEYS]
     assert not not_rows, f"not rows of {sorted(ROW_KEYS)}: {not_rows!r}"
-    unmeasured = [row["name"] for row in rows if _holds_no_figure(row)]
-    assert not unmeasured, f"{script.name} --quick left rows unmeasured: {unmeasured}\n{report}"
+    failing = problems(rows)
+    assert not failing, f"{script.name} --quick: {failing}\n{report}"
+    assert done.returncode == 0, report
     if script.name == "run.py":
         delegated = {
             n: pre for n, pre in RUN_BY_RUN_PY.items() if writable or n != "oom_reaction.py"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Sized
 from pathlib import Path
@@ -36,7 +38,7 @@ async def _answers(address: Address, deadline_s: float) -> None:
 
 def _sleeper(
     folder: Path,
-    readings: list[int],
+    readings: list[int] | None,
     alive_probe: AliveProbe | None = None,
     liveness_interval_s: float = 30.0,
     time: VirtualTime | None = None,
@@ -56,14 +58,16 @@ def _sleeper(
     )  # fmt: skip
 
     def read(pid: int) -> int:
+        assert readings is not None
         readings.append(pid)
         return MIB
 
     # A long interval: after its quick first readings (0.05 s, doubling), a reading handed
-    # over stands for the rest of the test.
+    # over stands for the rest of the test. No readings list: the product's tree reader.
     virtual = {"clock": time.clock, "sleep": time.sleep} if time is not None else {}
-    return DaemonProcess(settings, values, ready_probe=_answers, rss_sampler=read,
-                         rss_interval_s=600.0, alive_probe=alive_probe or _answers,
+    return DaemonProcess(settings, values, ready_probe=_answers, rss_interval_s=600.0,
+                         rss_sampler=read if readings is not None else None,
+                         alive_probe=alive_probe or _answers,
                          **virtual)  # type: ignore[arg-type]  # fmt: skip
 
 
@@ -160,5 +164,36 @@ async def test_an_answer_seen_elsewhere_spares_the_liveness_probe(tmp_path: Path
         # No answer seen elsewhere: the probes come back.
         vt.handing = False
         await apoll_until(lambda: _at_least(probes, 3), 30, what="liveness probes")
+    finally:
+        await daemon.stop()
+
+
+def _stat_files_open(pid: int) -> list[str]:
+    """This process's descriptors on ``/proc/PID/stat``."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}") == f"/proc/{pid}/stat":
+                found.append(fd)
+    return found
+
+
+async def test_a_dead_daemons_stat_file_is_closed_at_its_exit(tmp_path: Path) -> None:
+    """The peak watch keeps the daemon's stat file open between readings; a daemon that dies
+    (killed, crashed) lets it go at its exit, not when a garbage collection finds its run: one
+    descriptor more per restart until then (issue 44, the run phase's fd sawtooth)."""
+    daemon = _sleeper(tmp_path, None)
+    await daemon.start()
+    pid = daemon.pid
+    assert pid is not None
+    try:
+
+        async def open_now() -> bool:
+            return bool(_stat_files_open(pid))
+
+        await apoll_until(open_now, 60, what="the peak watch's stat file")
+        os.kill(pid, signal.SIGKILL)
+        await daemon.wait()
+        assert _stat_files_open(pid) == []
     finally:
         await daemon.stop()

@@ -20,6 +20,7 @@ import structlog
 from cuzk_supervisor import killtree
 from cuzk_supervisor.adapters import files
 from cuzk_supervisor.adapters.machine.cgroupmem import read_oom_kill_count
+from cuzk_supervisor.adapters.machine.proctree import ProcessTree
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
 from cuzk_supervisor.daemon import config as daemon_config
@@ -89,7 +90,13 @@ class DaemonProcess:
         self._exit: DaemonExit | None = None
         self._stopped: DaemonExit | None = None
         self._exit_lock = asyncio.Lock()
-        sampler = rss_sampler if rss_sampler is not None else tree_rss_sampler()
+        # The stat files the tree's reader keeps open are closed at the exit (``wait``), not
+        # when a garbage collection finds this run: one descriptor per restart until then.
+        self._close_tree: Callable[[], None] = lambda: None
+        if rss_sampler is None:
+            tree = ProcessTree()
+            rss_sampler, self._close_tree = tree_rss_sampler(tree), tree.close
+        sampler = rss_sampler
         self._clock = clock  # the liveness probe's cadence and what spares it
         self._sleep = sleep
         self._peak = PeakRss(sampler, rss_interval_s, clock=clock, sleep=sleep)
@@ -291,6 +298,7 @@ class DaemonProcess:
             self._liveness.cancel()
         if self._rss_task is not None:
             self._rss_task.cancel()
+        self._close_tree()
         async with self._exit_lock:
             if self._exit is not None:
                 return self._exit

@@ -59,8 +59,8 @@ class DaemonStartFailed(Exception):
 RssSampler = Callable[[int], int | None]
 
 
-def tree_rss_sampler() -> RssSampler:
-    tree = ProcessTree()
+def tree_rss_sampler(tree: ProcessTree | None = None) -> RssSampler:
+    tree = tree if tree is not None else ProcessTree()
 
     def sample(pid: int) -> int | None:
         found = tree.rss(pid)

@@ -123,6 +123,13 @@ class ProcessTree:
             files.pop(pid).close()
         return TreeRss(rss=total, processes=count)
 
+    def close(self) -> None:
+        """Close the stat files kept open: once the tree is gone, each would hold a descriptor
+        until this object is collected (a daemon restart's run is let go of in a cycle)."""
+        for file in self._member_files.values():
+            file.close()
+        self._member_files.clear()
+
     def _member_file(self, pid: int) -> KernelFile:
         """A member's stat file, opened once: a kept descriptor reads the process it was opened
         on, and fails once that process is gone (a recycled pid is opened anew and checked)."""
