@@ -1,17 +1,18 @@
-"""Every benchmark still measures every figure it declares (issue 24), and meets the targets
-its run holds (issue 44).
+"""Every benchmark still measures every figure it declares (issue 24), and meets the targets its
+run holds (issue 44).
 
 Each ``bench/*.py`` script whose name does not start with ``_`` (found here, not listed: a new
 script is run the day it is added) is run as its own process with ``--quick --json FILE``, the
-options every script takes (docs/development.md, "Development"). ``bench/run.py`` runs two of them itself,
-that way, and reports their rows under a prefix: those are checked in its rows (they must be
-there), not run a second time. The test fails when the script crashes or exits non-zero, when
-FILE is missing, does not parse or is not a list of rows, when any row holds no figure (a value
-that is not a finite number, or ``NOT MEASURED`` in its name: ``bench/_harness.measured``) and
-when any row missed its target (``ok`` false: ``bench/_harness.missed``). A quick run holds only
-the targets of what must never happen (a limit of 0: reports lost, instances ended); its other
-targets are a full run's, shown and not judged (``bench/_harness.held``). The test never looks
-at how long anything took: benchmarks print figures, tests do not assert speed.
+options every script takes (docs/development.md, "Development"). ``bench/run.py`` runs two of
+them itself, that way, and reports their rows under a prefix: those are checked in its rows
+(they must be there), not run a second time. The test fails when the script crashes or exits
+non-zero, when FILE is missing, does not parse or is not a list of rows, when any row holds no
+figure (a value that is not a finite number, or ``NOT MEASURED`` in its name:
+``bench/_harness.measured``) and when any row missed its target (``ok`` false:
+``bench/_harness.missed``). A quick run holds only the targets of what must never happen (a
+limit of 0: reports lost, instances ended); its other targets are a full run's, shown and not
+judged (``bench/_harness.held``). The test never looks at how long anything took: benchmarks
+print figures, tests do not assert speed.
 """
 
 from __future__ import annotations
