@@ -45,13 +45,12 @@ from pathlib import Path
 import _settings as cfg
 import psutil
 from _harness import (
-    PY,
     BenchError,
     Manager,
     Processes,
     Row,
     SupervisorProc,
-    child_env,
+    busy_loops,
     event_ts,
     failed,
     free_tcp_port,
@@ -74,7 +73,6 @@ BUSY_PER_CORE = 2
 FLOODS = (1_000, 10_000, 50_000)
 QUICK_FLOODS = (10_000,)
 CPU_SAMPLE_S = 0.1
-BUSY_LOOP = "while True: pass"
 
 progress = progress_printer("delays")
 
@@ -174,9 +172,7 @@ def one_run(
         if d.tcp:
             env["CUZK_SUPERVISOR_DAEMON_LISTEN"] = f"127.0.0.1:{free_tcp_port()}"
         count = d.busy_per_core * (os.cpu_count() or 1)
-        loops = [
-            procs.spawn([PY, "-c", BUSY_LOOP, procs.marker], child_env({})) for _ in range(count)
-        ]
+        loops = busy_loops(procs, count)
         try:
             sup = SupervisorProc(procs, "run", env)
             cpu = CpuWatch(sup.pid)
