@@ -35,7 +35,7 @@ def bench(
         "bench_count": 6,
         "bench_status_sample_s": 0.04,
         # The in-flight counts these verdicts are about, none queued ahead (issue 42's default
-        # one more would turn the one-proof case below into two).
+        # two more would turn the one-proof case below into three).
         "bench_queue_ahead": 0,
         **settings,
     }

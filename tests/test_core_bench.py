@@ -246,7 +246,7 @@ def test_proofs_queued_ahead_are_held_filled_and_counted_in_the_sizing():
     """Issue 42: ``queue_ahead`` more proofs wait in the daemon's queue: the stretch holds
     ``concurrency + queue_ahead`` (never more than the batch), fills that many at once, and a
     proof submitted now ends about that many intervals later."""
-    assert BenchPolicy(concurrency=2).held == 3  # one queued ahead by default
+    assert BenchPolicy(concurrency=2).held == 4  # two queued ahead by default
     assert BenchPolicy(max_proofs=2, concurrency=2, queue_ahead=4).held == 2
     policy = BenchPolicy(max_proofs=12, concurrency=2, queue_ahead=2, safety=1.0)
     stretch = Stretch(workers=10, concurrency=policy.held, started_at=0.0)

@@ -56,10 +56,12 @@ class BenchPolicy:
     it go on to ``most_proofs`` while the rate it would report is not known."""
     concurrency: int = 2
     """Proofs kept in flight."""
-    queue_ahead: int = 1
+    queue_ahead: int = 2
     """Proofs kept submitted beyond ``concurrency``, waiting in the daemon's own queue: when a
     proof ends the next is already there, so a late answer, a reset connection or a starved
-    loop of ours does not leave the daemon idle (issue 42). The daemon admits partitions by its
+    loop of ours does not leave the daemon idle (issue 42: with one, a supervisor reading 50,000
+    log lines a second still left a 12-worker daemon idle 7 % of the bench and cost 2.4 %;
+    with two, none; bench/supervisor_delays.py). The daemon admits partitions by its
     workers (or memory budget), not by jobs queued (cuzk.md: queued jobs wait as pending
     partitions), so this costs their inputs in its memory, never a partition more at once."""
     safety: float = 1.25

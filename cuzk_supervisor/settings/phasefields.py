@@ -65,7 +65,7 @@ class PhaseFields:
         2, "benchmark proofs in flight", minimum=1, maximum=256, group="bench"
     )
     bench_queue_ahead: int = setting(
-        1,
+        2,
         "benchmark proofs kept submitted beyond bench_concurrency, queued in the daemon so the "
         "next is there when one ends (our late answer or reconnect never leaves it idle); the "
         "daemon starts partitions by its workers, not by jobs queued: each costs only its input",
