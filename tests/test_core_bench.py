@@ -154,7 +154,7 @@ def test_a_budget_for_four_of_twelve_stops_at_four_at_full_concurrency():
 def test_a_slow_first_completion_does_not_shrink_the_batch():
     """The old sizing took the settle proof as the time of every proof; the new one waits for
     the batch's own completions (a first proof 10x slower only delays the first estimate)."""
-    policy = BenchPolicy(max_proofs=12, concurrency=2)
+    policy = BenchPolicy(max_proofs=12, concurrency=2, queue_ahead=0)
     stretch = Stretch(workers=10, concurrency=2, started_at=0.0, submitted=3,
                       completions=(400.0, 442.5))  # fmt: skip
     # One interval of 42.5 s is known: a proof now ends about 2 intervals later.
