@@ -78,6 +78,7 @@ test-e2e: $(STAMP)
 # checks a slow or busy machine broke before (issue 30, at 8 workers under the limit). The 116
 # left: pytest 323 s there at 4 workers.
 SLOW_ROWS = daemon-crash-during-bench or drop-once-mid-await or manager-5xx-storm \
+	or daemon-stdout-flood or daemon-connection-resets \
 	or nvml-missing or manager-behind-a-flaky-proxy
 test-slow: $(STAMP)
 	.ci/cpu-limited --share 1/3 -- $(MAKE) --no-print-directory test-e2e \

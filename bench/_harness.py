@@ -387,6 +387,15 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+BUSY_LOOP = "while True: pass"
+
+
+def busy_loops(procs: Processes, count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` processes that spin a core each, at this process's priority (a supervisor's
+    started from here: the same nice value); they carry ``procs.marker`` to be found."""
+    return [procs.spawn([PY, "-c", BUSY_LOOP, procs.marker], child_env({})) for _ in range(count)]
+
+
 class Waiter:
     """Records when a process exits (a blocking ``wait`` in a thread: no polling delay)."""
 

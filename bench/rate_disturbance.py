@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -51,13 +50,12 @@ from typing import Any
 import _settings as cfg
 import httpx
 from _harness import (
-    PY,
     BenchError,
     Manager,
     Processes,
     Row,
     SupervisorProc,
-    child_env,
+    busy_loops,
     failed,
     free_tcp_port,
     median,
@@ -77,7 +75,6 @@ FIELD_RUNS = 10  # the field rows: runs at least, the worst counts
 BUSY_PER_CORE = 2
 THROTTLE = 1.10
 THROTTLE_AFTER = 7  # the daemon's completions: the settle proof and 6 bench proofs (the floor: 5)
-BUSY_LOOP = "import sys\nwhile True: pass"
 
 
 progress = progress_printer("rate")
@@ -166,12 +163,6 @@ def disturbances(root: Path) -> list[Disturbance]:
             restart=True,  # the bench's daemon counts from its own start
         ),
     ]
-
-
-def busy_loops(procs: Processes, count: int) -> list[subprocess.Popen[bytes]]:
-    """``count`` processes that spin a core each, at this process's priority (the supervisor's:
-    it is started from here at the same nice value)."""
-    return [procs.spawn([PY, "-c", BUSY_LOOP, procs.marker], child_env({})) for _ in range(count)]
 
 
 def one_run(

@@ -34,6 +34,9 @@ def bench(
         "exit_after_run": "true",
         "bench_count": 6,
         "bench_status_sample_s": 0.04,
+        # The in-flight counts these verdicts are about, none queued ahead (issue 42's default
+        # two more would turn the one-proof case below into three).
+        "bench_queue_ahead": 0,
         **settings,
     }
     run = start_run(lifecycle_env(tmp_path, mgr.url, time_scale=scale or time_scale(), **values))

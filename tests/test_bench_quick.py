@@ -88,7 +88,8 @@ def test_a_quick_run_holds_the_targets_of_what_must_never_happen():
 
 def test_the_scripts_are_found():
     names = {p.name for p in FOUND}
-    assert {"run.py", "entrypoint.py", "rate_disturbance.py", *RUN_BY_RUN_PY} <= names, names
+    assert {"run.py", "entrypoint.py", "rate_disturbance.py", "supervisor_delays.py", "run_days.py",
+            *RUN_BY_RUN_PY} <= names, names  # fmt: skip
 
 
 @pytest.mark.slow

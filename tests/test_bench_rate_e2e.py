@@ -1,7 +1,7 @@
 """The reported rate under ordinary disturbances (issue: the rate decides whether a machine
-lives): each run reports within 2% of the simulator's steady rate of the plan it ended on (where
-a loaded machine makes the supervisor late enough to leave the rate less certain, within the
-error it states: issue 32).
+lives): each run reports within 2% of the simulator's steady rate of the plan it ended on, a
+fixed band: never widened by the error the product states nor by how late it was (issue 42: a
+loaded machine, a reset connection must not reach the number).
 
 The supervisor and the simulated daemon and manager run as real processes in scaled time. The
 truth is the simulator's own pipeline model (``sim.daemon.pipeline``): the long-run rate of the plan
@@ -149,9 +149,9 @@ def test_a_budget_for_a_few_proofs_cuts_the_batch_at_full_concurrency(tmp_path, 
     assert 2 <= done["completed"] < 12, done
     assert "budget" in done["stopped"]
     how = result["measurement"]
-    assert how["concurrency"] == 2
+    assert how["concurrency"] == 4  # bench_concurrency 2 and two queued ahead
     if done["completed"] >= 3:
-        assert_within_2_percent_or_its_stated_error(rate, result)
+        assert_within_2_percent(rate, result)
     else:
         assert not how["steady"], how  # marked short, with the reason
         assert "short" in how["reason"], how
@@ -184,16 +184,6 @@ def test_the_adaptive_stop_ends_a_steady_batch_early_and_says_why(tmp_path, mana
     assert_within_2_percent(rate, result)
 
 
-def assert_within_2_percent_or_its_stated_error(rate: float, result: dict[str, Any]) -> None:
-    """On a loaded machine at this time scale the supervisor's own lateness is several per cent
-    of an interval: the rate may then be less certain, and says so; it is never more wrong than
-    it says."""
-    truth = steady_rate(result["workers"], result["measurement"]["concurrency"])
-    error = abs(rate / truth - 1)
-    stated = (result["measurement"]["uncertainty_pct"] or 0.0) / 100
-    assert error <= max(0.02, stated), f"rate {rate:.2f} vs steady {truth:.2f}: {result}"
-
-
 def assert_no_small_piece(how: dict[str, Any]) -> None:
     """The rate comes from the whole stretch (nothing thrown away at a late hearing), or, where
     the machine moved, from its settled part; an imprecise one says so and what it would take."""
@@ -204,9 +194,9 @@ def assert_no_small_piece(how: dict[str, Any]) -> None:
 
 
 def test_connection_chaos_leaves_the_rate_whole(tmp_path, manager):
-    """Issue 32: the daemon's listener (TCP) resets every connection after a seeded pause of
-    0.2-2 s throughout. Completions heard late each leave one interval out; the rate is the
-    stretch's, not that of the few proofs after the last late one."""
+    """Issue 32, 42: the daemon's listener (TCP) resets every connection after a seeded pause of
+    0.2-2 s throughout. A proof queued ahead keeps the daemon busy while we reconnect; the rate
+    is the stretch's, not that of the few proofs after the last late one."""
     mgr = manager()
     sim = ("--chaos-resets", "0.2:2", "--chaos-seed", "3")
     run = start_run(
@@ -215,13 +205,13 @@ def test_connection_chaos_leaves_the_rate_whole(tmp_path, manager):
     assert finish(run, timeout=240) == exitcodes.OK
     rate, result = reported(run, mgr)
     assert_no_small_piece(result["measurement"])
-    assert_within_2_percent_or_its_stated_error(rate, result)
+    assert_within_2_percent(rate, result)
 
 
 def test_a_starved_cpu_leaves_the_rate_whole(tmp_path, manager):
-    """Issue 32: a busy loop on every core beside the whole lifecycle, at the supervisor's
-    priority: the supervisor hears late and resubmits late; the daemon's own timings and the
-    intervals left out keep the rate."""
+    """Issue 32, 42: a busy loop on every core beside the whole lifecycle, at the supervisor's
+    priority: the supervisor hears late and resubmits late; the proof queued ahead and the
+    daemon's own timings keep the rate."""
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
              for _ in range(os.cpu_count() or 1)]  # fmt: skip
     try:
@@ -234,7 +224,7 @@ def test_a_starved_cpu_leaves_the_rate_whole(tmp_path, manager):
             loop.wait(10)
     rate, result = reported(run, mgr)
     assert_no_small_piece(result["measurement"])
-    assert_within_2_percent_or_its_stated_error(rate, result)
+    assert_within_2_percent(rate, result)
 
 
 def test_a_slow_machine_fits_its_batch_into_the_managers_budget(tmp_path, manager):
@@ -271,7 +261,7 @@ def test_a_proactive_step_down_in_the_bench_reports_the_new_plans_rate(tmp_path,
     assert "bench" in [e["phase"] for e in steps], steps
     rate, result = reported(run, mgr)
     assert result["workers"] == steps[-1]["full_workers"]
-    assert_within_2_percent_or_its_stated_error(rate, result)
+    assert_within_2_percent(rate, result)
 
 
 def test_sigterm_during_a_stretch_leaves_nothing_running(tmp_path, manager):

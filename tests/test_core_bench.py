@@ -134,7 +134,7 @@ def test_the_batch_ends_within_its_budget_and_keeps_its_concurrency(
     steady_s = 3600 / long_run_rate_per_hour(workers, concurrency)
     # The budget is counted from the batch's start, which includes the fill (~C intervals).
     budget = (concurrency + budget_intervals) * steady_s
-    policy = BenchPolicy(max_proofs=max_proofs, concurrency=concurrency)
+    policy = BenchPolicy(max_proofs=max_proofs, concurrency=concurrency, queue_ahead=0)
     stretch = run_sized(workers, concurrency, policy, budget)
     assert stretch.submitted >= concurrency  # a cut batch still measures the same pipeline
     assert len(stretch.completions) == stretch.submitted  # in-flight proofs finish
@@ -145,7 +145,7 @@ def test_the_batch_ends_within_its_budget_and_keeps_its_concurrency(
 
 def test_a_budget_for_four_of_twelve_stops_at_four_at_full_concurrency():
     steady_s = 3600 / long_run_rate_per_hour(10, 2)
-    policy = BenchPolicy(max_proofs=12, concurrency=2, safety=1.0)
+    policy = BenchPolicy(max_proofs=12, concurrency=2, safety=1.0, queue_ahead=0)
     stretch = run_sized(10, 2, policy, budget_s=5.2 * steady_s)
     assert stretch.submitted == 4
     assert all(t <= 5.2 * steady_s for t in stretch.completions)
@@ -154,7 +154,7 @@ def test_a_budget_for_four_of_twelve_stops_at_four_at_full_concurrency():
 def test_a_slow_first_completion_does_not_shrink_the_batch():
     """The old sizing took the settle proof as the time of every proof; the new one waits for
     the batch's own completions (a first proof 10x slower only delays the first estimate)."""
-    policy = BenchPolicy(max_proofs=12, concurrency=2)
+    policy = BenchPolicy(max_proofs=12, concurrency=2, queue_ahead=0)
     stretch = Stretch(workers=10, concurrency=2, started_at=0.0, submitted=3,
                       completions=(400.0, 442.5))  # fmt: skip
     # One interval of 42.5 s is known: a proof now ends about 2 intervals later.
@@ -167,7 +167,7 @@ def test_a_stretch_closed_by_the_budget_is_not_refilled_on_a_lower_estimate():
     one more would not fit; at the second (128.35 s) the pipeline was empty and two uneven
     completions gave an interval of 44.75 s (the steady one is 53.3 s), so two proofs went into
     the empty pipeline, repeated the fill, and the last ended at 256.7 s against 243.2 s."""
-    policy = BenchPolicy(max_proofs=4, concurrency=2, safety=1.0)
+    policy = BenchPolicy(max_proofs=4, concurrency=2, safety=1.0, queue_ahead=0)
     stretch = Stretch(workers=7, concurrency=2, started_at=0.0, submitted=2,
                       completions=(83.6,))  # fmt: skip
     first = next_submission(stretch, 83.6, 243.2, policy)
@@ -226,7 +226,7 @@ def test_a_pipeline_without_a_cycle_keeps_its_drain():
 
 
 def test_waiting_for_an_estimate_does_not_close_the_stretch():
-    policy = BenchPolicy(max_proofs=4, concurrency=2)
+    policy = BenchPolicy(max_proofs=4, concurrency=2, queue_ahead=0)
     stretch = Stretch(workers=7, concurrency=2, started_at=0.0, submitted=2)
     decision = next_submission(stretch, 10.0, 243.2, policy)
     assert not decision.submit
@@ -234,7 +234,7 @@ def test_waiting_for_an_estimate_does_not_close_the_stretch():
 
 
 def test_fill_is_always_submitted_even_past_the_deadline():
-    policy = BenchPolicy(max_proofs=12, concurrency=3)
+    policy = BenchPolicy(max_proofs=12, concurrency=3, queue_ahead=0)
     stretch = Stretch(workers=10, concurrency=3, started_at=0.0)
     for _ in range(3):
         assert next_submission(stretch, 0.0, -1.0, policy).submit
@@ -242,8 +242,28 @@ def test_fill_is_always_submitted_even_past_the_deadline():
     assert not next_submission(stretch, 0.0, -1.0, policy).submit
 
 
+def test_proofs_queued_ahead_are_held_filled_and_counted_in_the_sizing():
+    """Issue 42: ``queue_ahead`` more proofs wait in the daemon's queue: the stretch holds
+    ``concurrency + queue_ahead`` (never more than the batch), fills that many at once, and a
+    proof submitted now ends about that many intervals later."""
+    assert BenchPolicy(concurrency=2).held == 4  # two queued ahead by default
+    assert BenchPolicy(max_proofs=2, concurrency=2, queue_ahead=4).held == 2
+    policy = BenchPolicy(max_proofs=12, concurrency=2, queue_ahead=2, safety=1.0)
+    stretch = Stretch(workers=10, concurrency=policy.held, started_at=0.0)
+    for _ in range(4):
+        assert next_submission(stretch, 0.0, -1.0, policy).submit
+        stretch = stretch.submitted_one()
+    assert not next_submission(stretch, 0.0, -1.0, policy).submit
+    done = Stretch(workers=10, concurrency=4, started_at=0.0, submitted=4,
+                   completions=(100.0, 140.0))  # fmt: skip
+    assert next_submission(done, 140.0, 300.0, policy).submit  # 4 x 40 s = 160 s
+    assert not next_submission(done, 140.0, 299.0, policy).submit
+    assert measurement_fits(100.0 + 6 * 40.0, 100.0, 40.0, policy)
+    assert not measurement_fits(100.0 + 6 * 40.0 - 1, 100.0, 40.0, policy)
+
+
 def test_measurement_fits_counts_settle_fill_and_min_proofs():
-    policy = BenchPolicy(concurrency=2, min_proofs=3, safety=1.0)
+    policy = BenchPolicy(concurrency=2, min_proofs=3, safety=1.0, queue_ahead=0)
     # settle 100 s + (2 + 3 - 1) x 40 s = 260 s
     assert measurement_fits(260.0, 100.0, 40.0, policy)
     assert not measurement_fits(259.0, 100.0, 40.0, policy)

@@ -56,6 +56,14 @@ class BenchPolicy:
     it go on to ``most_proofs`` while the rate it would report is not known."""
     concurrency: int = 2
     """Proofs kept in flight."""
+    queue_ahead: int = 2
+    """Proofs kept submitted beyond ``concurrency``, waiting in the daemon's own queue: when a
+    proof ends the next is already there, so a late answer, a reset connection or a starved
+    loop of ours does not leave the daemon idle (issue 42: with one, a supervisor reading 50,000
+    log lines a second still left a 12-worker daemon idle 7 % of the bench and cost 2.4 %;
+    with two, none; bench/supervisor_delays.py). The daemon admits partitions by its
+    workers (or memory budget), not by jobs queued (cuzk.md: queued jobs wait as pending
+    partitions), so this costs their inputs in its memory, never a partition more at once."""
     safety: float = 1.25
     """Estimated times are stretched by this before they are compared with the budget."""
     min_proofs: int = 3
@@ -80,9 +88,15 @@ class BenchPolicy:
         require_fields(self, ("max_proofs", "concurrency"), int_at_least(1))
         require_fields(self, ("safety",), number_at_least(1))
         require_fields(self, ("min_proofs",), int_at_least(2))
-        require_fields(self, ("most_proofs",), int_at_least(0))
+        require_fields(self, ("most_proofs", "queue_ahead"), int_at_least(0))
         require_fields(self, ("min_rate", "min_soak_s"), number_at_least(0))
         require_fields(self, ("precision",), in_range(0, 1, high_open=True))
+
+    @property
+    def held(self) -> int:
+        """Proofs the daemon holds (running or queued) while the batch is full: the stretch's
+        ``concurrency``."""
+        return min(self.concurrency + self.queue_ahead, self.max_proofs)
 
     @property
     def stop_rule(self) -> StopRule:
@@ -99,6 +113,7 @@ class Stretch:
 
     workers: int
     concurrency: int
+    """Proofs kept submitted (:attr:`BenchPolicy.held`: in flight and queued ahead)."""
     started_at: float
     """When its first proof was submitted."""
     completions: tuple[float, ...] = ()
@@ -276,16 +291,17 @@ def next_submission(
 ) -> SubmitDecision:
     """Whether to submit one more proof now, with ``deadline`` the end of the budget.
 
-    The first ``concurrency`` proofs always go (at least one proof runs, and a cut batch keeps
-    its concurrency). After that the adaptive stop (``policy.precision``; :func:`~cuzk_supervisor.
-    core.benchstop.stop_call`) may end the stretch early, or extend it past the batch while the
-    rate it would report is not known; then a proof submitted now finishes about
-    ``concurrency`` intervals later, when the ones ahead of it are done; it is submitted only if
-    that, times ``safety``, ends before the deadline. Proofs in flight always finish. Whatever
-    ends the submitting closes the stretch (:attr:`Stretch.closed`, :attr:`Stretch.stop`): a
+    The first :attr:`BenchPolicy.held` proofs (``concurrency`` and those queued ahead) always go
+    (at least one proof runs, and a cut batch keeps its concurrency). After that the adaptive
+    stop (``policy.precision``; :func:`~cuzk_supervisor.core.benchstop.stop_call`) may end the
+    stretch early, or extend it past the batch while the rate it would report is not known;
+    then a proof submitted now finishes about ``held`` intervals later, when the ones ahead of
+    it are done; it is submitted only if that, times ``safety``, ends before the deadline.
+    Proofs in flight always finish. Whatever ends the submitting closes the stretch
+    (:attr:`Stretch.closed`, :attr:`Stretch.stop`): a
     pipeline left to drain is never refilled.
     """
-    concurrency = min(policy.concurrency, policy.max_proofs)
+    concurrency = policy.held
     if stretch.closed:
         return SubmitDecision(False, stretch.closed)
     if stretch.in_flight >= concurrency:
@@ -337,7 +353,7 @@ def measurement_fits(
 ) -> bool:
     """Whether a new measurement (a settle proof, then a stretch of ``min_proofs``) fits the
     ``remaining_s`` of the budget, with the safety factor."""
-    concurrency = min(policy.concurrency, policy.max_proofs)
+    concurrency = policy.held
     needed = settle_s + (concurrency + policy.min_proofs - 1) * interval_s
     return needed * policy.safety <= remaining_s
 

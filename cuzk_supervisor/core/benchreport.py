@@ -35,6 +35,7 @@ class RateMeasurement:
     interval_s: float
     """From the first to the last of them."""
     concurrency: int
+    """Proofs the daemon held (``bench_concurrency`` and ``bench_queue_ahead``)."""
     workers: int
     steady: bool
     """True when it is a measurement of a full pipeline over ``min_proofs`` completions or more."""
@@ -146,7 +147,7 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
     """
     excluded = tuple(s.interrupted for s in stretches if s.interrupted)
     if not stretches:
-        return RateMeasurement(0.0, 0, 0.0, policy.concurrency, 0, False, "no proof ran")
+        return RateMeasurement(0.0, 0, 0.0, policy.held, 0, False, "no proof ran")
 
     def measured(stretch: Stretch, steady: bool, label: str, tail: str = "") -> RateMeasurement:
         figures = measure(stretch, policy)

@@ -53,8 +53,7 @@ class StretchRun:
         """The end of the budget on ``clock`` (asked again at every decision: it can move when
         the manager's acknowledgement of /param-done arrives during the bench)."""
         self.clock = clock
-        concurrency = min(policy.concurrency, policy.max_proofs)
-        self.stretch = Stretch(workers=workers, concurrency=concurrency, started_at=clock())
+        self.stretch = Stretch(workers=workers, concurrency=policy.held, started_at=clock())
         self.stop_reason = ""
 
     def completed_at(self, result: ProofResult) -> float:

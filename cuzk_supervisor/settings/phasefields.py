@@ -70,6 +70,13 @@ class PhaseFields:
     bench_concurrency: int = setting(
         2, "benchmark proofs in flight", minimum=1, maximum=256, group="bench"
     )
+    bench_queue_ahead: int = setting(
+        2,
+        "benchmark proofs kept submitted beyond bench_concurrency, queued in the daemon so the "
+        "next is there when one ends (our late answer or reconnect never leaves it idle); the "
+        "daemon starts partitions by its workers, not by jobs queued: each costs only its input",
+        minimum=0, maximum=64, group="bench",
+    )  # fmt: skip
     bench_budget_s: float = setting(
         2700.0, "the manager's benchmark budget (its 45 min timeout)", minimum=1, maximum=DAY_S,
         group="bench",

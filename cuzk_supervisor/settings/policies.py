@@ -49,6 +49,7 @@ FROM_SETTINGS: Final[Mapping[str, Mapping[str, str]]] = {
     "BenchPolicy": {
         "max_proofs": "bench_count",
         "concurrency": "bench_concurrency",
+        "queue_ahead": "bench_queue_ahead",
         "safety": "bench_safety",
         "min_proofs": "bench_min_proofs",
         "precision": "bench_precision",

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 from daemonhelpers import Supervisor, processes_mentioning
-from faults.ratecheck import ClientView, Reported, judge
+from faults.ratecheck import RATE_TOLERANCE, ClientView, Reported, judge
 from healthruns import with_run_phase
 from lifecyclehelpers import fake_cgroup as fake_cgroup_folder
 from lifecyclehelpers import fetch_runs, lifecycle_env, reports, start_run
@@ -237,6 +237,13 @@ def address_taken(ctx: Ctx) -> None:
     ctx.env["CUZK_SUPERVISOR_DAEMON_LISTEN"] = f"127.0.0.1:{port}"
 
 
+def connection_resets(ctx: Ctx) -> None:
+    """Issue 32, 42: the daemon on loopback TCP, its listener resetting every client connection
+    after a seeded pause of 0.2-2 s, again and again, through the whole lifecycle."""
+    ctx.env["CUZK_SUPERVISOR_DAEMON_LISTEN"] = f"127.0.0.1:{free_tcp_port()}"
+    ctx.env["CUZK_SUPERVISOR_DAEMON_ARGS"] += " --chaos-resets 0.2:2 --chaos-seed 3"
+
+
 def run_seeing(await_code: str = "", daemon_line: str = "") -> Action:
     """A plain run that must also show the fault at work: an await retried with that code, a
     line in the daemon's own log (issue 11's rows)."""
@@ -343,13 +350,13 @@ class Row:
     events: tuple[str, ...] = ()  # events the run must have logged
     state_file: bool = True  # a valid state file must exist afterwards
     rate_zero: bool = False  # it stopped before a real rate: bench-done says 0
-    # Every row that reaches the bench has its rate judged (_check_rate): (a) it measures what
-    # the daemon delivered and (b) the supervisor kept the pipeline fed. (b) is left out where
-    # the fault is the transport itself (every connection cut at every partition, or frozen
-    # mid-bench): each recovery takes real time, a few hundred ms, that this time scale makes
-    # minutes of the daemon's, longer than a proof. What a recovery costs is measured apart:
-    # bench/frozen_recovery.py.
-    feeding_check: bool = True
+    # Every row that reaches the bench has its rate judged (_check_rate) against the daemon's
+    # capacity over the same proofs, within a fixed band: ratecheck's 2 %, wider only where the
+    # fault is the transport itself at every partition: each recovery (an await retried after a
+    # backoff of up to 2 s) takes real time that this time scale makes minutes of the daemon's,
+    # several proofs, which no queue ahead covers (in the field it is a fraction of one). What
+    # a recovery costs is measured apart: bench/frozen_recovery.py.
+    rate_band: float = RATE_TOLERANCE
     told: bool = False  # the run phase's health watch told the manager: a second /bench-done
 
 
@@ -364,15 +371,15 @@ def warmup_then_restart(phase: str) -> dict[str, Any]:
 
 ROWS = [
     Row("drop-once-mid-await", 0, sim_faults=("drop,times=1",)),
-    Row("drop-every-partition", 0, sim_faults=("drop,times=0",), feeding_check=False),
+    Row("drop-every-partition", 0, sim_faults=("drop,times=0",), rate_band=0.08),
     # An await deadline shorter than any proof: every await is cut, and every second cut in a
     # row replaces the channel, through the bench too: a transport recovery every 0.2 s (see
     # feeding_check above; the reconnect's cost is measured by bench/frozen_recovery.py).
     Row("first-proof-slower-than-any-deadline", 0,
         settings={"await_deadline_s": 0.1, "submit_deadline_s": 2},
-        events=("proof.await_retry",), feeding_check=False),
+        events=("proof.await_retry",)),
     Row("settle-slow-after-restart", 0, settings={"await_deadline_s": 0.1, "warmup_workers": 2},
-        events=("settle.done", "proof.await_retry"), feeding_check=False),
+        events=("settle.done", "proof.await_retry")),
     Row("daemon-crash-during-warmup", 0, sim_faults=("exit:3,at_partition=3,once={tmp}/m",),
         events=("daemon.restart_scheduled",)),
     Row("daemon-crash-during-bench", 0, sim_faults=("exit:3,after_proofs=2,once={tmp}/m",),
@@ -459,7 +466,10 @@ ROWS = [
     Row("state-disk-full", exitcodes.STATE_UNWRITABLE, setup=state_disk_full, state_file=False),
     Row("nvml-missing", 0, settings={"gpu_probe": "nvml"},
         events=("gpu.watch_disabled",)),
-    Row("daemon-stdout-flood", 0, sim_faults=("flood:5000",)),  # lines/s all along: 25,000+
+    # 5,000 lines/s all along, from a process beside the daemon (its logging does not slow its
+    # answers): the rate is the daemon's whatever the load the flood puts on the machine.
+    Row("daemon-stdout-flood", 0, sim_faults=("flood:5000",)),
+    Row("daemon-connection-resets", 0, setup=connection_resets),
     Row("fetch-command-failing", exitcodes.PARAMS_FAILED,
         settings={"params_fetch_command": "echo 'mirror says 503'; exit 3"},
         reason="code 3", rate_zero=True),
@@ -477,7 +487,7 @@ ROWS = [
         # freeze holds the SubmitProof's answer for the whole submit deadline, 60 s).
         Row(f"frozen-connection-in-{phase}", 0, sim_faults=(f"freeze:60,{when},once={{tmp}}/m",),
             action=run_seeing(daemon_line="froze client connections"),
-            events=("proving.reconnect",), feeding_check=phase != "bench",
+            events=("proving.reconnect",),
             settings={"warmup_workers": 2} if phase == "warmup" else {})
         for phase, when in (("warmup", "at_partition=5"), ("bench", "after_proofs=2"))
     ),
@@ -637,7 +647,7 @@ def test_fault_row(row: Row, ctx) -> None:
     if row.exit == 0:
         assert len(reports(mgr, "/bench-done")) == 1
         assert mgr.instances()[0]["state"] == "running"
-        _check_rate(context, feeding=row.feeding_check)
+        _check_rate(context, row.rate_band)
     if row.exit == exitcodes.INSTANCE_GONE:
         # Killed, and nothing sent after that revived it.
         assert all(i["state"] == "killed" for i in mgr.instances())
@@ -668,11 +678,10 @@ def _unix(event: dict[str, Any]) -> float:
     return dt.datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
-def _check_rate(context: Ctx, *, feeding: bool) -> None:
-    """The reported rate against the simulated daemon's own record of the same proofs
-    (ratecheck: (a) it measures what the daemon delivered, (b) the supervisor kept the pipeline
-    fed), not against a model of a perfect client: at this time scale the load of the machine
-    bends what the daemon really delivers, and the supervisor must report what happened."""
+def _check_rate(context: Ctx, band: float) -> None:
+    """The reported rate against the simulated daemon's capacity over the same proofs, from its
+    own record (ratecheck): within a fixed band, whatever the machine's load or the product's
+    own account of its precision."""
     results = [e for run in context.runs for e in run.named("bench.result")]
     if not results:
         return  # resumed after the report: the rate was measured by an earlier process
@@ -697,13 +706,7 @@ def _check_rate(context: Ctx, *, feeding: bool) -> None:
             elif name == "proof.completed":
                 views[job] = replace(views.get(job, ClientView()), heard=_unix(event))
     reported = Reported(result["rate"], how["proofs"], how["interval_s"], how["concurrency"])
-    # How late the supervisor's own loop woke in the bench: the machine's load, on its side.
-    lags = [e.get("loop_lag_max_ms", 0.0) for run in context.runs
-            for e in run.named("bench.stretch_done")]  # fmt: skip
-    verdict = judge(
-        read_timeline(context.tmp / TIMELINE), views, bench_ids, reported, feeding=feeding,
-        client_lag_s=max(lags, default=0.0) / 1000,
-    )  # fmt: skip
+    verdict = judge(read_timeline(context.tmp / TIMELINE), views, bench_ids, reported, band)
     assert not verdict.problems, verdict.describe()
 
 

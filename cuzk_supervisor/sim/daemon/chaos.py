@@ -119,37 +119,49 @@ def spawn_grandchild(seconds: float) -> int:
     return int(data)
 
 
-class Flooder:
-    """Writes ``rate`` log lines per second, in one batch per tick, anchored to the start time
-    so it catches up instead of drifting when a tick runs late."""
+_FLOODER = """
+import datetime as dt, os, sys, time
+rate, parent, head, tail = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+out, start, written = sys.stdout.buffer, time.monotonic(), 0
+while os.getppid() == parent:
+    time.sleep(0.01)
+    due = int(rate * (time.monotonic() - start)) - written
+    if due <= 0:
+        continue
+    prefix = head + dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + tail
+    try:
+        out.write("".join(f"{prefix}{n}\\n" for n in range(written, written + due)).encode())
+        out.flush()
+    except OSError:
+        break
+    written += due
+"""
 
-    TICK_S = 0.01
+
+class Flooder:
+    """Writes ``rate`` log lines per second into the daemon's own stdout, in one batch per tick,
+    anchored to the start time so it catches up instead of drifting when a tick runs late.
+
+    From a process beside the daemon (its child, sharing its stdout): the real daemon's logging
+    does not slow its answers (issue 42), and a flood written by the simulator's own event loop
+    would, making a client's measured rate depend on how loaded the machine is. The child ends
+    when the daemon does (it watches its parent) or when the pipe's reader has gone."""
 
     def __init__(self, log: logfmt.DaemonLog, rate: int) -> None:
         self._log = log
         self._rate = rate
-        self.task: asyncio.Task[None] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        written = 0
-        while True:
-            await asyncio.sleep(self.TICK_S)
-            due = int(self._rate * (loop.time() - start)) - written
-            if due <= 0:
-                continue
-            # One formatted line per tick; the lines differ only in their trailing counter.
-            line = logfmt.format_line(
-                "info", "cuzk_core::pipeline", "sim log flood", {"n": 0}, logfmt.timestamp()
-            )
-            prefix = line[: -len("0\n")]
-            batch = "".join(f"{prefix}{n}\n" for n in range(written, written + due))
-            self._log.write_raw(batch.encode())
-            written += due
+        # One line's format, the timestamp and the counter left to the child (each tick's own
+        # time, as the simulator's lines carry).
+        mark = "\x00"
+        line = logfmt.format_line("info", "cuzk_core::pipeline", "sim log flood", {"n": 0}, mark)
+        head, tail = line[: -len("0\n")].split(mark)
+        sys.stdout.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-S", "-c", _FLOODER, str(self._rate), str(os.getpid()), head, tail]
+        )
 
 
 class ConnectionChaos:
