@@ -13,7 +13,7 @@ which watches them for a dead connection; its retries are the values of
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import grpc
 import structlog
@@ -32,20 +32,32 @@ from cuzk_supervisor.adapters.proving.policy import (
     submit_policy,
 )
 from cuzk_supervisor.adapters.proving.results import DaemonTimings, ProofResult, ProofStatus
+from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
 from cuzk_supervisor.proto import proving_pb2 as pb
 
-if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.proving.client import ProvingClient
-
 log = structlog.get_logger("supervisor.proving")
+
+
+class Caller(Protocol):
+    """What a proof's loop needs of the client (``client.ProvingClient``): its deadlines and its
+    watched unary call. Named here so that the client imports the loop and not both ways."""
+
+    timeouts: ProvingTimeouts
+
+    async def call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout: float,  # noqa: ASYNC109 - a gRPC deadline (it goes out as grpc-timeout)
+        wait_for_ready: bool | None = None,
+    ) -> Any: ...
 
 
 class ProofRun:
     """The state of one :meth:`ProvingClient.prove`: counters, clock and the submit/await loop."""
 
-    def __init__(
-        self, client: ProvingClient, request: pb.SubmitProofRequest, budget: float
-    ) -> None:
+    def __init__(self, client: Caller, request: pb.SubmitProofRequest, budget: float) -> None:
         self.client = client
         self.request = request
         self.job_id = request.request_id
