@@ -17,7 +17,8 @@ from _harness import Row, at_most, info
 MIB = 1 << 20
 DAY_S = 86_400.0
 RSS_GROWTH_MIB_PER_4_DAYS = 2.0
-"""DESIGN principle 14: at most 2 MiB of RSS growth over four days of the run phase's ticks."""
+"""docs/architecture.md, rule 11: at most 2 MiB of RSS growth over four days of the run phase's
+ticks."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from cuzk_supervisor.sim.daemon.c1 import write_c1
 MIB = 1 << 20
 LAUNCHER = Path(__file__).resolve().parent.parent / "tests" / "loadedmodules.py"
 FIELD_C1_BYTES = 51_000_000
-"""A 32 GiB sector's C1 output, as the field's proofs send it (cuzk.md)."""
+"""A 32 GiB sector's C1 output, as the field's proofs send it (docs/daemon.md)."""
 STARTING = "cuzk-daemon starting"
 SERVING = "cuzk-daemon ready, serving on"
 SUBMITTED_RE = re.compile(r"proof submitted job_id=(\S+)")

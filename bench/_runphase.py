@@ -2,8 +2,8 @@
 imports cost) and its idle CPU, sampled over a window while it keeps the daemon up.
 
 The run phase is where the supervisor spends its days beside the daemon on every machine of
-the fleet (0.1 % of a core, and DESIGN principle 14's memory: the supervisor's own share above
-its dependencies' floor, the reference row with grpc, at most 11 MiB; issue 35's 45 MiB total
+the fleet (0.1 % of a core, and docs/architecture.md, rule 11's memory: the supervisor's own share
+above its dependencies' floor, the reference row with grpc, at most 11 MiB; issue 35's 45 MiB total
 is a row, not the target). ``sample`` reads the process alone (not the daemon, not its other
 children); ``rows`` turns a sample into the table's rows.
 """
@@ -19,7 +19,8 @@ from _harness import Row, at_most, failed, info
 
 MIB = 1 << 20
 OWN_SHARE_TARGET_MIB = 11.0
-"""DESIGN principle 14: the run phase's RSS above the floor row, the supervisor's own share."""
+"""docs/architecture.md, rule 11: the run phase's RSS above the floor row, the supervisor's own
+share."""
 CPU_TARGET_PCT = 0.1
 OWN_SHARE = "supervisor's own share, max RSS above its floor (the reference row with grpc)"
 
@@ -67,7 +68,8 @@ def _mib(size: int) -> float:
 
 
 def memory_rows(label: str, rss_max_mib: float, floor_mib: float) -> list[Row]:
-    """The run phase's memory as judged (DESIGN principle 14): its max RSS shown, its share
+    """The run phase's memory as judged (docs/architecture.md, rule 11): its max RSS shown, its
+    share
     above the floor row held to ``OWN_SHARE_TARGET_MIB``."""
     return [
         info(f"{label}: supervisor max RSS", rss_max_mib, "MiB"),

@@ -21,7 +21,7 @@ each run was judged, to say which one failed there.
 The simulator is not the projection model: it synthesizes by processor sharing with its own
 contention curve, proves on GPUs whose workers take turns, with CPU work around the GPU
 (docs/simulator.md); the projections scale the measured rate by each stage's measured load and
-cuzk.md §3's table (``core.boundproject``).
+docs/daemon.md (figures)'s table (``core.boundproject``).
 
 The sampling row runs the quiet lifecycle with the status sampler on (its field cadence scaled to
 the time scale, 0.04 s at the fastest) and off, and compares each rate's error against the

@@ -68,7 +68,7 @@ async def _supervised(body: Body, cleanup_grace_s: float, keep: tuple[int, ...])
     for pid in keep:
         reaper.own(pid)
     reaper.start()
-    # The daemon is not registered with the forwarder: it hangs on SIGINT (cuzk.md §2), so it
+    # The daemon is not registered with the forwarder: it hangs on SIGINT (docs/daemon.md), so it
     # is stopped by its owner with SIGTERM, a grace period, then SIGKILL, whatever we received.
     signals = pid1.SignalForwarder()
     signals.start()

@@ -1,6 +1,6 @@
 """A scripted manager for the manager client's tests: a
 :class:`~cuzk_supervisor.adapters.manager.wire.FunctionTransport` handler that answers like the
-real manager (reference/manager-api.md) unless a test queues failures for a path: a status code
+real manager (docs/manager-api.md) unless a test queues failures for a path: a status code
 (with the manager-like JSON ``{"error": "scripted"}``), a ``(status, body)`` pair (a dict is
 JSON, a str is plain text, an :class:`HttpAnswer` is sent as it is), or a transport error to
 raise (no answer: refused, timed out, dropped). Backoff is shrunk to milliseconds (``FAST``).
@@ -42,7 +42,7 @@ GONE = {
     "/bench-done": {"error": "instance not found"},
     "/running": {"error": "instance not found or already killed"},
 }
-"""The manager's own 404 bodies (reference/manager-api.md)."""
+"""The manager's own 404 bodies (docs/manager-api.md)."""
 FULL_LOGS: dict[str, Any] = {
     "log_push_early_interval_s": 0.5,
     "log_push_interval_s": 0.5,

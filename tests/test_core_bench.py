@@ -205,7 +205,8 @@ def closed_loop(workers: int, proofs: int) -> Stretch:
 def test_a_lumpy_pipelines_drain_is_left_out_of_the_rate():
     """Once submitting ends, each completion is no longer replaced: the interval after it runs
     with fewer proofs in flight, whose partitions synthesize faster with fewer others beside
-    them (the simulator, cuzk.md §3) and break the cycle of a 7-worker pipeline: left out."""
+    them (the simulator, docs/daemon.md (figures)) and break the cycle of a 7-worker pipeline: left
+    out."""
     stretch = closed_loop(7, 24)
     done = stretch.completions
     assert stretch.drained == {len(done) - 1}

@@ -52,7 +52,8 @@ def test_a_12_worker_machine_synthesizing_flat_out_is_synthesis_bound() -> None:
     assert {s.synth_max for s in samples} == {26}  # the budget over 9 GiB: never the limiter
     verdict = judge(samples, shape, rate_per_hour=85.0)
     assert verdict.bound is Bound.SYNTHESIS, verdict.reason
-    assert verdict.limit == "memory-bandwidth"  # 12 workers: cuzk.md §3 shows no gain past 10
+    # 12 workers: docs/daemon.md's measured figures show no gain past 10.
+    assert verdict.limit == "memory-bandwidth"
     e = verdict.evidence
     assert (e.partition_workers, e.max_concurrent) == (12, 26)
     assert e.synthesis_load == pytest.approx(1.0)

@@ -1,4 +1,5 @@
-"""Fleet manners, the pure decisions (DESIGN.md principle 9, issue 22): the shared backoff and the
+"""Fleet manners, the pure decisions (docs/architecture.md, rule 7, issue 22): the shared backoff
+and the
 ``Retry-After`` it honours, jittered timers, the drain's pace, and what counts as evidence of a
 kill in a ``GET /status`` answer."""
 

@@ -1,4 +1,4 @@
-"""core/ is pure (DESIGN.md principle 1): it imports nothing from the rest of the package and
+"""core/ is pure (docs/architecture.md, rule 1): it imports nothing from the rest of the package and
 nothing that does I/O, reads a clock or draws random numbers.
 
 Every module of cuzk_supervisor/core is parsed (not imported) and each import checked against an
@@ -162,7 +162,8 @@ def _sim_imports(source: str, module: str) -> list[str]:
 
 
 def test_only_the_simulator_and_the_sim_command_import_the_simulator() -> None:
-    """DESIGN.md's layout: the product's wiring does not import the simulator; ``sim`` (and
+    """docs/architecture.md's layout: the product's wiring does not import the simulator; ``sim``
+    (and
     ``cli.simhandoff``) hand its probes in through the composition root
     (``cuzk_supervisor.compose``)."""
     problems = []

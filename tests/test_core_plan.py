@@ -106,7 +106,8 @@ def test_rule_text_names_the_formula_and_the_limit():
 def test_100_gib_cgroup_on_2_tb_host_plans_from_100_gib():
     result = plan_workers(PlanInputs(TB2, 100 * GIB, gpu_ok), DEFAULT)
     as_host = plan_workers(PlanInputs(100 * GIB, None, gpu_ok), DEFAULT)
-    # The measured peak at 1 worker is 104 GiB (cuzk.md §3): refusing 100 GiB is right.
+    # The measured peak at 1 worker is 104 GiB (docs/daemon.md (figures)): refusing 100 GiB is
+    # right.
     assert isinstance(result, PlanRefusal)
     assert isinstance(as_host, PlanRefusal)
     assert result.limit.bound_by == "cgroup"

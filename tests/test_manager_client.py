@@ -1,5 +1,5 @@
 """The manager client and the durable outbox, against a scripted manager (``scripted``: a
-FunctionTransport answering like the real manager, reference/manager-api.md, with failures a test
+FunctionTransport answering like the real manager, docs/manager-api.md, with failures a test
 queues first). Backoff is shrunk to milliseconds; the retry stops are read on an injected clock
 where a test is about them, so nothing here depends on how fast the machine is.
 """

@@ -1,6 +1,6 @@
 """The committed stubs match the real daemon's wire contract and the committed .proto.
 
-The expected contract below was typed from ``reference/cuzk.md`` section 1, not from the .proto,
+The expected contract below was typed from ``docs/daemon.md``, not from the .proto,
 so a slip in either shows up as a difference here.
 """
 
@@ -204,7 +204,7 @@ def _actual_enums() -> dict[str, dict[str, int]]:
 
 def _diff(kind: str, expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
     problems = [f"{kind} {n} is missing" for n in expected.keys() - actual.keys()]
-    problems += [f"{kind} {n} is not in cuzk.md" for n in actual.keys() - expected.keys()]
+    problems += [f"{kind} {n} is not in docs/daemon.md" for n in actual.keys() - expected.keys()]
     for name in sorted(expected.keys() & actual.keys()):
         if expected[name] != actual[name]:
             want, got = expected[name], actual[name]

@@ -1,4 +1,4 @@
-"""Pure decisions: plain data in, plain data out; no clock, no I/O (DESIGN.md, principle 1).
+"""Pure decisions: plain data in, plain data out; no clock, no I/O (docs/architecture.md, rule 1).
 
 One policy a module:
 

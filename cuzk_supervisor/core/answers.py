@@ -1,11 +1,11 @@
 """What an answer from the manager's URL means (pure): the manager's own word, or weather.
 
-DESIGN.md principle 9: one manager serves the whole fleet, usually behind a reverse proxy, and a
-proxy answers with its own pages while it reloads, points at a wrong upstream or a WAF rule
+docs/architecture.md, rule 7: one manager serves the whole fleet, usually behind a reverse proxy,
+and a proxy answers with its own pages while it reloads, points at a wrong upstream or a WAF rule
 fires: an nginx ``404 Not Found`` HTML page, Go's plain ``404 page not found``, an empty 404,
 401/403/405/413/429, 502/503 pages, a 200 maintenance page. If such a page ended a machine, one
 proxy misstep would end every healthy machine of the fleet within minutes. So only the
-manager's own word is final (``reference/manager-api.md``: its errors are JSON
+manager's own word is final (``docs/manager-api.md``: its errors are JSON
 ``{"error": "<msg>"}``; a wrong method is a plain-text 405):
 
 - **gone**: a 404 whose body is the manager's JSON error with the text it gives for an unknown
@@ -44,7 +44,7 @@ GONE_TEXTS: Mapping[str, str] = {
     "/running": "instance not found or already killed",
 }
 """The manager's 404 texts for an instance it does not know, or killed (``/running``), per
-endpoint (``reference/manager-api.md``); the sim manager answers the same."""
+endpoint (``docs/manager-api.md``); the sim manager answers the same."""
 
 
 class Meaning(Enum):

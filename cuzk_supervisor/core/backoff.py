@@ -1,6 +1,6 @@
 """One backoff per manager, shared by every call, and the ``Retry-After`` it honours (pure).
 
-DESIGN.md principle 9 ("Fleet manners"): the whole fleet talks to one manager. A backoff that
+docs/architecture.md, rule 7 ("Fleet manners"): the whole fleet talks to one manager. A backoff that
 restarts at every call brings most of the fleet back within the same few seconds after an
 outage and keeps it bunched; so the supervisor keeps ONE :class:`SharedBackoff` per manager:
 

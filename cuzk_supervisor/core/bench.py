@@ -62,7 +62,7 @@ class BenchPolicy:
     loop of ours does not leave the daemon idle (issue 42: with one, a supervisor reading 50,000
     log lines a second still left a 12-worker daemon idle 7 % of the bench and cost 2.4 %;
     with two, none; bench/supervisor_delays.py). The daemon admits partitions by its
-    workers (or memory budget), not by jobs queued (cuzk.md: queued jobs wait as pending
+    workers (or memory budget), not by jobs queued (docs/daemon.md: queued jobs wait as pending
     partitions), so this costs their inputs in its memory, never a partition more at once."""
     safety: float = 1.25
     """Estimated times are stretched by this before they are compared with the budget."""
@@ -216,7 +216,8 @@ class Stretch:
         # The wait a late submission puts in an interval is at most its lateness: an interval
         # longer than usual by more than that is long for another reason and counts (a pipeline
         # whose workers do not divide the partitions runs in lumps, a longer interval every few
-        # by design, cuzk.md §3, which the median and its deviation take for an outlier).
+        # by design, docs/daemon.md (figures), which the median and its deviation take for an
+        # outlier).
         slack = INFLATED_SHARE * usual
         return drain | {
             j
@@ -229,8 +230,8 @@ class Stretch:
         """The intervals of a lumpy pipeline's drain, left out of the rate. Once submitting
         ends, a completion is no longer replaced and the interval after it runs with fewer
         than ``concurrency`` proofs in flight: the last proof's partitions share the machine
-        with fewer others (cuzk.md §3) and break the cycle of a pipeline whose workers do not
-        divide the partitions, whose rate is measured over whole cycles
+        with fewer others (docs/daemon.md (figures)) and break the cycle of a pipeline whose
+        workers do not divide the partitions, whose rate is measured over whole cycles
         (:func:`~cuzk_supervisor.core.benchrate.cycle`): on the simulator a 7-worker stretch
         stopped 'known' at ±0.55 % and reported ±2.5 % with its drain. A pipeline without a
         cycle keeps it: there the drain is one more interval like the others, and leaving it

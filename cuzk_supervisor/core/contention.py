@@ -1,10 +1,10 @@
 """How partition synthesis slows as more partitions share the machine, as measured upstream
-(``reference/cuzk.md`` §3: one RTX 5070 Ti, 512 GiB host): seconds per proof at 1, 2, 5, 7, 10
+(``docs/daemon.md``: one RTX 5070 Ti, 512 GiB host): seconds per proof at 1, 2, 5, 7, 10
 and 12 partition workers with the pipeline kept full.
 
 The rate between the table's rows is interpolated linearly; past its last row the rate stays
-at that row's (the table's plateau: 10 and 12 workers measured the same; cuzk.md says more than
-~16 is slower, with no figure). Pure numbers.
+at that row's (the table's plateau: 10 and 12 workers measured the same; docs/daemon.md says more
+than ~16 is slower, with no figure). Pure numbers.
 """
 
 from __future__ import annotations

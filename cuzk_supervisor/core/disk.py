@@ -16,7 +16,7 @@ from cuzk_supervisor.core.units import GIB
 
 PCE_FILES_BYTES = 25 * GIB
 """The budget release writes ~25 GiB of PCE files into ``[srs] param_cache`` on its first proof
-(cuzk.md §2); the workers release keeps its PCE there too."""
+(docs/daemon.md); the workers release keeps its PCE there too."""
 
 PARAMS_BYTES = 100 * GIB
 """The 32 GiB-sector proof parameters (and their caches) are over 100 GiB on disk once fetched;

@@ -1,4 +1,4 @@
-"""What a daemon exit *was*, as a value (DESIGN.md principle 7: failures are values).
+"""What a daemon exit *was*, as a value (docs/architecture.md, rule 5: failures are values).
 
 Pure: the facts are gathered by ``daemon.py`` (return code, whether it was ever ready, whether we
 asked it to stop, the cgroup's ``oom_kill`` counter before and after, the memory watcher's hint);

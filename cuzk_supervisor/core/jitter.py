@@ -1,7 +1,7 @@
 """Jittered periodic timers (pure): a fleet started from one image must not tick in step.
 
-DESIGN.md principle 9: machines started in the same second would otherwise poll the manager in
-the same second of every interval, forever. Every periodic manager-facing timer (the status
+docs/architecture.md, rule 7: machines started in the same second would otherwise poll the manager
+in the same second of every interval, forever. Every periodic manager-facing timer (the status
 line, the kill look-up, the ``/running`` ping, the log flush) therefore
 
 - fires its first tick at a uniformly random point of its interval (:func:`first_delay`), and

@@ -1,7 +1,7 @@
 """What the log shipper may push, turn by turn (pure): a budget of requests and bytes a minute,
 and which lines of each source fit it.
 
-DESIGN.md principle 9: a machine's log traffic must not depend on what its children write. A
+docs/architecture.md, rule 7: a machine's log traffic must not depend on what its children write. A
 fetch that prints a progress line per block, or a daemon that writes 1,000 lines a second,
 would otherwise cost the manager as much as they write (and the manager keeps 10,000 lines an
 instance, in memory, for ever). So the shipper pushes in **turns**, one every ``interval_s``

@@ -1,10 +1,10 @@
 """What a worker plan is made from: the memory figures (:class:`MemoryPolicy`), what was measured
 (:class:`PlanInputs`) and the limit they give (:class:`EffectiveLimit`). Incident I4; the figures
-are from reference/cuzk.md §2 and §3.
+are from docs/daemon.md.
 
-The limit is the lower of host RAM and the cgroup limit (the container is not the host, DESIGN.md
-principle 8), less a safety margin; every number carries its reason. The plan itself is
-:mod:`cuzk_supervisor.core.plan`. Pure: no I/O.
+The limit is the lower of host RAM and the cgroup limit (the container is not the host,
+docs/architecture.md principle 8), less a safety margin; every number carries its reason. The plan
+itself is :mod:`cuzk_supervisor.core.plan`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ class MemoryPolicy:
 
     Safety margin: ``max(safety_margin_fraction × bound, safety_margin_min_gib)`` where the bound
     is ``min(host, cgroup)``. The default 25 % is not a guess about other processes: it is the
-    measured error of the rule of thumb. At 12 workers cuzk.md §3 measured a peak of 373–400 GiB
-    where ``69 + 20 × 12`` says 309 GiB (up to 91 GiB, 23 % of 400, more), and a 125 GB machine
-    was OOM-killed at the rule's 2 workers (incident I4). With 25 % the plan for 128, 256, 384
-    and 512 GiB hosts is 1, 6, 10, 12 workers: the published 2, 7, 10, 12 or one fewer, never
+    measured error of the rule of thumb. At 12 workers docs/daemon.md (figures) measured a peak of
+    373–400 GiB where ``69 + 20 × 12`` says 309 GiB (up to 91 GiB, 23 % of 400, more), and a 125 GB
+    machine was OOM-killed at the rule's 2 workers (incident I4). With 25 % the plan for 128, 256,
+    384 and 512 GiB hosts is 1, 6, 10, 12 workers: the published 2, 7, 10, 12 or one fewer, never
     more. A 5 % (or 13 GiB) margin would plan 8 on 256 GiB and 12 on 384 GiB, more than
     published; no linear rule with any margin fraction reproduces 2, 7, 10, 12 exactly, and with
     69 + 20 × W only fractions in (24.7 %, 26.2 %] give "published or one fewer" on all four.
@@ -51,7 +51,8 @@ class MemoryPolicy:
     per_worker_gib: float = 20.0
     """Peak RSS added per partition worker (rule of thumb, workers release)."""
     max_workers: int = 12
-    """More partition workers than this is no faster (memory bandwidth, cuzk.md §3)."""
+    """More partition workers than this is no faster (memory bandwidth, docs/daemon.md
+    (figures))."""
     warmup_workers: int = 2
     """Workers for the warmup proof, which builds the PCE cache (slow; keep it small)."""
     gpu_vram_need_gib: float = 12.0

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE
 
-# Manager instance states (reference/manager-api.md, "States and timeouts").
+# Manager instance states (docs/manager-api.md, "States and timeouts").
 KILLED = "killed"
 PAST_PARAMS = frozenset({"params_done", "bench_done", "running"})
 PAST_BENCH = frozenset({"bench_done", "running"})
@@ -105,9 +105,9 @@ def listing_problem(listing: Any) -> str | None:
 def gone_reason(record: Mapping[str, Any] | None) -> str | None:
     """Why the manager's ``record`` of this instance says it is finished, or None.
 
-    A kill is concluded only from positive evidence (DESIGN.md principle 9): the record in state
-    ``killed``. A record missing from one listing (``record`` None) is NOT evidence: a proxy, a
-    cache or a manager restarted on an empty database say that too, while the real manager may
+    A kill is concluded only from positive evidence (docs/architecture.md, rule 7): the record in
+    state ``killed``. A record missing from one listing (``record`` None) is NOT evidence: a proxy,
+    a cache or a manager restarted on an empty database say that too, while the real manager may
     still hold us as ``params_done`` and time us out if we stop. Whether the manager still
     knows us is learnt from a call about this uuid instead (a 404 "instance not found" on a
     report: ``InstanceGone``)."""
@@ -152,7 +152,7 @@ def _parse_stamp(text: str) -> datetime | None:
 
 
 ROW_BYTES = 290
-"""About what one instance's row of ``GET /status`` costs (reference/manager-api.md)."""
+"""About what one instance's row of ``GET /status`` costs (docs/manager-api.md)."""
 
 
 def table_read_skipped(runner_id: int | None, max_rows: int) -> str | None:

@@ -28,7 +28,7 @@ from cuzk_supervisor.core.units import GIB
 # Phases in which a step-down retries the warmup plan (the PCE is not built yet).
 WARMUP_PHASES = frozenset({"plan", "warmup"})
 PARTITIONS_PER_POREP = 10
-"""A 32 GiB PoRep proof's partitions (cuzk.md), each synthesized on one partition worker."""
+"""A 32 GiB PoRep proof's partitions (docs/daemon.md), each synthesized on one partition worker."""
 
 
 def proofs_running(phase: str, bench_in_flight: int | None, *, daemon_running: bool) -> int:
@@ -61,7 +61,7 @@ def relaunch_workers(phase: str, *, full_workers: int, warmup_workers: int) -> i
 def model_partition_bytes(policy: MemoryPolicy, memory_scale: float) -> float:
     """The plan's figure for one synthesizing partition, in measured bytes: what the daemon
     reserves per PoRep partition (``budget_partition_gib``, 14 GiB, the low end of the 14-16 GiB
-    cuzk.md measured), over the plan's bytes per measured byte (the simulator's scale).
+    docs/daemon.md measured), over the plan's bytes per measured byte (the simulator's scale).
 
     Not the rule of thumb's 20 GiB per worker: that is the whole pipeline's peak with the rule's
     own error, and would overrule a partition that was measured to take less."""

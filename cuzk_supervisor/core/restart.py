@@ -4,7 +4,7 @@ The shape follows the kubelet's crash-loop backoff (exponential, capped, reset a
 run) with tenacity's habit of making the strategy a printable, comparable value. A crash loop
 (too many failures too close together) is a verdict, not a longer sleep: the caller reports it.
 
-Pure (DESIGN.md principle 1): the time (a monotonic clock reading, in seconds) and the random
+Pure (docs/architecture.md, rule 1): the time (a monotonic clock reading, in seconds) and the random
 draw for the jitter are arguments, so every function can be tested without processes or clocks.
 """
 

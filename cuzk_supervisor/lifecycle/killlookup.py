@@ -1,7 +1,7 @@
 """The manager's view of this instance: the look-ups of a kill from the dashboard and the
 ``/running`` ping, as the base of the reporter (``reporting.Reporter``).
 
-How a kill is found, at a cost per machine that does not grow with the fleet (DESIGN.md
+How a kill is found, at a cost per machine that does not grow with the fleet (docs/architecture.md
 principle 9; docs/manager.md): in the run phase the repeated ``/running`` (every
 ``running_ping_interval_s``, jittered) answers the manager's 404 once the record is killed;
 before ``/bench-done`` and at a resume, one read of the whole table (``GET /status``), and after

@@ -1,8 +1,8 @@
 """The phase machine: register, params, plan, warmup, restart, settle, bench, report, run.
 
-The only module that knows the order of phases (DESIGN.md); it reads top to bottom in that order.
-The paths that end a run (a failure, the manager's kill, a verdict that stands) are its base's,
-:class:`~cuzk_supervisor.lifecycle.endings.RunEndings`. Everything
+The only module that knows the order of phases (docs/architecture.md); it reads top to bottom in
+that order. The paths that end a run (a failure, the manager's kill, a verdict that stands) are its
+base's, :class:`~cuzk_supervisor.lifecycle.endings.RunEndings`. Everything
 it does to the world goes through a collaborator it is given (:mod:`.ports`; built in the
 composition root, :mod:`cuzk_supervisor.compose`). Every transition is written to the state file
 before anyone is told, logged, and shipped to the manager's log endpoint. Failures are values

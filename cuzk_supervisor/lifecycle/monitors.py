@@ -1,8 +1,8 @@
 """The monitors: the status line (and, with it, the kill look-up and the /running ping), the GPU
 samples, and the memory watch turned into memory trouble.
 
-The status loop is jittered (DESIGN.md principle 9): its first tick falls at a random point of
-``status_interval_s`` and each later one is varied by ``± manager_jitter``, so a fleet started
+The status loop is jittered (docs/architecture.md, rule 7): its first tick falls at a random point
+of ``status_interval_s`` and each later one is varied by ``± manager_jitter``, so a fleet started
 together does not push its status lines, ping or look up kills in the same second.
 
 Each is one long-running task the phase machine starts beside itself (:meth:`Monitors.loops`)

@@ -94,7 +94,7 @@ class ProvingEngineServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Prove(self, request, context):
-        """Submit + Await in one long call. The supervisor never uses it (see DESIGN.md, principle 4).
+        """Submit + Await in one long call. The supervisor never uses it (see docs/architecture.md, rule 3).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -30,8 +30,9 @@ NAN = math.nan
 # The classic text format (serve.exposition writes it).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# The lifecycle's phases in order (DESIGN.md); each gets a series up front so a dashboard sees
-# every phase at 0 before the first transition. An unknown name still works (added on the fly).
+# The lifecycle's phases in order (docs/architecture.md); each gets a series up front so a
+# dashboard sees every phase at 0 before the first transition. An unknown name still works (added
+# on the fly).
 PHASES: tuple[str, ...] = (
     "start",
     "register",

@@ -1,7 +1,7 @@
 """Virtual time for asyncio: an event loop whose clock jumps to its next timer whenever every
 task is waiting on timers only, so an hour of a supervisor's life (or of a fleet of them) runs
 in the CPU time it costs, through the product's own code and its one injected clock
-(DESIGN.md principle 12: no patched ``time`` module).
+(docs/architecture.md, rule 9: no patched ``time`` module).
 
 - :class:`VirtualClock` is the clock: ``monotonic()`` (the loop's ``time()``) and ``time()``
   (a wall clock that moves with it). Hand ``clock.monotonic`` and ``clock.time`` to what

@@ -1,4 +1,4 @@
-"""The simulated manager's HTTP API against ``reference/manager-api.md``, over real HTTP to a
+"""The simulated manager's HTTP API against ``docs/manager-api.md``, over real HTTP to a
 real process. One process serves the module; each test uses its own labels."""
 
 from __future__ import annotations

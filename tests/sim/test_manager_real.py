@@ -1,5 +1,5 @@
 """The simulated manager against what the real (Go) manager was seen to do
-(``reference/manager-api.md``, "More of the real manager's behaviour"), each point over real
+(``docs/manager-api.md``, "More of the real manager's behaviour"), each point over real
 HTTP to a real process: the dashboard's kill, the failed bench's record, the monitor's sweep
 (timeouts, the platform's instance list, bad hosts), the instance-log buffer, ``/status``'s
 order and formats, the manager's own log, and the real status codes and texts."""

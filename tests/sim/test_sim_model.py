@@ -1,4 +1,5 @@
-"""The pure timing model: the cuzk.md §3 table, the long-run rate, the first-proof figures."""
+"""The pure timing model: the docs/daemon.md (figures) table, the long-run rate, the first-proof
+figures."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from cuzk_supervisor.sim.daemon.pipeline import (
     simulate_closed_loop,
 )
 
-# cuzk.md §3: partition_workers -> (seconds per proof, GPU workers), measured upstream.
+# docs/daemon.md (figures): partition_workers -> (seconds per proof, GPU workers), measured
+# upstream.
 TABLE = {1: (290.0, 1), 2: (152.0, 1), 5: (68.4, 1), 7: (53.3, 1), 10: (42.5, 2), 12: (42.5, 2)}
 
 

@@ -90,7 +90,7 @@ def test_a_finished_id_gets_its_stored_result_at_once_and_a_later_job_overwrites
     assert proved.result == first
     assert 'cuzk_sim_submissions_total{request_id="x"} 1' in sim.metrics()  # Prove added none
     # SubmitProof with the same id enqueues a new job (no de-duplication); its result, when it
-    # ends, overwrites the stored one (reference/cuzk.md, "Finished and running ids").
+    # ends, overwrites the stored one (docs/daemon.md, "Finished and running ids").
     stub.SubmitProof(submit_request("x"), timeout=5)
     sim.wait_for_line(r"proof completed job_id=x ")
     later = stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5)
@@ -101,7 +101,7 @@ def test_a_finished_id_gets_its_stored_result_at_once_and_a_later_job_overwrites
 def test_prove_with_a_running_id_proves_again_and_the_first_to_finish_answers(
     tmp_path: Path, sim_factory: Callable[..., SimProcess]
 ) -> None:
-    """The real engine (reference/cuzk.md): a Prove under an id still running enqueues a second
+    """The real engine (docs/daemon.md): a Prove under an id still running enqueues a second
     job; every caller waiting under the id gets the first to finish; the second overwrites the
     stored result. (The simulator used to answer it from the running job: kinder than the field.)"""
     # The first proof ~3 s (longer on a slow machine): still running when the Prove arrives, an

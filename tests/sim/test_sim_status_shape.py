@@ -1,4 +1,4 @@
-"""The simulated daemon's ``GET /status`` in the real daemon's shape (``reference/cuzk.md``,
+"""The simulated daemon's ``GET /status`` in the real daemon's shape (``docs/daemon.md``,
 "Optional HTTP status listener"), and the switches that make it GPU- or synthesis-bound."""
 
 from __future__ import annotations

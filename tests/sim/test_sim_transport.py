@@ -1,4 +1,4 @@
-"""tonic's transport rules in the sim process (cuzk.md "Transport behaviour"): a server-side
+"""tonic's transport rules in the sim process (docs/daemon.md "Transport behaviour"): a server-side
 deadline from the client's grpc-timeout (CANCELLED "Timeout expired", early with
 ``cancel-early``), ``cancel`` for one call, and ``freeze`` (open but silent connections),
 distinct from ``hang``."""

@@ -1,7 +1,7 @@
 """The log-push wire format (pure): how lines become ``POST /api/log-push`` bodies.
 
 The manager reads only the first 256 KiB of a body and splits it on newlines
-(reference/manager-api.md): lines are normalised and packed so that nothing is dropped.
+(docs/manager-api.md): lines are normalised and packed so that nothing is dropped.
 """
 
 from __future__ import annotations

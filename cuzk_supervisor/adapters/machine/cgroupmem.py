@@ -4,7 +4,7 @@ page cache, OOM counters and, on v2, its PSI. Pure functions turn the files' tex
 sample; :func:`read_oom_kill_count` reads the one counter the daemon's exit classification needs.
 
 Why the cgroup and not only psutil: inside a container ``/proc/meminfo`` shows the host, while
-the kernel OOM-kills at the cgroup limit (incident I4, DESIGN principle 8).
+the kernel OOM-kills at the cgroup limit (incident I4, docs/architecture.md, rule 6).
 """
 
 from __future__ import annotations

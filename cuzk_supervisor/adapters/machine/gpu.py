@@ -1,7 +1,7 @@
 """The GPUs as the supervisor sees them: plain values, the probe's interface, fixed devices.
 
-Three probes stand behind one small interface (DESIGN principle 9: no GPU needed to test), each
-in a module of its own so that a run loads only the one its ``gpu_probe`` names (the
+Three probes stand behind one small interface (docs/architecture.md, rule 7: no GPU needed to
+test), each in a module of its own so that a run loads only the one its ``gpu_probe`` names (the
 composition root builds it, ``compose.host_gpu_probe``):
 
 - ``gpunvml.NvmlProbe``: the real thing, through NVML (the ``pynvml`` module of nvidia-ml-py,

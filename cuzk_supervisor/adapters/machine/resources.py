@@ -14,7 +14,7 @@ cgroup mounts live under) is a parameter so tests feed fixture folders. GPUs liv
 ``cuzk_supervisor.adapters.machine.gpu``.
 
 Why the cgroup and not only psutil: inside a container ``/proc/meminfo`` shows the host, while
-the kernel OOM-kills at the cgroup limit (incident I4, DESIGN principle 8).
+the kernel OOM-kills at the cgroup limit (incident I4, docs/architecture.md, rule 6).
 """
 
 from __future__ import annotations

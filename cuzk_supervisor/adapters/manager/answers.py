@@ -2,7 +2,7 @@
 this reads the body): the manager's answer, its word that the instance is gone
 (:class:`InstanceGone`), its word that our request is wrong (:class:`ManagerRejected`), or
 weather (:class:`Weather`, retried). A 2xx whose body is not the answer the API defines
-(reference/manager-api.md) is a :class:`BadAnswer`: a proxy's page, weather too.
+(docs/manager-api.md) is a :class:`BadAnswer`: a proxy's page, weather too.
 """
 
 from __future__ import annotations

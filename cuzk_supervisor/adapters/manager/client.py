@@ -1,6 +1,6 @@
-"""Client of the fleet manager (reference/manager-api.md) and the durable outbox of reports.
+"""Client of the fleet manager (docs/manager-api.md) and the durable outbox of reports.
 
-Rules (DESIGN.md principles 5, 6 and 9, incidents I2 and I5):
+Rules (docs/architecture.md, rule 3, 6 and 9, incidents I2 and I5):
 
 - Every call is bounded: short HTTP timeouts (:class:`ManagerTimeouts`) and, per call, a retry
   stop (:class:`ManagerRetry`). Requests go over one persistent connection per manager
@@ -257,7 +257,7 @@ class ManagerClient:
         """``POST /bench-done``. A failed verdict is a value; the manager destroys the instance."""
         payload = {"uuid": uuid, "rate": rate}
         if self.transport is None:
-            # A rate 0 is the failure report (reference/manager-api.md): never a pass.
+            # A rate 0 is the failure report (docs/manager-api.md): never a pass.
             failure = not rate > 0
             note = (
                 "no manager configured: the failure report (rate 0) was not sent"

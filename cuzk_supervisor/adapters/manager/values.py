@@ -66,7 +66,7 @@ class ManagerRetry:
     backoff_max_s: float = 120.0
     """Longest wait between two attempts (a ``Retry-After`` may ask for longer). Long enough
     that a fleet of thousands probing a manager that is away stays near its steady request
-    rate, and comes back spread over it (DESIGN.md principle 9)."""
+    rate, and comes back spread over it (docs/architecture.md, rule 7)."""
     retry_after_max_s: float = 600.0
     """Longest ``Retry-After`` honoured (429/503); a longer one is cut to this."""
     register_stop_s: float = 300.0

@@ -1,6 +1,6 @@
 """Async gRPC client for the cuzk proving daemon: submit, then short awaits, retried on purpose.
 
-The rules (DESIGN.md principles 4 and 5, incidents I1 and I3):
+The rules (docs/architecture.md, rule 3 and 5, incidents I1 and I3):
 
 - No long RPC. A proof is one ``SubmitProof`` (returns at once) and then ``AwaitProof`` calls, each
   cut by *our* short deadline: the real server ignores ``timeout_ms`` and would hold the call for

@@ -24,8 +24,8 @@ from cuzk_supervisor.proto import proving_pb2 as pb
 SECTOR_SIZE_32GIB = 32 * 1024**3
 # Filecoin's PoRep sector sizes: 2 KiB, 8 MiB, 512 MiB (test networks), 32 GiB and 64 GiB.
 SECTOR_SIZES = (2 << 10, 8 << 20, 512 << 20, SECTOR_SIZE_32GIB, 64 << 30)
-# The daemon's gRPC server takes messages of at most 128 MiB (cuzk.md); the C1 bytes travel as
-# the request's vanilla_proof, so the file must leave room for the request's other fields.
+# The daemon's gRPC server takes messages of at most 128 MiB (docs/daemon.md); the C1 bytes travel
+# as the request's vanilla_proof, so the file must leave room for the request's other fields.
 DAEMON_MESSAGE_LIMIT_BYTES = 128 << 20
 C1_MAX_BYTES = DAEMON_MESSAGE_LIMIT_BYTES - (64 << 10)
 _UINT64_MAX = (1 << 64) - 1

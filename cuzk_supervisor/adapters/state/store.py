@@ -1,6 +1,6 @@
 """The durable state file: one versioned JSON document that survives a container restart.
 
-Rules (DESIGN.md principle 6, "durable before visible"):
+Rules (docs/architecture.md, rule 4, "durable before visible"):
 
 - A save is atomic and durable: the document goes to a temp file in the same folder, the file is
   flushed and fsynced, ``os.replace`` puts it in place, then the folder is fsynced so the rename

@@ -54,7 +54,8 @@ from cuzk_supervisor.sim.machine.gpustate import FILE as GPU_FILE
 
 # Simulated parameter files: small, but written at a pace that shows progress.
 SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
-# The demo's machine has RAM enough for the most workers the plan allows (cuzk.md: 512+ → 12).
+# The demo's machine has RAM enough for the most workers the plan allows (docs/daemon.md: 512+ →
+# 12).
 DEMO_HOST_GIB = 512.0
 # The demo's label has the platform's form (C.<instance id>), so a manager's sweep can match it.
 DEMO_LABEL = "C.100000001"

@@ -2,7 +2,7 @@
 
 All durations are simulated seconds and all sizes simulated GiB; the daemon divides durations
 by the time scale and multiplies sizes by the memory scale. Figures come from
-``reference/cuzk.md`` §3 (one RTX 5070 Ti, 512 GiB host).
+``docs/daemon.md`` (one RTX 5070 Ti, 512 GiB host).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ GIB = 1 << 30
 # --- PoRep C2 pipeline -------------------------------------------------------------------
 PARTITIONS_PER_POREP = 10
 # Synthesis: the partitions synthesizing at once share the machine. Alone, one takes
-# SYNTHESIS_ALONE_SECONDS (cuzk.md §3: 290 s a proof at 1 worker). Each other partition
-# synthesizing beside it slows it by CORE_SHARING (cores and caches shared), and together they
-# cannot go faster than the memory bandwidth allows, SYNTHESIS_BANDWIDTH partitions a second
+# SYNTHESIS_ALONE_SECONDS (docs/daemon.md (figures): 290 s a proof at 1 worker). Each other
+# partition synthesizing beside it slows it by CORE_SHARING (cores and caches shared), and together
+# they cannot go faster than the memory bandwidth allows, SYNTHESIS_BANDWIDTH partitions a second
 # (the table's plateau: 42.5 s a proof at 10 and 12 workers). A partition's speed follows the
 # number synthesizing at each moment (``pipeline``: processor sharing), so with W always busy
 # a proof takes 10 * partition_seconds(W) / W: 290, 152, 69.2, 53.4, 42.5, 42.5 s at
@@ -34,7 +34,7 @@ SYNTHESIS_BANDWIDTH = 1 / 4.25
 # context, one mutex), the CUDA work, then the finalization on the CPU (b_g2_msm), which runs
 # after the worker has already moved on to its next partition (engine.rs: split proving). So a
 # GPU proves one partition per GPU_CUDA_SECONDS when its workers keep it fed, and an unqueued
-# partition's gpu_ms is 4 s (cuzk.md §3: 2-4 s of GPU).
+# partition's gpu_ms is 4 s (docs/daemon.md (figures): 2-4 s of GPU).
 GPU_PREP_SECONDS = 0.5
 GPU_CUDA_SECONDS = 3.0
 GPU_FINALIZE_SECONDS = 0.5
@@ -46,7 +46,8 @@ GPU_WORKERS_PER_DEVICE = 2
 # partitions' worth: past that, the partitions synthesizing share it (a third term of
 # partition_seconds), and its CPU busy share is n * SYNTHESIS_CPU_PER_PARTITION / F, at most 1.
 SYNTHESIS_CPU_PER_PARTITION = 0.05
-# The first proof without a PCE is slower in synthesis, then extracts the PCE (cuzk.md §3).
+# The first proof without a PCE is slower in synthesis, then extracts the PCE (docs/daemon.md
+# (figures)).
 NO_PCE_SYNTHESIS_FACTOR = 1.4
 PCE_EXTRACTION_SECONDS = 47.0
 # The first proof after every start is slower again (incident I3); with the factors above the

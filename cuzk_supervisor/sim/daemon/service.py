@@ -1,5 +1,5 @@
 """The ``cuzk.v1.ProvingEngine`` servicer, with the real server's quirks and tonic's transport
-rules (server-side deadlines, keepalive; cuzk.md "Transport behaviour").
+rules (server-side deadlines, keepalive; docs/daemon.md "Transport behaviour").
 
 Every handler passes the hang gate on the way in and on the way out, so after ``hang`` fires
 even a call already waiting is never answered (not even by its server-side deadline).
@@ -189,7 +189,7 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
             finished = self._engine.results.get(job_id) if job_id else None
             if finished is not None:
                 return pb.ProveResponse(result=finished)  # no new proof
-            # An id still running is proved again (reference/cuzk.md, "Finished and running
+            # An id still running is proved again (docs/daemon.md, "Finished and running
             # ids"), and this call is answered by whichever of its jobs finishes first.
             job = await self._submit(request.submit, context)
             return pb.ProveResponse(result=await self._engine.wait(job.job_id))

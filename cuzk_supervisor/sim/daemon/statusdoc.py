@@ -1,5 +1,5 @@
 """``GET /status``: the real daemon's JSON (``cuzk-core/src/status.rs``, engine.rs's
-``detailed_status``; ``reference/cuzk.md``, "Optional HTTP status listener") plus a ``sim`` object.
+``detailed_status``; ``docs/daemon.md``, "Optional HTTP status listener") plus a ``sim`` object.
 
 Each field as the daemon computes it: the tracker's (``sim.daemon.statustrack``) for the pipelines,
 the GPU workers, ``synthesis.active`` and the counters; ``synthesis.max_concurrent`` is the memory
@@ -26,7 +26,7 @@ SNAP_PARTITION_FULL_BYTES = 9 * GIB
 """memory.rs: the smallest partition of any kind (SnapDeals), the divisor of ``max_concurrent``."""
 POREP_PARTITION_FULL_GIB = RESERVED_GIB
 REFERENCE_CONCURRENCY = 2
-"""The bench runs at concurrency 2 (reference/incidents.md I3); other values are labelled."""
+"""The bench runs at concurrency 2 (docs/incidents.md I3); other values are labelled."""
 
 
 def steady_state(engine: Engine, concurrency: int = REFERENCE_CONCURRENCY) -> float:

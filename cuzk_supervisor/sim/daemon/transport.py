@@ -36,7 +36,7 @@ def remove_stale_socket(path: str) -> None:
 
 @dataclass(slots=True)
 class CallRules:
-    """How the server treats a call's own deadline (tonic's rules; cuzk.md "Transport
+    """How the server treats a call's own deadline (tonic's rules; docs/daemon.md "Transport
     behaviour"): a call still running when the client's ``grpc-timeout`` expires is answered
     ``CANCELLED`` "Timeout expired". ``deadline_lead_s`` makes that answer come that many real
     seconds *before* the client's deadline (the ``cancel-early`` fault), so the race between

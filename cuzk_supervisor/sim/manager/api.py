@@ -1,4 +1,4 @@
-"""The real manager's API as the simulated one answers it (``reference/manager-api.md``): one
+"""The real manager's API as the simulated one answers it (``docs/manager-api.md``): one
 handler per endpoint, each with the real texts and its own method check (the mux:
 ``routes``): register, the three reports, ``/runner-id``, ``/status``, bad hosts, log
 push and the logs' reads, the dashboard's kill and deploy, and the dashboard's page.

@@ -1,7 +1,7 @@
 """``python -m cuzk_supervisor.sim.manager --db FILE``: the simulated fleet manager.
 
 A real HTTP server in its own process, with SQLite state, serving the manager API of
-``reference/manager-api.md`` as the real (Go) manager does, quirks included: no
+``docs/manager-api.md`` as the real (Go) manager does, quirks included: no
 authentication; errors as JSON ``{"error": msg}`` with the real texts ("bad request: <Go's
 decode error>", "label is required", "uuid query param required", "X-Instance-UUID header
 required", "machine_id required"), but a plain-text ``method not allowed`` 405 (no ``Allow``

@@ -13,7 +13,7 @@ a proxy that reloads, points at a wrong upstream or trips a WAF rule (``--proxy-
 - ``reset``: the connection reset with no answer at all.
 
 None of them is the manager's word: the real manager's 404 is JSON
-``{"error": "instance not found"}`` (reference/manager-api.md).
+``{"error": "instance not found"}`` (docs/manager-api.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """SQLite state of the simulated fleet manager: instances, the runner-id counter, bad hosts.
 
-The rules are the real manager's (``reference/manager-api.md``); every method is one
+The rules are the real manager's (``docs/manager-api.md``); every method is one
 transaction, so a second sim process on the same file (a restart) sees a consistent state.
 Times are unix seconds in the database (with their fraction, so a scaled-down timeout is
 exact) and whole seconds ``YYYY-MM-DD HH:MM:SS`` (UTC, SQLite's ``CURRENT_TIMESTAMP``, as the
