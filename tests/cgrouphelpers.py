@@ -2,7 +2,7 @@
 command run inside it, its ``oom_kill`` counter, and its removal.
 
 The development machines and CI run as root with writable cgroups (v1 on the current ones), so
-a test can let the kernel's OOM killer act for real (docs/architecture.md, "Tests")::
+a test can let the kernel's OOM killer act for real (docs/development.md, "Development")::
 
     from cgrouphelpers import MemoryCgroup, cgroups_writable
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE
 
-# Manager instance states (docs/manager-api.md, "States and timeouts").
+# Manager instance states (docs/manager-api.md, "States, timeouts and kills").
 KILLED = "killed"
 PAST_PARAMS = frozenset({"params_done", "bench_done", "running"})
 PAST_BENCH = frozenset({"bench_done", "running"})

@@ -90,7 +90,7 @@ def test_a_finished_id_gets_its_stored_result_at_once_and_a_later_job_overwrites
     assert proved.result == first
     assert 'cuzk_sim_submissions_total{request_id="x"} 1' in sim.metrics()  # Prove added none
     # SubmitProof with the same id enqueues a new job (no de-duplication); its result, when it
-    # ends, overwrites the stored one (docs/daemon.md, "Finished and running ids").
+    # ends, overwrites the stored one (docs/daemon.md, "Transport behaviour").
     stub.SubmitProof(submit_request("x"), timeout=5)
     sim.wait_for_line(r"proof completed job_id=x ")
     later = stub.AwaitProof(pb.AwaitProofRequest(job_id="x"), timeout=5)
