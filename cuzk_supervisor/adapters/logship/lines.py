@@ -11,6 +11,8 @@ import json
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from cuzk_supervisor.core.lineclass import event_is_milestone
+
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.logship.shipper import LogShipper
 
@@ -52,8 +54,10 @@ def event_to_line(event_dict: Mapping[str, Any]) -> str:
 def shipping_processor(
     shipper: LogShipper, source: str = SUPERVISOR_SOURCE
 ) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
-    """A structlog processor feeding every event but :data:`NOT_SHIPPED` to ``shipper``; the
-    event passes unchanged.
+    """A structlog processor feeding every event but :data:`NOT_SHIPPED` to ``shipper``, a
+    milestone or a routine line by its level and name
+    (:func:`~cuzk_supervisor.core.lineclass.event_is_milestone`), its kind the event's name;
+    the event passes unchanged.
 
     Put it after ``add_log_level`` and ``TimeStamper`` and before the renderer.
     """
@@ -61,11 +65,13 @@ def shipping_processor(
     def processor(
         logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
-        if event_dict.get("event") in NOT_SHIPPED:
+        event = str(event_dict.get("event"))
+        if event in NOT_SHIPPED:
             return event_dict
         # Logging must never fail because of shipping.
         with contextlib.suppress(Exception):
-            shipper.add_line(source, event_to_line(event_dict))
+            milestone = event_is_milestone(event, str(event_dict.get("level", method_name)))
+            shipper.add_line(source, event_to_line(event_dict), milestone=milestone, kind=event)
         return event_dict
 
     return processor
