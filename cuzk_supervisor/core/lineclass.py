@@ -2,7 +2,8 @@
 (the name a summary counts it under). DESIGN.md principle 13; the selection that uses it is
 :mod:`cuzk_supervisor.core.logselect`.
 
-- The supervisor's own events: a warning or an error is a milestone, and so is every event of
+- The supervisor's own events: a warning or an error is a milestone (but
+  :data:`ROUTINE_WARNINGS`), and so is every event of
   :data:`MILESTONE_EVENTS` (phase transitions, reports, verdicts, the daemon's start, ready and
   exit, the fetch's end, health changes); the rest (progress, status, per-proof events) is
   routine, its kind the event's name.
@@ -30,6 +31,9 @@ MILESTONE_EVENTS = frozenset({
 })  # fmt: skip
 """Info-level events that are milestones: what happened to this machine, in order."""
 MILESTONE_LEVELS = frozenset({"warning", "warn", "error", "critical", "exception", "fatal"})
+ROUTINE_WARNINGS = frozenset({"child.output_suppressed"})
+"""Warnings that are routine lines all the same: about a child's chatter, as many as it writes
+(the lines they count are in the child's own tab and summary)."""
 
 _LEVEL = re.compile(r"^\S*\s*(ERROR|WARN|INFO|DEBUG|TRACE)\b")
 """tracing's default format (``<timestamp> <LEVEL> <target>: …``, colours stripped), or a line
@@ -39,6 +43,8 @@ _ERROR = re.compile(r"^\s*(error\b|fatal\b|traceback \(most recent call last\))|
 
 def event_is_milestone(event: str, level: str) -> bool:
     """Whether a supervisor event (its name and level) is a milestone."""
+    if event in ROUTINE_WARNINGS:
+        return False
     return level.lower() in MILESTONE_LEVELS or event in MILESTONE_EVENTS
 
 

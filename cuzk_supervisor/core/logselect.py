@@ -12,7 +12,8 @@ it in a summary (``proof.completed``, ``daemon INFO``). A push of one tab, given
 - when they do not, sends the oldest milestones that fit and keeps the rest waiting for the next
   push (no routine line goes while a milestone waits); past ``hold_room`` bytes of them waiting
   (a crash loop's exits), the newest that fit are kept and the middle is summarised: the story's
-  first and last milestones reach the dashboard.
+  first and last milestones reach the dashboard. The last push (``hold_room`` 0: the shipper
+  stops) sends the first milestones that fit half its room and the last that fit the rest.
 
 Each waiting line is in exactly one of the three answers: ``shipped + held + left out`` is every
 line waiting, so lines pushed plus lines counted in summaries is every line written. A
@@ -79,9 +80,16 @@ def select(lines: Sequence[tuple[int, bool]], room: int, hold_room: int) -> Sele
         cut = len(routine) - kept
         ship = sorted(milestones + routine[cut:])
         return Selection(tuple(ship), (), tuple(routine[:cut]))
+    if hold_room <= 0:  # the last push: the first and the last milestones that fit now
+        first = _oldest_fitting([sizes[i] for i in milestones], room // 2)
+        used = sum(sizes[i] for i in milestones[:first])
+        last = newest_fitting([sizes[i] for i in milestones[first:]], room - used)
+        ship = milestones[:first] + milestones[len(milestones) - last :]
+        left_out = sorted(routine + milestones[first : len(milestones) - last])
+        return Selection(tuple(ship), (), tuple(left_out))
     first = _oldest_fitting([sizes[i] for i in milestones], room)
     rest = milestones[first:]
-    last = newest_fitting([sizes[i] for i in rest], max(0, hold_room))
+    last = newest_fitting([sizes[i] for i in rest], hold_room)
     middle = rest[: len(rest) - last]
     left_out = sorted(routine + middle)
     return Selection(tuple(milestones[:first]), tuple(rest[len(rest) - last :]), tuple(left_out))

@@ -27,6 +27,11 @@ event too sent every daemon line twice (issue 22)."""
 
 
 _HEAD_KEYS = ("timestamp", "level", "event")
+BOUND_KEYS = frozenset({"uuid"})
+"""Fields bound to every event once the instance is registered: a tab is the instance's own, so
+its lines leave them out (a third of a short line), but where the event is about them
+(``manager.registered``, ``manager.new_instance``)."""
+_ABOUT_BOUND = frozenset({"manager.registered", "manager.new_instance"})
 
 
 def _fmt_value(value: Any) -> str:
@@ -40,13 +45,14 @@ def _fmt_value(value: Any) -> str:
         return repr(value)
 
 
-def event_to_line(event_dict: Mapping[str, Any]) -> str:
-    """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``."""
+def event_to_line(event_dict: Mapping[str, Any], omit: frozenset[str] = frozenset()) -> str:
+    """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``
+    (without the fields ``omit``)."""
     parts = [str(event_dict[key]) for key in _HEAD_KEYS if event_dict.get(key) is not None]
     parts.extend(
         f"{key}={_fmt_value(value)}"
         for key, value in event_dict.items()
-        if key not in _HEAD_KEYS and not key.startswith("_")
+        if key not in _HEAD_KEYS and key not in omit and not key.startswith("_")
     )
     return " ".join(parts)
 
@@ -71,7 +77,9 @@ def shipping_processor(
         # Logging must never fail because of shipping.
         with contextlib.suppress(Exception):
             milestone = event_is_milestone(event, str(event_dict.get("level", method_name)))
-            shipper.add_line(source, event_to_line(event_dict), milestone=milestone, kind=event)
+            omit = frozenset() if event in _ABOUT_BOUND else BOUND_KEYS
+            line = event_to_line(event_dict, omit)
+            shipper.add_line(source, line, milestone=milestone, kind=event)
         return event_dict
 
     return processor
