@@ -215,6 +215,9 @@ class LogShipper:
                 schedule.set_interval(self.budget.interval_s)  # the first anywhere in it
             await self._turn(final=False, deadline=None)
             wait = schedule.delay()
+        stats = self.stats()
+        log.info("logship.last_turn", waiting=stats.buffered_lines, sent=stats.sent_lines,
+                 summarised=stats.skipped_total + stats.dropped_total)  # fmt: skip
         await self.flush(self.settings.final_flush_s, last=True)
 
     def stop(self) -> None:
