@@ -22,7 +22,7 @@ SUPERVISOR_SOURCE = "setup"
 NOT_SHIPPED = frozenset({"child.line"})
 """Events never shipped as supervisor lines: a ``child.line`` event carries one line of a
 child's output, and that line is already shipped raw under the child's own tab (``cuzk``,
-``benchdaemon``, ``curio``, ``setup`` for the fetch) by its output pump's listener. Shipping the
+``benchdaemon``, ``curio``, ``setup`` for the fetch) by its output pump's sink. Shipping the
 event too sent every daemon line twice (issue 22)."""
 
 

@@ -27,7 +27,7 @@ at a cost to the manager that does not depend on what the children write.
 - Stopping (:meth:`LogShipper.stop`) ends with **one** last turn (:meth:`flush`): the
   supervisor's tab first, at most ``final_requests`` pushes and ``final_bytes``, one attempt
   each, within ``final_flush_s``; never a loop, whatever the manager answers.
-- Each line is shipped once: a child's output goes raw under its own tab (a listener); its
+- Each line is shipped once: a child's output goes raw under its own tab (a ChildTab); its
   ``child.line`` events are not shipped again under ``setup``
   (:func:`~cuzk_supervisor.adapters.logship.lines.shipping_processor`).
 - No manager configured: the shipper is a no-op sink.
