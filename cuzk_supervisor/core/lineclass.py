@@ -66,6 +66,6 @@ def child_line(
         or level == "ERROR"
         or (level is None and _ERROR.search(text) is not None)
         or "panicked at" in text
-        or (ready is not None and ready.search(text) is not None)
+        or (ready is not None and "ready" in text and ready.search(text) is not None)
     )
     return milestone, kind

@@ -87,10 +87,12 @@ class LogBuffer:
     def add(
         self, source: str, text: str, size: int, kind: str = "", milestone: bool = False
     ) -> int:
-        """Append one normalised line; return its sequence number."""
+        """Append one normalised line; return its sequence number. (The flood's path: kept
+        flat.)"""
         self._seq += 1
         self._put(source, Entry(self._seq, text, size, kind or "lines", milestone))
-        self._evict()
+        if self.lines > self.max_lines or self.bytes > self.max_bytes:
+            self._evict()
         return self._seq
 
     def _put(self, source: str, entry: Entry) -> None:
@@ -181,13 +183,19 @@ class LogBuffer:
         evicted = 0
         while self.lines > self.max_lines or self.bytes > self.max_bytes:
             source, entry = self._victim()
+            size = entry[2]
             self.lines -= 1
-            self.bytes -= entry.size
+            self.bytes -= size
             tab = self._tabs[source]
-            tab._count(entry, -1)
-            if not tab:
+            tab.bytes -= size
+            if entry[4]:
+                tab.milestone_bytes -= size
+            if not (tab.routine or tab.milestones):
                 del self._tabs[source]
-            self._count(source, entry)
+            tally = self._skipped.get(source)
+            if tally is None:
+                tally = self._skipped[source] = Tally()
+            tally.add(entry[3], size, entry[4])
             evicted += 1
         self.dropped_total += evicted
         return evicted
@@ -195,9 +203,9 @@ class LogBuffer:
     def _victim(self) -> tuple[str, Entry]:
         """The oldest routine line across sources; else the milestone after the first
         :data:`FIRST_KEPT` of the tab with most of them (never its newest); removed."""
-        routine = [s for s, tab in self._tabs.items() if tab.routine]
-        if routine:
-            source = min(routine, key=lambda s: self._tabs[s].routine[0].seq)
+        heads = [(tab.routine[0][0], s) for s, tab in self._tabs.items() if tab.routine]
+        if heads:
+            source = min(heads)[1] if len(heads) > 1 else heads[0][1]
             return source, self._tabs[source].routine.popleft()
         source = max(self._tabs, key=lambda s: len(self._tabs[s].milestones))
         queue = self._tabs[source].milestones
