@@ -104,17 +104,37 @@ class MemoryStore:
         return state
 
 
+class FakeChildTab:
+    """A child's tab: its lines to the fake shipper's, under the tab it is set to."""
+
+    def __init__(self, shipper: FakeShipper, source: str) -> None:
+        self.shipper = shipper
+        self.source = source
+
+    def line(self, text: str, index: int) -> None:
+        self.shipper.add_line(self.source, text)
+
+    def note(self, text: str) -> None:
+        self.shipper.add_line(self.source, text)
+
+    def end(self) -> None:
+        pass
+
+
 class FakeShipper:
     def __init__(self) -> None:
         self.lines: list[tuple[str, str]] = []
         self.uuid: str | None = None
         self._stopped = asyncio.Event()
 
-    def add_line(self, source: str, line: str) -> None:
+    def add_line(self, source: str, line: str, *, milestone: bool = False, kind: str = "") -> None:
         self.lines.append((source, line))
 
     def listener(self, source: str) -> Callable[[str], None]:
         return lambda line: self.add_line(source, line)
+
+    def child_tab(self, source: str, name: str, ready: object = None) -> FakeChildTab:
+        return FakeChildTab(self, source)
 
     def set_uuid(self, uuid: str) -> None:
         self.uuid = uuid

@@ -135,8 +135,29 @@ def test_a_quiet_tab_sends_all_it_has_and_a_chatty_one_the_rest():
     assert logbudget.share({"setup": 300, "cuzk": 50_000}, 4000) == {"setup": 300, "cuzk": 3700}
 
 
-def test_the_newest_lines_that_fit():
-    assert logbudget.newest_fitting([10, 10, 10, 10], 25) == 2
-    assert logbudget.newest_fitting([10, 50], 25) == 0
-    assert logbudget.newest_fitting([], 25) == 0
-    assert "1,234 earlier lines (5.7 KB)" in logbudget.summary_line(1234, 5678, 12000)
+def test_every_tabs_milestones_are_served_before_any_tabs_routine_lines():
+    # cuzk has 3,000 bytes of milestones among 50,000; setup 300 of routine lines only
+    shares = logbudget.share_by_class(
+        {"cuzk": 3000, "setup": 0}, {"cuzk": 50_000, "setup": 300}, 4000
+    )
+    assert shares == {"cuzk": 3700, "setup": 300}
+    shares = logbudget.share_by_class(
+        {"cuzk": 3000, "setup": 0}, {"cuzk": 50_000, "setup": 3000}, 4000
+    )
+    assert shares["cuzk"] >= 3000
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from("abcdef"), st.tuples(st.integers(0, 50_000), st.integers(0, 50_000))
+    ),
+    st.floats(0, 1e6),
+)
+def test_the_share_by_class_never_exceeds_the_room_and_milestones_come_first(pending, room):
+    milestones = {s: min(m, p) for s, (m, p) in pending.items()}
+    total = {s: p for s, (_, p) in pending.items()}
+    shares = logbudget.share_by_class(milestones, total, room)
+    assert sum(shares.values()) <= room + 1e-6
+    assert all(0 <= shares[s] <= total[s] for s in total)
+    if sum(milestones.values()) <= room:
+        assert all(shares[s] >= milestones[s] for s in total)

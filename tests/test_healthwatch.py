@@ -83,9 +83,11 @@ class Shipper:
     order: list[str]
     lines: list[tuple[str, str]] = field(default_factory=list)
 
-    def add_line(self, source: str, line: str) -> None:
+    def add_line(self, source: str, line: str, *, milestone: bool = False, kind: str = "") -> None:
+        assert milestone  # a health finding is a milestone, in the setup and cuzk tabs
         self.lines.append((source, line))
-        self.order.append(f"line {line}")
+        if source == "setup":
+            self.order.append(f"line {line}")
 
     async def flush(self, deadline_s: float | None = None) -> bool:
         self.order.append("flush")
@@ -153,6 +155,8 @@ async def test_a_lost_gpu_is_said_then_told_the_reason_pushed_first() -> None:
     assert world.order[0].startswith("line health: broken: GPU 0 fell off the bus")
     assert world.order[1].startswith("line health: broken: GPU 0 fell off the bus")
     assert world.order[2:] == ["flush", "bench_done 0"]
+    said = [line for source, line in parts["shipper"].lines if source == "setup"]
+    assert [line for source, line in parts["shipper"].lines if source == "cuzk"] == said
     assert health.verdict.done()
     assert "XID 79" in health.verdict.result()
     assert parts["progress"].last_failure.startswith("health: broken")

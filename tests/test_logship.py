@@ -68,7 +68,7 @@ def test_a_chatty_child_costs_the_budget_whatever_it_writes(run_phase, per_min, 
     sent = sum(len(line) + 1 for p in within for line in p[2])
     assert sent <= kb_per_min * KB * minutes + budget.burst_bytes + final.final_bytes + 200
     assert sent / minutes / KB >= kb_per_min * 0.8  # and it is used: the newest lines go
-    assert all(p[2][0].startswith("[") and "earlier lines" in p[2][0] for p in within[1:])
+    assert all(p[2][0].startswith("[") and "lines not pushed" in p[2][0] for p in within[1:])
     stats = shipper.stats()
     assert stats.skipped_total + stats.dropped_total > 500_000
     # The newest lines went: each push ends with a line written shortly before it.
@@ -146,7 +146,7 @@ def test_an_outage_keeps_the_newest_lines_and_counts_the_rest():
 
     shipper, fake, _ = shipped(scenario, settings)
     lines = fake.lines("cuzk")
-    assert lines[0].startswith("[150 earlier lines")
+    assert lines[0].startswith("[150 lines not pushed")
     assert lines[1:] == [f"line {n}" for n in range(150, 250)]
     assert shipper.stats().dropped_total == 150
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk_supervisor.adapters.logship.buffer import LogBuffer
+from cuzk_supervisor.adapters.logship.buffer import FIRST_KEPT, Entry, LogBuffer
 from cuzk_supervisor.adapters.logship.lines import event_to_line
 from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
 from cuzk_supervisor.adapters.manager.client import (
@@ -53,8 +53,12 @@ def test_split_bodies_fits_the_limit_and_keeps_order(lines, limit):
     assert [line for group in groups for line in group] == [e for e in expected if e]
 
 
-def add(buffer: LogBuffer, source: str, line: str) -> int:
-    return buffer.add(source, *normalize_line(line))
+def add(buffer: LogBuffer, source: str, line: str, milestone: bool = False) -> int:
+    return buffer.add(source, *normalize_line(line), kind="k", milestone=milestone)
+
+
+def texts(entries: list[Entry]) -> list[str]:
+    return [e.text for e in entries]
 
 
 def test_buffer_drops_the_oldest_line_across_sources_and_counts_it_for_its_source():
@@ -62,14 +66,33 @@ def test_buffer_drops_the_oldest_line_across_sources_and_counts_it_for_its_sourc
     add(buffer, "setup", "s1")
     add(buffer, "cuzk", "c1")
     add(buffer, "setup", "s2")
-    assert add(buffer, "cuzk", "c2") == 1  # s1 goes
+    add(buffer, "cuzk", "c2")  # s1 goes
     assert buffer.dropped_total == 1
-    assert buffer.skipped("setup") == (1, 3)
+    assert (buffer.skipped("setup").lines, buffer.skipped("setup").bytes) == (1, 3)
     assert buffer.waiting() == {"cuzk": 2, "setup": 3}
-    assert [e[1] for e in buffer.take_newest("setup", 1000)] == ["s2"]
-    assert [e[1] for e in buffer.take_newest("cuzk", 1000)] == ["c1", "c2"]
+    assert texts(buffer.take("setup", 1000, 0)) == ["s2"]
+    assert texts(buffer.take("cuzk", 1000, 0)) == ["c1", "c2"]
     assert buffer.lines == buffer.bytes == 0
     assert buffer.waiting() == {"setup": 5}  # only its count is left to say
+
+
+def test_past_its_bound_the_buffer_drops_routine_lines_before_any_milestone():
+    buffer = LogBuffer(max_lines=3, max_bytes=10_000)
+    add(buffer, "setup", "phase register", milestone=True)
+    for n in range(5):
+        add(buffer, "cuzk", f"c{n}")
+    assert texts(buffer.take("setup", 1000, 0)) == ["phase register"]
+    assert texts(buffer.take("cuzk", 1000, 0)) == ["c3", "c4"]
+    assert buffer.skipped("cuzk").lines == 3
+
+
+def test_with_only_milestones_the_bound_keeps_each_tabs_first_and_newest():
+    buffer = LogBuffer(max_lines=FIRST_KEPT + 2, max_bytes=10_000)
+    for n in range(50):
+        add(buffer, "cuzk", f"exit {n:02d}", milestone=True)
+    kept = texts(buffer.take("cuzk", 100_000, 0))
+    assert kept == [f"exit {n:02d}" for n in [*range(FIRST_KEPT), 48, 49]]
+    assert buffer.skipped("cuzk").milestones == 50 - FIRST_KEPT - 2
 
 
 def test_buffer_is_bounded_in_bytes():
@@ -78,43 +101,68 @@ def test_buffer_is_bounded_in_bytes():
         add(buffer, "cuzk", f"line {n:04d}")  # 10 bytes each with the newline
     assert buffer.lines == 10
     assert buffer.bytes == 100
-    assert buffer.skipped("cuzk") == (40, 400)
-    assert buffer.take_newest("cuzk", 1000)[0][1] == "line 0040"
+    assert (buffer.skipped("cuzk").lines, buffer.skipped("cuzk").bytes) == (40, 400)
+    assert buffer.take("cuzk", 1000, 0)[0].text == "line 0040"
 
 
-def test_take_newest_keeps_what_fits_and_counts_the_older_lines():
+def test_take_keeps_what_fits_and_counts_the_older_lines_by_kind():
     buffer = LogBuffer(max_lines=100, max_bytes=10_000)
     for n in range(10):
         add(buffer, "cuzk", f"{n:09d}")  # 10 bytes each
-    batch = buffer.take_newest("cuzk", 35)
-    assert [e[1] for e in batch] == ["000000007", "000000008", "000000009"]
+    batch = buffer.take("cuzk", 35, 0)
+    assert texts(batch) == ["000000007", "000000008", "000000009"]
     assert buffer.lines == 0
     assert buffer.skipped_total == 7
-    assert buffer.take_skipped("cuzk") == (7, 70)
-    assert buffer.skipped("cuzk") == (0, 0)
+    tally = buffer.take_skipped("cuzk")
+    assert (tally.lines, tally.bytes, tally.kinds) == (7, 70, {"k": 7})
+    assert buffer.skipped("cuzk").lines == 0
+
+
+def test_take_sends_the_milestones_first_and_holds_those_that_do_not_fit():
+    buffer = LogBuffer(max_lines=100, max_bytes=10_000)
+    add(buffer, "setup", "m1-------", milestone=True)  # 10 bytes each
+    add(buffer, "setup", "r1-------")
+    add(buffer, "setup", "m2-------", milestone=True)
+    add(buffer, "setup", "r2-------")
+    assert texts(buffer.take("setup", 30, 100)) == ["m1-------", "m2-------", "r2-------"]
+    add(buffer, "setup", "m3-------", milestone=True)
+    add(buffer, "setup", "m4-------", milestone=True)
+    add(buffer, "setup", "r3-------")
+    assert texts(buffer.take("setup", 10, 100)) == ["m3-------"]  # m4 waits, r3 is counted
+    assert texts(buffer.take("setup", 100, 100)) == ["m4-------"]
+    assert buffer.take_skipped("setup").lines == 2  # r1, r3
+
+
+def test_promoted_lines_are_milestones():
+    buffer = LogBuffer(max_lines=100, max_bytes=10_000)
+    seqs = [add(buffer, "fetch", f"line {n:04d}") for n in range(10)]  # 10 bytes each
+    assert buffer.promote("fetch", seqs[:1]) == 1
+    assert buffer.promote("fetch", seqs[:1]) == 0  # already one
+    assert buffer.milestone_bytes("fetch") == 10
+    assert texts(buffer.take("fetch", 30, 0)) == ["line 0000", "line 0008", "line 0009"]
 
 
 def test_restore_puts_back_the_lines_first_and_the_count():
     buffer = LogBuffer(max_lines=100, max_bytes=10_000)
     add(buffer, "a", "old")
     add(buffer, "a", "new")
-    batch = buffer.take_newest("a", 4)
+    batch = buffer.take("a", 4, 0)
     count = buffer.take_skipped("a")
     add(buffer, "a", "newer")
     buffer.restore("a", batch, count)
-    assert buffer.skipped("a") == (1, 4)
-    assert [e[1] for e in buffer.take_newest("a", 1000)] == ["new", "newer"]
+    assert (buffer.skipped("a").lines, buffer.skipped("a").bytes) == (1, 4)
+    assert texts(buffer.take("a", 1000, 0)) == ["new", "newer"]
 
 
 def test_restored_lines_are_the_oldest_and_dropped_first_when_full():
     buffer = LogBuffer(max_lines=3, max_bytes=10_000)
     add(buffer, "a", "old1")
     add(buffer, "a", "old2")
-    batch = buffer.take_newest("a", 10_000)
+    batch = buffer.take("a", 10_000, 0)
     for n in range(3):
         add(buffer, "b", f"new{n}")
     assert buffer.restore("a", batch) == 2
-    assert buffer.skipped("a") == (2, 10)
+    assert (buffer.skipped("a").lines, buffer.skipped("a").bytes) == (2, 10)
     assert buffer.source_lines("a") == 0
 
 

@@ -11,10 +11,11 @@ Pace`): requests (one a source pushed) and body bytes. A turn
 - pushes the supervisor's own tab first (its status line is the dashboard's progress), then
   the other sources, the one holding the oldest line first, while a request token is left;
 - splits the bytes it may spend among those sources so that a quiet source sends all it has
-  and a chatty one the rest (:func:`share`);
-- sends the **newest** lines of a source that fit its share (:func:`newest_fitting`): what the
-  dashboard shows is current; the older ones are dropped and summarised by one line with their
-  count (:func:`summary_line`), at the head of that source's next body.
+  and a chatty one the rest (:func:`share`), every tab's milestones served before any tab's
+  routine lines (:func:`share_by_class`);
+- sends a source's milestones first, then its **newest** routine lines that fit its share
+  (:mod:`cuzk_supervisor.core.logselect`); the others are summarised by one line that counts
+  them by kind, at the head of that source's next body.
 
 A push that fails spends its tokens all the same: weather or an outage never brings the next
 push sooner. Two budgets (:data:`BEFORE_RUN`, :data:`RUN`); their byte rates are settings.
@@ -22,17 +23,16 @@ push sooner. Two budgets (:data:`BEFORE_RUN`, :data:`RUN`); their byte rates are
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "BEFORE_RUN",
     "RUN",
     "Budget",
-    "newest_fitting",
     "order_sources",
     "share",
-    "summary_line",
+    "share_by_class",
 ]
 
 
@@ -96,20 +96,13 @@ def share(pending: Mapping[str, int], room: float) -> dict[str, int]:
     return out
 
 
-def newest_fitting(sizes: Sequence[int], room: int) -> int:
-    """How many of the newest lines fit ``room`` bytes (``sizes`` oldest first)."""
-    used = count = 0
-    for size in reversed(sizes):
-        if used + size > room:
-            break
-        used += size
-        count += 1
-    return count
-
-
-def summary_line(lines: int, size: int, bytes_per_min: float) -> str:
-    """The line that stands for ``lines`` older lines of a source that were not pushed."""
-    return (
-        f"[{lines:,} earlier lines ({size / 1000:,.1f} KB) not pushed: past this machine's log "
-        f"budget of {bytes_per_min / 1000:g} KB/min in this phase]"
-    )
+def share_by_class(
+    milestones: Mapping[str, int], pending: Mapping[str, int], room: float
+) -> dict[str, int]:
+    """Bytes each source may push out of ``room``: first its milestones' bytes (``milestones``,
+    shared as :func:`share`), then the rest of what it has (``pending``, all its bytes) out of
+    what is left: no tab's routine lines before every tab's milestones."""
+    first = share(milestones, room)
+    left = room - sum(first.values())
+    rest = share({s: max(0, pending[s] - first[s]) for s in pending}, left)
+    return {s: first.get(s, 0) + rest[s] for s in pending}

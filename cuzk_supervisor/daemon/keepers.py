@@ -19,6 +19,7 @@ from typing import Any
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
+from cuzk_supervisor.daemon.output import LineSink
 from cuzk_supervisor.daemon.process import DaemonProcess, Spawner
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.settings.policies import daemon_listen, daemon_settings, policy
@@ -46,15 +47,13 @@ def daemon_keeper(
     spawn: Spawner,
     cgroup_dir: Path | None,
     memory_at_limit: Callable[[], bool] | None = None,
-    line_listeners: Sequence[Callable[[str], None]] = (),
+    line_sinks: Sequence[LineSink] = (),
 ) -> DaemonKeeper:
     """The daemon's keeper: started with ``values``, each process spawned with ``spawn``;
     ``memory_at_limit`` tells an exit at the memory limit apart (the lifecycle's memory watch),
-    ``line_listeners`` get each line of its output (the log shipper)."""
+    ``line_sinks`` get each line of its output (the log shipper)."""
     extra: dict[str, Any] = {} if memory_at_limit is None else {"memory_at_limit": memory_at_limit}
-    factory = functools.partial(
-        DaemonProcess, spawn=spawn, line_listeners=tuple(line_listeners), **extra
-    )
+    factory = functools.partial(DaemonProcess, spawn=spawn, line_sinks=tuple(line_sinks), **extra)
     return DaemonKeeper(
         daemon_settings(s, cgroup_dir), values, policy(RestartPolicy, s), process_factory=factory
     )
@@ -67,10 +66,10 @@ def worker_keeper(
     *,
     source: str,
     spawn: Spawner,
-    line_listener: Callable[[str], None],
+    line_sink: LineSink,
 ) -> DaemonKeeper:
     """A worker command (``worker_commands``) kept up beside ``daemon`` under the same restart
-    policy, its output's lines to ``line_listener`` (the tab ``source``), its pid file in the
+    policy, its output's lines to ``line_sink`` (the tab ``source``), its pid file in the
     state folder."""
     from cuzk_supervisor.daemon.workers import CommandProcess
 
@@ -80,7 +79,7 @@ def worker_keeper(
             source=source,
             stop_grace_s=s.daemon_stop_grace_s,
             spawn=spawn,
-            line_listener=line_listener,
+            line_sink=line_sink,
             pid_dir=s.state_dir,
         )
 

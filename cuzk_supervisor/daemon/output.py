@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import structlog
 
@@ -183,8 +183,18 @@ class LineRateBudget:
         return False
 
 
+class LineSink(Protocol):
+    """Where one child's lines go with their number in its run (the log shipper's tab)."""
+
+    def line(self, text: str, index: int) -> None: ...
+
+    def end(self) -> None:
+        """A stream of the child ended (it exited)."""
+
+
 class OutputPump:
-    """Pumps one or more child streams into the log file and structured events."""
+    """Pumps one or more child streams (of one run of a child) into the log file and structured
+    events."""
 
     def __init__(
         self,
@@ -203,45 +213,57 @@ class OutputPump:
         self.lines_suppressed = 0
         self._log = structlog.get_logger().bind(source=source)
         self._listeners: list[Callable[[str], None]] = []
+        self._sinks: list[LineSink] = []
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         """Called with every line (ANSI stripped); must be cheap and never raise."""
         self._listeners.append(listener)
 
+    def add_sink(self, sink: LineSink) -> None:
+        """Given every line (ANSI stripped) with its number, and told when a stream ends."""
+        self._sinks.append(sink)
+
     async def pump(self, stream: asyncio.StreamReader, stream_name: str) -> None:
         """Read until EOF in large chunks; a partial last line is kept until its newline."""
         pending = b""
-        while True:
-            chunk = await stream.read(_READ_CHUNK)
-            if not chunk:
-                break
-            data = pending + chunk
-            cut = data.rfind(b"\n") + 1
-            pending = data[cut:]
-            if cut:
-                self._emit(strip_ansi(data[:cut]).splitlines(keepends=True), stream_name)
-            if len(pending) > self.max_line_bytes:
-                # An endless line: flush it as one line rather than grow without bound.
+        try:
+            while True:
+                chunk = await stream.read(_READ_CHUNK)
+                if not chunk:
+                    break
+                data = pending + chunk
+                cut = data.rfind(b"\n") + 1
+                pending = data[cut:]
+                if cut:
+                    self._emit(strip_ansi(data[:cut]).splitlines(keepends=True), stream_name)
+                if len(pending) > self.max_line_bytes:
+                    # An endless line: flush it as one line rather than grow without bound.
+                    self._emit([strip_ansi(pending) + b"\n"], stream_name)
+                    pending = b""
+                # Let the other tasks run: read() does not suspend while the pipe has data, so a
+                # child that writes faster than we tag its lines (50,000 a second on a loaded
+                # machine) would hold the loop, and the proofs' answers and submissions behind
+                # it (issue 42: the daemon idled 7-21 % of a bench for want of them).
+                await asyncio.sleep(0)
+            if pending:
                 self._emit([strip_ansi(pending) + b"\n"], stream_name)
-                pending = b""
-            # Let the other tasks run: read() does not suspend while the pipe has data, so a
-            # child that writes faster than we tag its lines (50,000 a second on a loaded
-            # machine) would hold the loop, and the proofs' answers and submissions behind it
-            # (issue 42: the daemon idled 7-21 % of a bench for want of them).
-            await asyncio.sleep(0)
-        if pending:
-            self._emit([strip_ansi(pending) + b"\n"], stream_name)
-        self._report_suppressed()
+            self._report_suppressed()
+        finally:
+            for sink in self._sinks:
+                sink.end()
 
     def _emit(self, clean: list[bytes], stream_name: str) -> None:
         if self.log_file is not None:
             self.log_file.write_lines(clean)
         for line in clean:
             text = line.rstrip(b"\r\n").decode("utf-8", "replace")
+            index = self.lines_total
             self.lines_total += 1
             self.tail.append(text)
             for listener in self._listeners:
                 listener(text)
+            for sink in self._sinks:
+                sink.line(text, index)
             if self.budget.take():
                 self._report_suppressed()
                 self._log.info("child.line", stream=stream_name, line=text)

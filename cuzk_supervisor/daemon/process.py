@@ -27,7 +27,7 @@ from cuzk_supervisor.daemon import config as daemon_config
 from cuzk_supervisor.daemon import pidfile
 from cuzk_supervisor.daemon.childenv import child_environ
 from cuzk_supervisor.daemon.config import DaemonConfigValues
-from cuzk_supervisor.daemon.output import OutputPump, RotatingLineFile
+from cuzk_supervisor.daemon.output import LineSink, OutputPump, RotatingLineFile
 from cuzk_supervisor.daemon.peakrss import RSS_INTERVAL_S, PeakRss
 from cuzk_supervisor.daemon.preflight import address_in_use, resolve_binary
 from cuzk_supervisor.daemon.spec import (
@@ -63,7 +63,7 @@ class DaemonProcess:
         alive_probe: AliveProbe = grpc_alive_probe,
         memory_at_limit: Callable[[], bool] = lambda: False,
         spawn: Spawner = asyncio.create_subprocess_exec,
-        line_listeners: Sequence[Callable[[str], None]] = (),
+        line_sinks: Sequence[LineSink] = (),
         rss_sampler: RssSampler | None = None,
         rss_interval_s: float = RSS_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
@@ -78,7 +78,7 @@ class DaemonProcess:
         self._unresponsive = ""
         self._memory_at_limit = memory_at_limit
         self._spawn = spawn
-        self._line_listeners = tuple(line_listeners)
+        self._line_sinks = tuple(line_sinks)
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: OutputPump | None = None
         self._pump_tasks: list[asyncio.Task[None]] = []
@@ -180,8 +180,8 @@ class DaemonProcess:
             except files.WriteError as exc:
                 raise self._fail(str(exc)) from None
         self._pump = OutputPump("cuzk", self._log_file, settings.log_events_per_second)
-        for listener in self._line_listeners:
-            self._pump.add_listener(listener)
+        for sink in self._line_sinks:
+            self._pump.add_sink(sink)
         env = child_environ({**settings.env, "NO_COLOR": "1"})
         self._oom_before = self._oom_count()
         command = self._command(binary)

@@ -7,6 +7,7 @@ Plain values shared by ``DaemonProcess``, the keeper and the worker commands.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ ReadyProbe = Callable[[Address, float], Coroutine[Any, Any, None]]
 AliveProbe = Callable[[Address, float], Awaitable[None]]
 # asyncio.create_subprocess_exec, or reaper.Reaper.spawn which also claims the pid from the reaper.
 Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]
+READY_LINE = re.compile(r"\bcuzk-daemon ready\b")
+"""The daemon's ready line (docs/daemon.md: ``cuzk-daemon ready, serving on <addr>``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -21,7 +20,7 @@ from cuzk_supervisor import killtree
 from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
 from cuzk_supervisor.daemon import leftovers
 from cuzk_supervisor.daemon.childenv import child_environ
-from cuzk_supervisor.daemon.output import OutputPump
+from cuzk_supervisor.daemon.output import LineSink, OutputPump
 from cuzk_supervisor.daemon.process import DaemonStartFailed, Spawner
 from cuzk_supervisor.deadline import within
 
@@ -38,7 +37,7 @@ class CommandProcess:
         source: str,
         stop_grace_s: float,
         spawn: Spawner = asyncio.create_subprocess_exec,
-        line_listener: Callable[[str], None] | None = None,
+        line_sink: LineSink | None = None,
         pid_dir: Path | None = None,
     ) -> None:
         self.command = command
@@ -50,7 +49,7 @@ class CommandProcess:
         self.source = source
         self.stop_grace_s = stop_grace_s
         self._spawn = spawn
-        self._listener = line_listener
+        self._sink = line_sink
         self._proc: asyncio.subprocess.Process | None = None
         self._pump = OutputPump(source, None)
         self._reader: asyncio.Task[None] | None = None
@@ -63,8 +62,8 @@ class CommandProcess:
         return self._proc.pid if self._proc else None
 
     async def start(self) -> None:
-        if self._listener is not None:
-            self._pump.add_listener(self._listener)
+        if self._sink is not None:
+            self._pump.add_sink(self._sink)
         await asyncio.to_thread(leftovers.reclaim, self.role, self.pidfile, self.stop_grace_s)
         try:
             self._proc = await self._spawn(

@@ -24,6 +24,7 @@ from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
 from cuzk_supervisor.daemon.keepers import config_values, daemon_keeper, worker_keeper
 from cuzk_supervisor.daemon.process import Spawner
+from cuzk_supervisor.daemon.spec import READY_LINE
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
@@ -61,9 +62,17 @@ class DaemonControl:
         self._cgroup_dir = cgroup_dir
         self.keeper: DaemonKeeper | None = None
         self._task: asyncio.Task[KeeperOutcome] | None = None
-        self.source = "benchdaemon"
+        self._tab = shipper.child_tab("benchdaemon", "daemon", ready=READY_LINE)
+
+    @property
+    def source(self) -> str:
         """The dashboard tab the daemon's lines go to: benchdaemon until the bench is reported,
         then cuzk."""
+        return self._tab.source
+
+    @source.setter
+    def source(self, source: str) -> None:
+        self._tab.source = source
 
     # --- what the others read ---------------------------------------------------------------
 
@@ -108,7 +117,7 @@ class DaemonControl:
             self.keeper = daemon_keeper(
                 self.s, self._values(plan, workers), spawn=self._spawn,
                 cgroup_dir=self._cgroup_dir, memory_at_limit=self._watch.at_limit,
-                line_listeners=(self._line,),
+                line_sinks=(self._tab,),
             )  # fmt: skip
             self.keeper.add_exit_listener(self._on_exit)
             self._task = asyncio.create_task(self.keeper.run())
@@ -173,20 +182,20 @@ class DaemonControl:
         self._metrics.daemon_exit(exit.kind)
         self._progress.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
         self._signals.daemon_exit(f"daemon {exit.kind.value} ({exit.reason})")
+        self._tab.note(f"[cuzk-supervisor] daemon exited: {exit.kind.value} ({exit.reason})")
         if exit.kind is ExitKind.OOM_KILLED:
             self._signals.flag_trouble(f"daemon OOM-killed ({exit.reason})", daemon_running=False)
-
-    def _line(self, line: str) -> None:
-        self._shipper.add_line(self.source, line)
 
     def _worker_keeper(self, index: int, command: str) -> DaemonKeeper:
         source = "curio" if index == 0 else f"worker{index}"
         assert self.keeper is not None
         return worker_keeper(self.s, self.keeper, command, source=source, spawn=self._spawn,
-                             line_listener=self._shipper.listener(source))  # fmt: skip
+                             line_sink=self._shipper.child_tab(source, source))  # fmt: skip
 
     async def _keep_worker(self, keeper: DaemonKeeper) -> None:
         """A worker that crash-loops is given up on (logged and shipped); proving goes on."""
         outcome = await keeper.run()
         if outcome.exit_code:
-            self._shipper.add_line("setup", f"{keeper.name} stopped: {outcome.reason}")
+            self._shipper.add_line(
+                "setup", f"{keeper.name} stopped: {outcome.reason}", milestone=True
+            )

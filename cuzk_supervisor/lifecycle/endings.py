@@ -122,7 +122,9 @@ class RunEndings:
         self.last_verdict_reason = f"instance gone: {reason}"
         log.warning("manager.instance_gone", reason=reason, phase=self.progress.phase)
         self.reporter.reported = True  # nothing may be reported for a killed instance
-        self.shipper.add_line("setup", f"instance gone in {self.progress.phase}: {reason}")
+        self.shipper.add_line(
+            "setup", f"instance gone in {self.progress.phase}: {reason}", milestone=True
+        )
         await self.daemon.stop()
         with contextlib.suppress(StateWriteError):
             await self.state.update(lambda st: st.with_failure(f"instance gone: {reason}"))
@@ -139,7 +141,7 @@ class RunEndings:
         log.warning("lifecycle.finished", exit_code=verdict.get("exit_code"), reason=reason,
                     detail="a terminal verdict from an earlier run; remove the state file "
                            "to start over")  # fmt: skip
-        self.shipper.add_line("setup", f"finished earlier: {reason}")
+        self.shipper.add_line("setup", f"finished earlier: {reason}", milestone=True)
         if self.s.exit_after_run:
             code = verdict.get("exit_code")
             return code if isinstance(code, int) else exitcodes.FAILURE

@@ -311,15 +311,21 @@ class HealthWatch:
             log.warning("health.changed", **fields)
         else:
             log.error("health.changed", **fields)
-        self._shipper.add_line("setup", f"health: {action.text}")
+        self._ship(f"health: {action.text}")
         if action.level is not Level.HEALTHY:
             self._progress.last_failure = f"health: {action.text}"
+
+    def _ship(self, line: str) -> None:
+        """A health finding: a milestone in the supervisor's tab and in the run phase's daemon
+        tab (where it explains what the daemon's lines show)."""
+        for source in ("setup", "cuzk"):
+            self._shipper.add_line(source, line, milestone=True, kind="health")
 
     async def _restart(self, action: Restart) -> None:
         keeper = self._daemon.keeper
         self._metrics.health_action("restart")
         log.warning("health.restart", reason=action.reason, kind=action.finding.kind)
-        self._shipper.add_line("setup", f"health: {action.reason}")
+        self._ship(f"health: {action.reason}")
         if keeper is None:
             return
         keeper.restart_with(keeper.values)
@@ -330,7 +336,7 @@ class HealthWatch:
         self._metrics.health_action("tell")
         log.error("health.telling_manager", reason=action.reason, rate=round(action.rate, 3),
                   kind=action.finding.kind)  # fmt: skip
-        self._shipper.add_line("setup", f"health: {action.reason}")
+        self._ship(f"health: {action.reason}")
         # The reason first: once /bench-done is answered, the instance is destroyed.
         if not await self._shipper.flush(REASON_PUSH_S):
             log.warning("health.reason_not_pushed", detail="sending /bench-done anyway")

@@ -234,9 +234,9 @@ class Lifecycle(RunEndings):
         )  # fmt: skip
         rate = result.rate
         log.info("bench.result", **result.figures)
-        self.shipper.add_line("benchout", result.line)
+        self.shipper.add_line("benchout", result.line, milestone=True)
         if verdict is not None:
-            self.shipper.add_line("benchout", verdict.line())
+            self.shipper.add_line("benchout", verdict.line(), milestone=True)
         self.metrics.bench_rate(rate, measurement.uncertainty)
         self.metrics.bench_bound(verdict)
         await self.state.update(lambda st: st.with_bench(result.record))
@@ -254,7 +254,7 @@ class Lifecycle(RunEndings):
             reason = f"bench failed: rate {rate:.2f} proofs/hour is below min_rate"
             self.last_verdict_reason = reason
             log.warning("bench.failed", rate=rate, min_rate=self.reporter.min_rate, reason=reason)
-            self.shipper.add_line("setup", reason)
+            self.shipper.add_line("setup", reason, milestone=True)
             return False
         if self.reporter.judged:  # else a local run: bench.unjudged (the reporter), never passed
             log.info("bench.passed", rate=rate)

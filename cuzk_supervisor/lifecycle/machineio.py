@@ -44,7 +44,7 @@ class ParamsFetch:
 
     async def __call__(self, expected: Sequence[params.ExpectedFile], fetch_command: str) -> None:
         pump = OutputPump("setup", None)
-        pump.add_listener(self._shipper.listener("setup"))
+        pump.add_sink(self._shipper.child_tab("setup", "fetch"))
         await params.ensure_params(
             self.s.daemon_param_cache,
             expected,

@@ -148,7 +148,7 @@ class ProofRunner:
         progress = self._progress
         progress.stretch = run.stretch
         progress.bench_planned = policy.max_proofs
-        benchout = self._shipper.listener("benchout")
+        shipper = self._shipper
         log.info(
             "bench.started",
             concurrency=run.stretch.concurrency,
@@ -164,10 +164,12 @@ class ProofRunner:
             else:
                 progress.proofs_failed += 1
             progress.bench_planned = planned_proofs(stretch, policy)
-            benchout(
+            shipper.add_line(
+                "benchout",
                 f"proof {index + 1} of up to {progress.bench_planned} {result.status} "
-                f"{result.wall_s:.2f}s {result.error}".rstrip()
-            )
+                f"{result.wall_s:.2f}s {result.error}".rstrip(),
+                milestone=not result.ok, kind="bench proof",
+            )  # fmt: skip
 
         request = self.c1_request()
         sampler = self._status_sampler
@@ -184,7 +186,11 @@ class ProofRunner:
                 stretch = run.stretch.interrupt(restart.cause)
                 log.warning("bench.interrupted", cause=restart.cause,
                             completed=len(stretch.completions), lost=stretch.in_flight)  # fmt: skip
-                benchout(f"bench interrupted: {restart.cause}; {stretch.in_flight} proof(s) lost")
+                shipper.add_line(
+                    "benchout",
+                    f"bench interrupted: {restart.cause}; {stretch.in_flight} proof(s) lost",
+                    milestone=True,
+                )
                 await self._daemon.ready()
             except MemoryTrouble:
                 progress.stretch = run.stretch

@@ -198,7 +198,7 @@ class Reporter(KillLookup):
         """No silence: the reason to the log endpoint, and rate 0 if no rate was reported."""
         phase = self._progress.phase
         log.error("lifecycle.failed", reason=reason, phase=phase)
-        self._shipper.add_line("setup", f"FAILED in {phase}: {reason}")
+        self._shipper.add_line("setup", f"FAILED in {phase}: {reason}", milestone=True)
         if durable:
             with contextlib.suppress(StateWriteError):
                 await self.state.update(lambda st: st.with_failure(reason))

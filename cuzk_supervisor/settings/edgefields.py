@@ -131,8 +131,9 @@ class EdgeFields:
     log_budget_bytes_per_min: float = setting(
         12_000.0,
         "before the run phase, bytes of log lines pushed to the manager a minute on average, "
-        "whatever the fetch and the daemon write: each push sends the newest lines that fit, "
-        "and one line counts the older ones left out",
+        "whatever the fetch and the daemon write: each push sends every milestone (phases, "
+        "reports, warnings, a child's first, ready, error and last lines), then the newest "
+        "routine lines that fit; one line counts the rest by kind",
         minimum=500, maximum=500_000, group="manager", metavar="BYTES",
     )  # fmt: skip
     log_run_budget_bytes_per_min: float = setting(

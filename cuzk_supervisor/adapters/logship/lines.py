@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from cuzk_supervisor.adapters.logship.shipper import LogShipper
+from cuzk_supervisor.core.lineclass import event_is_milestone
+
+
+class LineTaker(Protocol):
+    """What the processor and a child's tab (``childtab.ChildTab``) hand lines to: the
+    ``shipper.LogShipper``, named here so that the shipper imports them and not both ways."""
+
+    def add_line(
+        self, source: str, line: str, *, milestone: bool = False, kind: str = ""
+    ) -> int | None: ...
+
+    def promote(self, source: str, seqs: Iterable[int]) -> None: ...
+
 
 SUPERVISOR_SOURCE = "setup"
 """The dashboard tab for the supervisor's own lines (the old scripts sent theirs as `setup`)."""
@@ -20,11 +31,16 @@ SUPERVISOR_SOURCE = "setup"
 NOT_SHIPPED = frozenset({"child.line"})
 """Events never shipped as supervisor lines: a ``child.line`` event carries one line of a
 child's output, and that line is already shipped raw under the child's own tab (``cuzk``,
-``benchdaemon``, ``curio``, ``setup`` for the fetch) by its output pump's listener. Shipping the
+``benchdaemon``, ``curio``, ``setup`` for the fetch) by its output pump's sink. Shipping the
 event too sent every daemon line twice (issue 22)."""
 
 
 _HEAD_KEYS = ("timestamp", "level", "event")
+BOUND_KEYS = frozenset({"uuid"})
+"""Fields bound to every event once the instance is registered: a tab is the instance's own, so
+its lines leave them out (a third of a short line), but where the event is about them
+(``manager.registered``, ``manager.new_instance``)."""
+_ABOUT_BOUND = frozenset({"manager.registered", "manager.new_instance"})
 
 
 def _fmt_value(value: Any) -> str:
@@ -38,22 +54,25 @@ def _fmt_value(value: Any) -> str:
         return repr(value)
 
 
-def event_to_line(event_dict: Mapping[str, Any]) -> str:
-    """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``."""
+def event_to_line(event_dict: Mapping[str, Any], omit: frozenset[str] = frozenset()) -> str:
+    """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``
+    (without the fields ``omit``)."""
     parts = [str(event_dict[key]) for key in _HEAD_KEYS if event_dict.get(key) is not None]
     parts.extend(
         f"{key}={_fmt_value(value)}"
         for key, value in event_dict.items()
-        if key not in _HEAD_KEYS and not key.startswith("_")
+        if key not in _HEAD_KEYS and key not in omit and not key.startswith("_")
     )
     return " ".join(parts)
 
 
 def shipping_processor(
-    shipper: LogShipper, source: str = SUPERVISOR_SOURCE
+    shipper: LineTaker, source: str = SUPERVISOR_SOURCE
 ) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
-    """A structlog processor feeding every event but :data:`NOT_SHIPPED` to ``shipper``; the
-    event passes unchanged.
+    """A structlog processor feeding every event but :data:`NOT_SHIPPED` to ``shipper``, a
+    milestone or a routine line by its level and name
+    (:func:`~cuzk_supervisor.core.lineclass.event_is_milestone`), its kind the event's name;
+    the event passes unchanged.
 
     Put it after ``add_log_level`` and ``TimeStamper`` and before the renderer.
     """
@@ -61,11 +80,15 @@ def shipping_processor(
     def processor(
         logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
-        if event_dict.get("event") in NOT_SHIPPED:
+        event = str(event_dict.get("event"))
+        if event in NOT_SHIPPED:
             return event_dict
         # Logging must never fail because of shipping.
         with contextlib.suppress(Exception):
-            shipper.add_line(source, event_to_line(event_dict))
+            milestone = event_is_milestone(event, str(event_dict.get("level", method_name)))
+            omit = frozenset() if event in _ABOUT_BOUND else BOUND_KEYS
+            line = event_to_line(event_dict, omit)
+            shipper.add_line(source, line, milestone=milestone, kind=event)
         return event_dict
 
     return processor

@@ -9,8 +9,11 @@ at a cost to the manager that does not depend on what the children write.
   20 s before the run phase (the dashboard moves at least every 30 s), ``log_push_interval_s``
   (120 s) in the run phase (:meth:`LogShipper.enter_run_phase`). Each turn spends from a budget
   of requests and bytes a minute (:mod:`cuzk_supervisor.core.logbudget`): the supervisor's own
-  tab first, then the other sources; each source's **newest** lines that fit, the older ones
-  summarised by one line with their count. Before the run phase 4 pushes and
+  tab first, then the other sources, the bytes shared so that every tab's milestones go before
+  any tab's routine lines; each tab's milestones first, then its **newest** routine lines that
+  fit (:mod:`cuzk_supervisor.core.logselect`), the rest summarised by one line that counts
+  them by kind. Each line's class is given where it is made (``add_line``, a child's tab:
+  :mod:`~cuzk_supervisor.adapters.logship.childtab`). Before the run phase 4 pushes and
   ``log_budget_bytes_per_min`` (12 KB) a minute, in it 1 push and
   ``log_run_budget_bytes_per_min`` (2.4 KB): whatever a fetch or a daemon writes (1,000 lines a
   second included), the pushes of a machine stay within that.
@@ -19,11 +22,12 @@ at a cost to the manager that does not depend on what the children write.
   to the buffer for the next turn: weather, an outage or a 404 page never bring the next push
   sooner, and never loop.
 - The backlog is bounded to what the manager keeps for an instance (10,000 lines; and
-  ``max_buffer_bytes``): past it the OLDEST lines are dropped and counted with the rest.
+  ``max_buffer_bytes``): past it the OLDEST routine lines are dropped and counted with the
+  rest (a milestone only when no routine line is left).
 - Stopping (:meth:`LogShipper.stop`) ends with **one** last turn (:meth:`flush`): the
   supervisor's tab first, at most ``final_requests`` pushes and ``final_bytes``, one attempt
   each, within ``final_flush_s``; never a loop, whatever the manager answers.
-- Each line is shipped once: a child's output goes raw under its own tab (a listener); its
+- Each line is shipped once: a child's output goes raw under its own tab (a ChildTab); its
   ``child.line`` events are not shipped again under ``setup``
   (:func:`~cuzk_supervisor.adapters.logship.lines.shipping_processor`).
 - No manager configured: the shipper is a no-op sink.
@@ -37,91 +41,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import functools
 import random
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
 
 from cuzk_supervisor.adapters.logship.buffer import Entry, LogBuffer
+from cuzk_supervisor.adapters.logship.childtab import ChildTab
 from cuzk_supervisor.adapters.logship.lines import SUPERVISOR_SOURCE
-from cuzk_supervisor.adapters.logship.push import MAX_BODY_BYTES, normalize_line
+from cuzk_supervisor.adapters.logship.push import normalize_line
+from cuzk_supervisor.adapters.logship.shipsettings import MIN_PUSH_BYTES, ShipperSettings
 from cuzk_supervisor.adapters.manager.client import ManagerClient
 from cuzk_supervisor.adapters.manager.values import ManagerRejected, ManagerUnavailable
 from cuzk_supervisor.core import logbudget
-from cuzk_supervisor.core.checks import (
-    POSITIVE,
-    in_range,
-    int_at_least,
-    require_fields,
-    require_relation,
-)
-from cuzk_supervisor.core.jitter import DEFAULT_SPREAD, MAX_SPREAD, JitteredSchedule
+from cuzk_supervisor.core.jitter import JitteredSchedule
+from cuzk_supervisor.core.logselect import SUMMARY_MAX_BYTES, Tally, summary_line
 from cuzk_supervisor.core.pace import Pace
 
 __all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
 
 log = structlog.get_logger("supervisor.logship")
-
-MIB = 1024 * 1024
-MIN_PUSH_BYTES = 200
-"""A source whose share of a turn is smaller waits for a later turn (no push of a summary
-alone, nor of a line cut to nothing)."""
-
-
-# --- settings -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ShipperSettings:
-    bytes_per_min: float = logbudget.BEFORE_RUN.bytes_per_min
-    """Before the run phase: bytes of lines pushed a minute, on average."""
-    run_bytes_per_min: float = logbudget.RUN.bytes_per_min
-    """In the run phase: the same."""
-    run_interval_s: float = logbudget.RUN.interval_s
-    """In the run phase: a turn this often."""
-    interval_s: float = logbudget.BEFORE_RUN.interval_s
-    """Before the run phase: a turn this often."""
-    max_line_bytes: int = 2000
-    """A longer line is cut, with a marker saying how much (the budget is bytes)."""
-    max_buffer_lines: int = 10_000
-    """Lines kept while waiting (what the manager keeps of an instance); beyond it the oldest
-    are dropped (and counted)."""
-    max_buffer_bytes: int = 16 * MIB
-    """Bytes kept while waiting; beyond it the oldest are dropped (and counted)."""
-    final_flush_s: float = 5.0
-    """Time given to the last turn when the shipper stops."""
-    final_requests: int = 4
-    """Pushes at most in that last turn (one per tab: the dashboard has five)."""
-    final_bytes: int = 8000
-    """Bytes of lines at most in that last turn."""
-    jitter: float = DEFAULT_SPREAD
-    """Each turn's wait varied by up to this fraction either way."""
-
-    def __post_init__(self) -> None:
-        require_fields(
-            self, ("bytes_per_min", "run_bytes_per_min", "run_interval_s", "interval_s",
-                   "final_flush_s"), POSITIVE,
-        )  # fmt: skip
-        require_fields(self, ("jitter",), in_range(0, MAX_SPREAD))
-        require_fields(self, ("max_line_bytes",), in_range(256, MAX_BODY_BYTES - 1))
-        require_fields(self, ("max_buffer_lines", "final_requests"), int_at_least(1))
-        require_fields(self, ("final_bytes",), int_at_least(MIN_PUSH_BYTES))
-        # One line must always fit in the buffer.
-        require_relation(self, "max_buffer_bytes", ">", "max_line_bytes")
-
-    def budget(self, run_phase: bool) -> logbudget.Budget:
-        """The phase's budget with these settings' byte rate and turn interval (its requests
-        a minute scaled with the interval: the same pushes a turn)."""
-        base = logbudget.RUN if run_phase else logbudget.BEFORE_RUN
-        interval = self.run_interval_s if run_phase else self.interval_s
-        budget = base.with_bytes(self.run_bytes_per_min if run_phase else self.bytes_per_min)
-        per_min = base.requests_per_min * base.interval_s / interval
-        return dataclasses.replace(budget, interval_s=interval, requests_per_min=per_min)
 
 
 # --- the shipper --------------------------------------------------------------------------------
@@ -181,18 +124,39 @@ class LogShipper:
 
     # -- producer side: synchronous, never waits --
 
-    def add_line(self, source: str, line: str) -> None:
+    def add_line(
+        self, source: str, line: str, *, milestone: bool = False, kind: str = ""
+    ) -> int | None:
+        """Buffer one line of the tab ``source``, of its class (a milestone or routine; ``kind``
+        names it in a summary); return its sequence number (None: not buffered)."""
         if not self.enabled:
-            return
+            return None
         text, size = normalize_line(line, self.settings.max_line_bytes)
         if not size:
-            return
+            return None
         with self._lock:
-            self._buffer.add(source, text, size)
+            return self._buffer.add(source, text, size, kind or f"{source} lines", milestone)
 
-    def listener(self, source: str) -> Callable[[str], None]:
-        """A line callback for one source (e.g. ``OutputPump.add_listener``)."""
-        return functools.partial(self.add_line, source)
+    def promote(self, source: str, seqs: Iterable[int]) -> None:
+        """Make those routine lines of ``source`` that still wait milestones (a child's last
+        lines before its exit: ``ChildTab``)."""
+        with self._lock:
+            self._buffer.promote(source, seqs)
+
+    def listener(self, source: str, kind: str = "") -> Callable[[str], None]:
+        """A callback for routine lines of one source (``kind``: their name in a summary)."""
+
+        def add(line: str) -> None:
+            self.add_line(source, line, kind=kind)
+
+        return add
+
+    def child_tab(self, source: str, name: str, ready: re.Pattern[str] | None = None) -> ChildTab:
+        """A child's output for the tab ``source`` (``OutputPump.add_sink``): its first and
+        last lines of each run, its ``ready`` line and its error lines are milestones."""
+        s = self.settings
+        return ChildTab(self, source, name, head=s.child_head_lines, tail=s.child_tail_lines,
+                        ready=ready)  # fmt: skip
 
     def enter_run_phase(self, *, after_s: float | None = None) -> None:
         """``after_s`` from now (by default one turn of the earlier budget, so the run phase's
@@ -251,23 +215,27 @@ class LogShipper:
                 schedule.set_interval(self.budget.interval_s)  # the first anywhere in it
             await self._turn(final=False, deadline=None)
             wait = schedule.delay()
-        await self.flush(self.settings.final_flush_s)
+        stats = self.stats()
+        log.info("logship.last_turn", waiting=stats.buffered_lines, sent=stats.sent_lines,
+                 summarised=stats.skipped_total + stats.dropped_total)  # fmt: skip
+        await self.flush(self.settings.final_flush_s, last=True)
 
     def stop(self) -> None:
         self._stopped.set()
         self._wake.set()
 
-    async def flush(self, deadline_s: float | None = None) -> bool:
+    async def flush(self, deadline_s: float | None = None, *, last: bool = False) -> bool:
         """One turn out of turn (the exit's, or a reason that must reach the manager before a
         report): the supervisor's tab first, at most ``final_requests`` pushes and
         ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
-        every body the turn sent (the older lines of a chatty tab may be summarised)."""
+        every body the turn sent (the older lines of a chatty tab may be summarised). The
+        ``last`` turn (the shipper's stop) holds nothing back: what it does not send it counts."""
         if not self.enabled:
             return True
         deadline = None if deadline_s is None else self._clock() + deadline_s
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(deadline_s):
-                return await self._turn(final=True, deadline=deadline)
+                return await self._turn(final=True, deadline=deadline, last=last)
         return False
 
     def _switch(self, budget: logbudget.Budget) -> None:
@@ -283,7 +251,7 @@ class LogShipper:
         self._requests.tokens = min(self._requests.tokens, budget.burst_requests)
         self._bytes.tokens = min(self._bytes.tokens, budget.burst_bytes)
 
-    async def _turn(self, *, final: bool, deadline: float | None) -> bool:
+    async def _turn(self, *, final: bool, deadline: float | None, last: bool = False) -> bool:
         """Push what this turn's budget allows (see the module docstring); False when a push
         was not taken (the turn ends there)."""
         assert self.client is not None
@@ -297,32 +265,36 @@ class LogShipper:
                 order = logbudget.order_sources(waiting, SUPERVISOR_SOURCE)
                 pending = {s: self._buffer.source_bytes(s) + _reserve(self._buffer, s)
                            for s in order}  # fmt: skip
+                # A tab's milestones, with room for its summary line when lines are left out.
+                milestones = {s: min(pending[s], _milestone_room(self._buffer, s)) for s in order}
             if final:
                 pushes, room = self.settings.final_requests, float(self.settings.final_bytes)
             else:
                 pushes, room = self._requests.available(now), self._bytes.available(now)
             chosen = order[: max(0, pushes)]
-            shares = logbudget.share({s: pending[s] for s in chosen}, room)
+            shares = logbudget.share_by_class(
+                {s: milestones[s] for s in chosen}, {s: pending[s] for s in chosen}, room
+            )
             for source in chosen:
                 if shares[source] < min(MIN_PUSH_BYTES, pending[source]):
                     continue
-                if not await self._push(uuid, source, shares[source], final, deadline):
+                if not await self._push(uuid, source, shares[source], final, deadline, last):
                     return False
         return True
 
     async def _push(
-        self, uuid: str, source: str, room: int, final: bool, deadline: float | None
+        self, uuid: str, source: str, room: int, final: bool, deadline: float | None, last: bool
     ) -> bool:
         """One body of ``source``; False when the manager did not take it (the turn ends)."""
         assert self.client is not None
+        hold = int(self.budget.bytes_per_min * self.settings.milestone_backlog_s / 60)
         with self._lock:
             reserve = _reserve(self._buffer, source, room)
-            entries = self._buffer.take_newest(source, max(0, room - reserve))
+            entries = self._buffer.take(source, max(0, room - reserve), 0 if last else hold)
             skipped = self._buffer.take_skipped(source)
-        lines = [entry[1] for entry in entries]
-        if skipped[0]:
-            rate = self.budget.bytes_per_min
-            lines.insert(0, logbudget.summary_line(skipped[0], skipped[1], rate))
+        lines = [entry.text for entry in entries]
+        if skipped.lines:
+            lines.insert(0, summary_line(skipped, self.budget.bytes_per_min))
         if not lines:
             return True
         size = sum(len(line.encode()) + 1 for line in lines)
@@ -351,7 +323,7 @@ class LogShipper:
             self._sent_bodies += 1
         return True
 
-    def _put_back(self, source: str, entries: list[Entry], skipped: tuple[int, int]) -> None:
+    def _put_back(self, source: str, entries: list[Entry], skipped: Tally) -> None:
         with self._lock:
             self._failed += 1
             self._buffer.restore(source, entries, skipped)
@@ -361,7 +333,12 @@ def _reserve(buffer: LogBuffer, source: str, room: int | None = None) -> int:
     """Bytes kept for the summary line: when lines were dropped, or will be (``room`` is less
     than what waits)."""
     will_drop = room is not None and buffer.source_bytes(source) > room
-    return 160 if buffer.skipped(source)[0] or will_drop else 0
+    return SUMMARY_MAX_BYTES + 1 if buffer.skipped(source).lines or will_drop else 0
+
+
+def _milestone_room(buffer: LogBuffer, source: str) -> int:
+    waiting = buffer.milestone_bytes(source)
+    return waiting + SUMMARY_MAX_BYTES + 1 if waiting else 0
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:

@@ -153,6 +153,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="a fault switch for the simulated daemon (docs/simulator.md)",
     )
     sim.add_argument(
+        "--fetch-chatter",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="the simulated params fetch prints N progress lines a second (default 0)",
+    )
+    sim.add_argument(
         "--manager-fault",
         default="",
         metavar="K=V,...",
@@ -211,6 +218,7 @@ def _sim_settings(
         "status_interval_s": 2.0,
         "await_deadline_s": 2.0,
         "params_fetch_command": f"{sys.executable} -m cuzk_supervisor.sim.fetch "
+        + (f"--chatter {args.fetch_chatter:g} " if args.fetch_chatter > 0 else "")
         + " ".join(SIM_PARAMS),
         "params_expected": SIM_PARAMS,
         "params_progress_interval_s": 0.5,
