@@ -77,9 +77,9 @@ def test_with_nothing_measured_the_next_proof_is_as_slow_as_the_settle():
 
 def test_room_to_measure_is_the_bench_policys_fit_with_that_interval():
     stretches = [_stretch(10.0, 20.0, 30.0, interrupted="step-down")]
-    # settle 10 s + (2 + 3 - 1) x 10 s = 50 s, x 1.25 = 62.5 s.
-    assert room_to_measure(stretches, 10.0, 62.5, POLICY)
-    assert not room_to_measure(stretches, 10.0, 62.4, POLICY)
+    # settle 10 s + (2 held + 2 queued ahead + 3 - 1) x 10 s = 70 s, x 1.25 = 87.5 s.
+    assert room_to_measure(stretches, 10.0, 87.5, POLICY)
+    assert not room_to_measure(stretches, 10.0, 87.4, POLICY)
 
 
 @given(

@@ -10,6 +10,7 @@ runs of a noisier model; these are their unit-sized cases.
 from __future__ import annotations
 
 import random
+import re
 import statistics
 
 import pytest
@@ -245,10 +246,17 @@ def test_on_a_quiet_machine_the_batch_stops_early_with_the_rate_within_1_percent
 
 
 def test_the_soak_holds_a_quiet_machine_to_its_time():
-    policy = BenchPolicy(max_proofs=12, concurrency=2, precision=0.01, min_soak_s=1400.0)
+    # Room for the soak's ~10 completions and the proofs held beyond them (concurrency 2 +
+    # queue_ahead 2): a batch that ran out of proofs would say so instead.
+    policy = BenchPolicy(max_proofs=16, concurrency=2, precision=0.01, min_soak_s=1400.0)
     stretch = run_model(2, policy)  # 152 s a proof
     assert stretch.stop == "precision"
-    assert stretch.completions[-2] >= 1400.0  # the stop came at a completion past the soak
+    # The stop came at the first completion past the soak, not before it.
+    counted = int(re.search(r"over (\d+) completions", stretch.closed)[1])  # type: ignore[index]
+    assert stretch.completions[counted - 1] >= 1400.0 > stretch.completions[counted - 2]
+    # Without the soak the same machine is known far earlier.
+    unsoaked = run_model(2, BenchPolicy(max_proofs=16, concurrency=2, precision=0.01))
+    assert len(unsoaked.completions) < len(stretch.completions)
 
 
 def test_near_the_minimum_the_batch_goes_on_to_its_most_then_says_so():
