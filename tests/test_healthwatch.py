@@ -83,14 +83,18 @@ class Shipper:
     order: list[str]
     lines: list[tuple[str, str]] = field(default_factory=list)
 
-    def add_line(self, source: str, line: str, *, milestone: bool = False, kind: str = "") -> None:
+    def add_line(self, source: str, line: str, *, milestone: bool = False, kind: str = "") -> int:
         assert milestone  # a health finding is a milestone, in the setup and cuzk tabs
         self.lines.append((source, line))
         if source == "setup":
             self.order.append(f"line {line}")
+        return len(self.lines)
 
-    async def flush(self, deadline_s: float | None = None) -> bool:
-        self.order.append("flush")
+    async def flush(self, deadline_s: float | None = None, *, through: int | None = None) -> bool:
+        # Through the reason's own line: the report waits for it, not only for a turn.
+        assert through is not None
+        assert self.lines[through - 1][0] == "setup"
+        self.order.append(f"flush through {self.lines[through - 1][1]}")
         return True
 
 
@@ -154,7 +158,9 @@ async def test_a_lost_gpu_is_said_then_told_the_reason_pushed_first() -> None:
     await health.tick()
     assert world.order[0].startswith("line health: broken: GPU 0 fell off the bus")
     assert world.order[1].startswith("line health: broken: GPU 0 fell off the bus")
-    assert world.order[2:] == ["flush", "bench_done 0"]
+    # The flush goes through the told reason's line (the second), then the report.
+    told = world.order[1].removeprefix("line ")
+    assert world.order[2:] == [f"flush through {told}", "bench_done 0"]
     said = [line for source, line in parts["shipper"].lines if source == "setup"]
     assert [line for source, line in parts["shipper"].lines if source == "cuzk"] == said
     assert health.verdict.done()

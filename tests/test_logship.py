@@ -120,6 +120,30 @@ def test_the_last_turn_sends_the_supervisors_reason_first():
     assert len(fake.pushes) <= 2
 
 
+def test_a_flush_through_a_reason_sends_every_milestone_before_it_then_stops():
+    """The reason told before /bench-done waits behind more milestones of the supervisor's tab
+    than one turn carries (a crash loop's events): the flush goes on, turn after turn, until
+    the reason was taken, and no further."""
+    settings = ShipperSettings(final_requests=1, final_bytes=2000)
+
+    async def scenario(shipper: LogShipper, fake: LogManager) -> tuple[bool, int]:
+        shipper.enter_run_phase(after_s=0)
+        await asyncio.sleep(1)
+        for n in range(100):  # ~6 KB of milestones: three turns' worth
+            shipper.add_line("setup", f"daemon.exited n={n:03d} " + "x" * 40, milestone=True)
+        seq = shipper.add_line("setup", "health: broken: the daemon crash-loops", milestone=True)
+        shipper.add_line("setup", "after the reason", milestone=True)
+        taken = await shipper.flush(30.0, through=seq)
+        return taken, len(fake.pushes)
+
+    _, fake, (taken, pushes) = shipped(scenario, settings)
+    assert taken
+    assert pushes >= 3  # more than one turn
+    setup = fake.lines("setup")
+    reason = setup.index("health: broken: the daemon crash-loops")
+    assert setup[:reason] == [f"daemon.exited n={n:03d} " + "x" * 40 for n in range(100)]
+
+
 def test_weather_keeps_the_lines_and_they_go_when_it_clears():
     async def scenario(shipper: LogShipper, fake: LogManager) -> None:
         fake.answer = nginx_404

@@ -315,11 +315,12 @@ class HealthWatch:
         if action.level is not Level.HEALTHY:
             self._progress.last_failure = f"health: {action.text}"
 
-    def _ship(self, line: str) -> None:
+    def _ship(self, line: str) -> int | None:
         """A health finding: a milestone in the supervisor's tab and in the run phase's daemon
-        tab (where it explains what the daemon's lines show)."""
-        for source in ("setup", "cuzk"):
-            self._shipper.add_line(source, line, milestone=True, kind="health")
+        tab (where it explains what the daemon's lines show); its number in the former."""
+        seq = self._shipper.add_line("setup", line, milestone=True, kind="health")
+        self._shipper.add_line("cuzk", line, milestone=True, kind="health")
+        return seq
 
     async def _restart(self, action: Restart) -> None:
         keeper = self._daemon.keeper
@@ -336,9 +337,10 @@ class HealthWatch:
         self._metrics.health_action("tell")
         log.error("health.telling_manager", reason=action.reason, rate=round(action.rate, 3),
                   kind=action.finding.kind)  # fmt: skip
-        self._ship(f"health: {action.reason}")
-        # The reason first: once /bench-done is answered, the instance is destroyed.
-        if not await self._shipper.flush(REASON_PUSH_S):
+        seq = self._ship(f"health: {action.reason}")
+        # The reason first, and every line of the tab before it: once /bench-done is answered,
+        # the instance is destroyed.
+        if not await self._shipper.flush(REASON_PUSH_S, through=seq):
             log.warning("health.reason_not_pushed", detail="sending /bench-done anyway")
         try:
             done = await self._manager.bench_done(action.rate)

@@ -139,6 +139,12 @@ class LogBuffer:
             out.setdefault(source, self._seq + 1)
         return out
 
+    def oldest_waiting(self, source: str) -> int:
+        """The sequence number of the oldest line of ``source`` waiting (past every line when
+        none waits)."""
+        tab = self._tabs.get(source)
+        return tab.oldest() if tab else self._seq + 1
+
     def skipped(self, source: str) -> Tally:
         """Lines of ``source`` left out and not yet summarised."""
         return self._skipped.get(source, Tally())

@@ -224,19 +224,38 @@ class LogShipper:
         self._stopped.set()
         self._wake.set()
 
-    async def flush(self, deadline_s: float | None = None, *, last: bool = False) -> bool:
+    async def flush(
+        self, deadline_s: float | None = None, *, last: bool = False, through: int | None = None
+    ) -> bool:
         """One turn out of turn (the exit's, or a reason that must reach the manager before a
         report): the supervisor's tab first, at most ``final_requests`` pushes and
         ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
         every body the turn sent (the older lines of a chatty tab may be summarised). The
-        ``last`` turn (the shipper's stop) holds nothing back: what it does not send it counts."""
+        ``last`` turn (the shipper's stop) holds nothing back: what it does not send it counts.
+
+        ``through`` (a sequence number :meth:`add_line` returned for the supervisor's tab):
+        turns go on until that line was taken, so a reason behind more waiting milestones than
+        one turn carries still arrives before the report that follows it. Those milestones are
+        bounded (``milestone_backlog_s`` of the budget), so the turns are too."""
         if not self.enabled:
             return True
         deadline = None if deadline_s is None else self._clock() + deadline_s
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(deadline_s):
-                return await self._turn(final=True, deadline=deadline, last=last)
+                while True:
+                    sent = self._sent_bodies
+                    if not await self._turn(final=True, deadline=deadline, last=last):
+                        return False
+                    if through is None or not self._waits_through(through):
+                        return True
+                    if self._sent_bodies == sent:  # nothing more would go
+                        return False
         return False
+
+    def _waits_through(self, seq: int) -> bool:
+        """Whether a line of the supervisor's tab numbered ``seq`` or older still waits."""
+        with self._lock:
+            return self._buffer.oldest_waiting(SUPERVISOR_SOURCE) <= seq
 
     def _switch(self, budget: logbudget.Budget) -> None:
         now = self._clock()
