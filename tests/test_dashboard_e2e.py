@@ -88,7 +88,7 @@ def test_the_dashboard_tells_the_machines_story(tmp_path, mgr, scale, chatty):
     entered = [
         m.group(1) for line in setup if (m := re.search(r" phase\.entered phase=(\w+)", line))
     ]
-    assert entered == PHASES
+    assert entered == PHASES, "\n".join([f"counted {setup_counted}", *setup])
     assert any(line.startswith("fetched 2 files") for line in setup)
     assert len(setup) + setup_counted == setup_written(events(out))
 

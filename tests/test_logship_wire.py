@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 
 import pytest
 from hypothesis import given
@@ -164,6 +165,24 @@ def test_restored_lines_are_the_oldest_and_dropped_first_when_full():
     assert buffer.restore("a", batch) == 2
     assert (buffer.skipped("a").lines, buffer.skipped("a").bytes) == (2, 10)
     assert buffer.source_lines("a") == 0
+
+
+def test_a_shipped_line_carries_the_head_of_a_long_structured_value_and_every_string():
+    """The bench's whole measurement and a daemon's command line are detail: the dashboard gets
+    their head and length (the local log keeps them); a reason, however long, goes whole."""
+    reason = "broken: " + "x" * 400
+    line = event_to_line(
+        {"event": "bench.result", "rate": 84.7, "measurement": {"stretches": list(range(200))},
+         "reason": reason},
+        nested_chars=40,
+    )  # fmt: skip
+    whole = json.dumps({"stretches": list(range(200))}, separators=(",", ":"))
+    assert f"measurement={whole[:40]}…[{len(whole):,} chars]" in line
+    assert "rate=84.7" in line
+    assert f'reason="{reason}"' in line
+    assert whole in event_to_line(
+        {"event": "bench.result", "measurement": {"stretches": list(range(200))}}
+    )
 
 
 def test_event_to_line_is_one_readable_line():

@@ -43,23 +43,37 @@ its lines leave them out (a third of a short line), but where the event is about
 _ABOUT_BOUND = frozenset({"manager.registered", "manager.new_instance"})
 
 
-def _fmt_value(value: Any) -> str:
+SHIPPED_NESTED_CHARS = 160
+"""A structured field (a list, a mapping: a command line, the bench's whole measurement) is
+detail: a shipped line carries its first this many characters and how long it was; the local
+log keeps it whole. A phase's milestones then fit its budget even in a short run (the bench's
+result alone was 2.9 KB of a 12 KB/min budget)."""
+
+
+def _fmt_value(value: Any, nested_chars: int | None = None) -> str:
     if isinstance(value, str):
         if value and not any(c in value for c in ' "=\n\r\t'):
             return value
         return json.dumps(value, ensure_ascii=False)
     try:
-        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
     except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    if nested_chars is not None and len(text) > nested_chars:
+        return f"{text[:nested_chars]}…[{len(text):,} chars]"
+    return text
 
 
-def event_to_line(event_dict: Mapping[str, Any], omit: frozenset[str] = frozenset()) -> str:
+def event_to_line(
+    event_dict: Mapping[str, Any],
+    omit: frozenset[str] = frozenset(),
+    nested_chars: int | None = None,
+) -> str:
     """One structlog event as one readable line: ``<timestamp> <level> <event> key=value ...``
-    (without the fields ``omit``)."""
+    (without the fields ``omit``; a structured value longer than ``nested_chars`` cut there)."""
     parts = [str(event_dict[key]) for key in _HEAD_KEYS if event_dict.get(key) is not None]
     parts.extend(
-        f"{key}={_fmt_value(value)}"
+        f"{key}={_fmt_value(value, nested_chars)}"
         for key, value in event_dict.items()
         if key not in _HEAD_KEYS and key not in omit and not key.startswith("_")
     )
@@ -87,7 +101,7 @@ def shipping_processor(
         with contextlib.suppress(Exception):
             milestone = event_is_milestone(event, str(event_dict.get("level", method_name)))
             omit = frozenset() if event in _ABOUT_BOUND else BOUND_KEYS
-            line = event_to_line(event_dict, omit)
+            line = event_to_line(event_dict, omit, SHIPPED_NESTED_CHARS)
             shipper.add_line(source, line, milestone=milestone, kind=event)
         return event_dict
 
