@@ -90,7 +90,9 @@ def test_the_dashboard_tells_the_machines_story(tmp_path, mgr, scale, chatty):
     ]
     assert entered == PHASES, "\n".join([f"counted {setup_counted}", *setup])
     assert any(line.startswith("fetched 2 files") for line in setup)
-    assert len(setup) + setup_counted == setup_written(events(out))
+    assert len(setup) + setup_counted == setup_written(events(out)), [
+        e for e in events(out) if e["event"] == "logship.unsent"
+    ]
 
     bench, bench_counted = tab(mgr, uuid, "benchdaemon")
     assert any("cuzk-daemon ready, serving on" in line for line in bench)
@@ -100,4 +102,5 @@ def test_the_dashboard_tells_the_machines_story(tmp_path, mgr, scale, chatty):
         with path.open("rb") as lines:
             written += sum(1 for _ in lines)
         path.unlink()  # a flood's hundreds of megabytes, counted
-    assert len(bench) + bench_counted + len(run) + run_counted == written
+    unsent = [e for e in events(out) if e["event"] == "logship.unsent"]
+    assert len(bench) + bench_counted + len(run) + run_counted == written, unsent

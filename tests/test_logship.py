@@ -144,6 +144,32 @@ def test_a_flush_through_a_reason_sends_every_milestone_before_it_then_stops():
     assert setup[:reason] == [f"daemon.exited n={n:03d} " + "x" * 40 for n in range(100)]
 
 
+def test_the_last_turn_counts_a_tab_it_has_no_room_for():
+    """At the stop, the supervisor's milestones fill the last turn's bytes; a quiet tab's one
+    waiting line gets no room of it. It still goes as a count: every line written is pushed or
+    counted, and nothing is left unsent."""
+    settings = ShipperSettings(final_bytes=2000)
+
+    async def scenario(shipper: LogShipper, fake: LogManager) -> None:
+        await asyncio.sleep(1)
+        for n in range(5):
+            shipper.add_line("benchdaemon", f"daemon {n}")
+        await asyncio.sleep(25)  # a turn: those go
+        for n in range(60):
+            shipper.add_line("setup", f"phase.entered n={n:02d} " + "x" * 40, milestone=True)
+        shipper.add_line("benchdaemon", "the daemon's last line")
+
+    shipper, fake, _ = shipped(scenario, settings)
+    counted = sum(
+        int(line.split(" ", 1)[0].strip("[").replace(",", ""))
+        for line in fake.lines("benchdaemon")
+        if line.startswith("[")
+    )
+    sent = [line for line in fake.lines("benchdaemon") if not line.startswith("[")]
+    assert len(sent) + counted == 6
+    assert shipper.unsent() == {}
+
+
 def test_weather_keeps_the_lines_and_they_go_when_it_clears():
     async def scenario(shipper: LogShipper, fake: LogManager) -> None:
         fake.answer = nginx_404

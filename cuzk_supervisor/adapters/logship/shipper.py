@@ -25,8 +25,9 @@ at a cost to the manager that does not depend on what the children write.
   ``max_buffer_bytes``): past it the OLDEST routine lines are dropped and counted with the
   rest (a milestone only when no routine line is left).
 - Stopping (:meth:`LogShipper.stop`) ends with **one** last turn (:meth:`flush`): the
-  supervisor's tab first, at most ``final_requests`` pushes and ``final_bytes``, one attempt
-  each, within ``final_flush_s``; never a loop, whatever the manager answers.
+  supervisor's tab first, one push per tab with anything waiting and ``final_bytes`` of lines
+  (a tab without room sends its count), one attempt each, within ``final_flush_s``; never a
+  loop, whatever the manager answers.
 - Each line is shipped once: a child's output goes raw under its own tab (a ChildTab); its
   ``child.line`` events are not shipped again under ``setup``
   (:func:`~cuzk_supervisor.adapters.logship.lines.shipping_processor`).
@@ -219,6 +220,18 @@ class LogShipper:
         log.info("logship.last_turn", waiting=stats.buffered_lines, sent=stats.sent_lines,
                  summarised=stats.skipped_total + stats.dropped_total)  # fmt: skip
         await self.flush(self.settings.final_flush_s, last=True)
+        unsent = self.unsent()
+        if unsent:  # the local log says what the dashboard never got, not even as a count
+            log.warning("logship.unsent", lines_by_tab=unsent)
+
+    def unsent(self) -> dict[str, int]:
+        """Lines of each tab neither pushed nor counted in a pushed summary (after the last
+        turn: what it had no push or no room for)."""
+        with self._lock:
+            waiting = self._buffer.waiting()
+            counts = {s: self._buffer.source_lines(s) + self._buffer.skipped(s).lines
+                      for s in waiting}  # fmt: skip
+        return {s: n for s, n in counts.items() if n}
 
     def stop(self) -> None:
         self._stopped.set()
@@ -231,7 +244,8 @@ class LogShipper:
         report): the supervisor's tab first, at most ``final_requests`` pushes and
         ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
         every body the turn sent (the older lines of a chatty tab may be summarised). The
-        ``last`` turn (the shipper's stop) holds nothing back: what it does not send it counts.
+        ``last`` turn (the shipper's stop) holds nothing back: every tab with anything waiting
+        is pushed once, and what it does not send it counts.
 
         ``through`` (a sequence number :meth:`add_line` returned for the supervisor's tab):
         turns go on until that line was taken, so a reason behind more waiting milestones than
@@ -290,12 +304,14 @@ class LogShipper:
                 pushes, room = self.settings.final_requests, float(self.settings.final_bytes)
             else:
                 pushes, room = self._requests.available(now), self._bytes.available(now)
-            chosen = order[: max(0, pushes)]
+            # The last turn pushes every tab with anything waiting, once: what has no room goes
+            # as its count, so lines pushed plus lines counted stays every line written.
+            chosen = order if last else order[: max(0, pushes)]
             shares = logbudget.share_by_class(
                 {s: milestones[s] for s in chosen}, {s: pending[s] for s in chosen}, room
             )
             for source in chosen:
-                if shares[source] < min(MIN_PUSH_BYTES, pending[source]):
+                if shares[source] < min(MIN_PUSH_BYTES, pending[source]) and not last:
                     continue
                 if not await self._push(uuid, source, shares[source], final, deadline, last):
                     return False
