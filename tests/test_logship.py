@@ -144,11 +144,12 @@ def test_a_flush_through_a_reason_sends_every_milestone_before_it_then_stops():
     assert setup[:reason] == [f"daemon.exited n={n:03d} " + "x" * 40 for n in range(100)]
 
 
-def test_the_last_turn_counts_a_tab_it_has_no_room_for():
-    """At the stop, the supervisor's milestones fill the last turn's bytes; a quiet tab's one
-    waiting line gets no room of it. It still goes as a count: every line written is pushed or
-    counted, and nothing is left unsent."""
-    settings = ShipperSettings(final_bytes=2000)
+@pytest.mark.parametrize("tabs_with_lines", [4, 1])
+def test_the_last_turn_counts_a_tab_it_has_no_room_for(tabs_with_lines):
+    """At the stop, the supervisor's milestones fill the last turn's bytes (or its one tab with
+    lines); a quiet tab's one waiting line gets no room of it. It still goes as a count: every
+    line written is pushed or counted, and nothing is left unsent."""
+    settings = ShipperSettings(final_bytes=2000, final_requests=tabs_with_lines)
 
     async def scenario(shipper: LogShipper, fake: LogManager) -> None:
         await asyncio.sleep(1)

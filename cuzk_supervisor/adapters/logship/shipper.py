@@ -25,9 +25,9 @@ at a cost to the manager that does not depend on what the children write.
   ``max_buffer_bytes``): past it the OLDEST routine lines are dropped and counted with the
   rest (a milestone only when no routine line is left).
 - Stopping (:meth:`LogShipper.stop`) ends with **one** last turn (:meth:`flush`): the
-  supervisor's tab first, one push per tab with anything waiting and ``final_bytes`` of lines
-  (a tab without room sends its count), one attempt each, within ``final_flush_s``; never a
-  loop, whatever the manager answers.
+  supervisor's tab first, the lines of at most ``final_requests`` tabs within ``final_bytes``,
+  and each other tab with anything waiting as its count alone; one attempt each, within
+  ``final_flush_s``; never a loop, whatever the manager answers.
 - Each line is shipped once: a child's output goes raw under its own tab (a ChildTab); its
   ``child.line`` events are not shipped again under ``setup``
   (:func:`~cuzk_supervisor.adapters.logship.lines.shipping_processor`).
@@ -244,8 +244,8 @@ class LogShipper:
         report): the supervisor's tab first, at most ``final_requests`` pushes and
         ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
         every body the turn sent (the older lines of a chatty tab may be summarised). The
-        ``last`` turn (the shipper's stop) holds nothing back: every tab with anything waiting
-        is pushed once, and what it does not send it counts.
+        ``last`` turn (the shipper's stop) holds nothing back: what it does not send it counts,
+        and every other tab with anything waiting is pushed once, as its count.
 
         ``through`` (a sequence number :meth:`add_line` returned for the supervisor's tab):
         turns go on until that line was taken, so a reason behind more waiting milestones than
@@ -304,12 +304,16 @@ class LogShipper:
                 pushes, room = self.settings.final_requests, float(self.settings.final_bytes)
             else:
                 pushes, room = self._requests.available(now), self._bytes.available(now)
-            # The last turn pushes every tab with anything waiting, once: what has no room goes
-            # as its count, so lines pushed plus lines counted stays every line written.
-            chosen = order if last else order[: max(0, pushes)]
+            chosen = order[: max(0, pushes)]
             shares = logbudget.share_by_class(
                 {s: milestones[s] for s in chosen}, {s: pending[s] for s in chosen}, room
             )
+            if last:
+                # Every other tab with anything waiting is pushed too, as its count alone, and a
+                # chosen one without room sends its count: lines pushed plus lines counted stays
+                # every line written.
+                shares.update(dict.fromkeys(order[len(chosen) :], 0))
+                chosen = order
             for source in chosen:
                 if shares[source] < min(MIN_PUSH_BYTES, pending[source]) and not last:
                     continue

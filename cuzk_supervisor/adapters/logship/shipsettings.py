@@ -52,11 +52,11 @@ class ShipperSettings:
     final_flush_s: float = 5.0
     """Time given to the last turn when the shipper stops."""
     final_requests: int = 4
-    """Pushes at most in a turn out of turn (the health watch's reason). The last turn pushes
-    each tab with anything waiting once (the dashboard has five), its count where its lines do
-    not fit."""
+    """Tabs whose lines a turn out of turn pushes (the health watch's reason, the last turn);
+    the last turn pushes each other tab with anything waiting as its count alone (the dashboard
+    has five)."""
     final_bytes: int = 8000
-    """Bytes of lines at most in such a turn (and in the last, with a count line per tab)."""
+    """Bytes of lines at most in such a turn (besides the count lines)."""
     jitter: float = DEFAULT_SPREAD
     """Each turn's wait varied by up to this fraction either way."""
 
