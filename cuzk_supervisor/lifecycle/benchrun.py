@@ -60,15 +60,19 @@ class StretchRun:
         """When the daemon finished the proof, on our clock.
 
         The daemon's ``total_ms`` (its wall time for the job, from when it accepted it) added to
-        when it had accepted it at the latest (``landed_at``: its SubmitProof answer, or the
-        end of the submit whose answer was lost): a result seen late (a dropped or frozen
+        when the submit attempt that carried it began (``sent_at``; the daemon accepted it
+        between then and ``landed_at``, its answer): a result seen late (a dropped or frozen
         connection, an await backing off) still counts when it was done, not when we heard of
-        it. Without that (no timings) the time we saw it.
+        it. The attempt's start, not its answer: a loop late to read answers (a daemon writing
+        50,000 lines a second on a loaded machine) read them up to a second late, and the rate
+        came out 3 % high; the start is stamped just before the request goes out. Without
+        timings, the time we saw it.
         """
         total_ms = result.timings.total_ms
-        if total_ms <= 0 or result.landed_at is None:
+        accepted = result.sent_at if result.sent_at is not None else result.landed_at
+        if total_ms <= 0 or accepted is None:
             return result.finished_at
-        done = result.landed_at + total_ms / 1000 / self.daemon_seconds_per_second
+        done = accepted + total_ms / 1000 / self.daemon_seconds_per_second
         return min(result.finished_at, done)
 
     async def run(
