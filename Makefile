@@ -76,13 +76,15 @@ test-e2e: $(STAMP)
 # Left out: the fault matrix's 56 lifecycles and the bench scripts' quick runs, a third of that
 # CPU (both run in `make test`, and in `make test-third`), except the fault rows whose rate
 # checks a slow or busy machine broke before (issue 30, at 8 workers under the limit). The 116
-# left: pytest 323 s there at 4 workers.
+# left: pytest 323 s there at 4 workers. Also left out: the dashboard's four whole lifecycles
+# (issue 43: what the tabs keep, judged in `make test` beside the whole suite's load; its two
+# runs at time scale 25 are the suite's longest, 78-137 s each on the whole machine).
 SLOW_ROWS = daemon-crash-during-bench or drop-once-mid-await or manager-5xx-storm \
 	or daemon-stdout-flood or daemon-connection-resets \
 	or nvml-missing or manager-behind-a-flaky-proxy
 test-slow: $(STAMP)
 	.ci/cpu-limited --share 1/3 -- $(MAKE) --no-print-directory test-e2e \
-		E2E_SELECT='-m slow -k "not test_fault_row and not test_quick_run_measures_every_row or $(SLOW_ROWS)"'
+		E2E_SELECT='-m slow -k "not test_fault_row and not test_quick_run_measures_every_row and not test_the_dashboard_tells_the_machines_story or $(SLOW_ROWS)"'
 
 # The whole of `make test` inside a CPU cgroup limited to a third of this machine (issue 30's
 # acceptance; about three times as long).
