@@ -51,8 +51,10 @@ from cuzk_supervisor.daemon.output import OutputPump
 from cuzk_supervisor.lifecycle.monitors import Monitors
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
+from cuzk_supervisor.lifecycle.values import MonitorSettings
 from cuzk_supervisor.serve.metricsink import NoMetrics
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import policy
 from cuzk_supervisor.sim.vtime import VirtualClock
 
 MIDDLE_PHASES = ("plan", "warmup", "restart", "settle", "bench")
@@ -268,9 +270,9 @@ class VirtualMachine:
         watch: Any = QuietWatch()
         daemon: Any = NoRestarts()
         self.monitors = Monitors(
-            settings, progress=self.progress, signals=self.signals, watch=watch, gpu=NoGpu(),
-            metrics=metrics, daemon=daemon, manager=self.reporter, clock=clock.monotonic,
-            rng=random.Random(seed + 3),
+            policy(MonitorSettings, settings), progress=self.progress, signals=self.signals,
+            watch=watch, gpu=NoGpu(), metrics=metrics, daemon=daemon, manager=self.reporter,
+            clock=clock.monotonic, rng=random.Random(seed + 3),
         )  # fmt: skip
 
     def _drawn(self, seconds: float) -> float:

@@ -42,7 +42,7 @@ from cuzk_supervisor.composeedges import (
     build_reporter,
 )
 from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.settings.policies import daemon_listen, policy
+from cuzk_supervisor.settings.policies import daemon_listen, keeper_recipe, policy
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.nvmlevents import NvmlHealth
@@ -161,6 +161,11 @@ def build_lifecycle(
     from cuzk_supervisor.lifecycle.retries import LifecycleRetries
     from cuzk_supervisor.lifecycle.shared import Progress, Signals
     from cuzk_supervisor.lifecycle.stepdown import StepDown
+    from cuzk_supervisor.lifecycle.values import (
+        FetchSettings,
+        MonitorSettings,
+        PhaseSettings,
+    )
 
     shipper = edges.shipper
     meters: list[Callable[[], float | None]] = []
@@ -182,9 +187,9 @@ def build_lifecycle(
     watch.add_listener(lambda a: metrics.memory(a.headroom_bytes, a.level))
     watch.add_listener(lambda _: daemon.note_memory(watch.last))  # one walk of the tree, not two
     daemon = DaemonControl(
-        s, spawn=spawn, watch=watch, metrics=metrics, shipper=shipper, signals=signals,
-        progress=progress, memory_policy=memory_policy,
-        cgroup_dir=sampler.cgroup.dir if sampler.cgroup else None,
+        keeper_recipe(s, sampler.cgroup.dir if sampler.cgroup else None), spawn=spawn,
+        watch=watch, metrics=metrics, shipper=shipper, signals=signals, progress=progress,
+        memory_policy=memory_policy,
     )  # fmt: skip
     reporter = build_reporter(
         s, edges, state=state, signals=signals, progress=progress, retries=retries,
@@ -208,8 +213,8 @@ def build_lifecycle(
         active_partitions=lambda: synthesizing_now(s.daemon_status_listen),
     )  # fmt: skip
     monitors = Monitors(
-        s, progress=progress, signals=signals, watch=watch, gpu=gpu, metrics=metrics,
-        daemon=daemon, manager=reporter,
+        policy(MonitorSettings, s), progress=progress, signals=signals, watch=watch, gpu=gpu,
+        metrics=metrics, daemon=daemon, manager=reporter,
     )  # fmt: skip
     health = build_health_watch(
         s, daemon=daemon, manager=reporter, shipper=shipper, metrics=metrics, progress=progress,
@@ -218,12 +223,13 @@ def build_lifecycle(
         min_rate=edges.min_rate,
     )  # fmt: skip
     return Lifecycle(
-        s=s, state=state, shipper=shipper, metrics=metrics, memory_policy=memory_policy,
+        config=policy(PhaseSettings, s), state=state, shipper=shipper, metrics=metrics,
+        memory_policy=memory_policy,
         bench_policy=policy(BenchPolicy, s, min_rate=bench_min_rate(s, edges.min_rate),
                             min_soak_s=s.bench_min_soak_s / s.rate_time_scale),
-        progress=progress, signals=signals,
-        resources=PlanResources(sampler, gpu),
-        fetch_params=ParamsFetch(s, spawn, shipper), daemon=daemon, proofs=proofs,
+        progress=progress, signals=signals, resources=PlanResources(sampler, gpu),
+        fetch_params=ParamsFetch(policy(FetchSettings, s), spawn, shipper), daemon=daemon,
+        proofs=proofs,
         stepdown=stepdown, reporter=reporter, monitors=monitors, health=health,
         release_memory=release_free_memory,
     )  # fmt: skip

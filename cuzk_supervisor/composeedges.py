@@ -130,12 +130,13 @@ def build_reporter(
     random stream where they are not the host's (the fleet bench)."""
     from cuzk_supervisor.adapters.manager.outbox import Outbox
     from cuzk_supervisor.lifecycle.reporting import Reporter
+    from cuzk_supervisor.lifecycle.values import ReporterSettings
 
     manager = edges.manager
     reporter = Reporter(
-        s, label=edges.label, min_rate=edges.min_rate, manager=manager, state=state,
-        outbox=Outbox.for_keeper(manager, state), shipper=edges.shipper, signals=signals,
-        progress=progress, retries=retries, **clocks,
+        policy(ReporterSettings, s), label=edges.label, min_rate=edges.min_rate,
+        manager=manager, state=state, outbox=Outbox.for_keeper(manager, state),
+        shipper=edges.shipper, signals=signals, progress=progress, retries=retries, **clocks,
     )  # fmt: skip
     manager.add_retry_listener(reporter.on_manager_retry)
     manager.add_retry_listener(lambda call, *_: metrics.manager_request_failed(call))

@@ -41,6 +41,7 @@ from cuzk_supervisor.lifecycle.reporting import Reporter
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import MemoryTrouble, Progress, Signals
 from cuzk_supervisor.lifecycle.stepdown import StepDown
+from cuzk_supervisor.lifecycle.values import PhaseSettings, ReporterSettings
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 from cuzk_supervisor.settings import Settings
 from cuzk_supervisor.settings.policies import policy
@@ -444,7 +445,7 @@ def build(
     watch = FakeWatch()
     memory_policy = policy(MemoryPolicy, s)
     reporter = Reporter(
-        s, label=s.label, min_rate=pass_rate, manager=manager,  # type: ignore[arg-type]
+        policy(ReporterSettings, s), label=s.label, min_rate=pass_rate, manager=manager,  # type: ignore[arg-type]
         state=state, outbox=Outbox.for_keeper(manager, state),
         shipper=shipper, signals=signals, progress=progress,  # type: ignore[arg-type]
         retries=LifecycleRetries(),
@@ -455,7 +456,7 @@ def build(
     proofs = FakeProofs(world, progress, completed=completed)
     fetch = FakeFetch(world)
     machine = Lifecycle(
-        s=s, state=state, shipper=shipper, metrics=SupervisorMetrics(),  # type: ignore[arg-type]
+        config=policy(PhaseSettings, s), state=state, shipper=shipper, metrics=SupervisorMetrics(),  # type: ignore[arg-type]
         memory_policy=memory_policy, bench_policy=policy(BenchPolicy, s), progress=progress,
         signals=signals,
         resources=FakeResources(host_total), fetch_params=fetch, daemon=daemon, proofs=proofs,

@@ -114,7 +114,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
                            "sim"}),
     "daemon": frozenset({"lifecycle", "serve", "cli", "compose", "composeedges", "sim"}),
     "serve": frozenset({"lifecycle", "settings", "cli", "compose", "composeedges", "sim"}),
-    "lifecycle": frozenset({"cli", "compose", "composeedges", "sim"}),
+    # Each lifecycle component is given its own values (lifecycle.values): no settings.
+    "lifecycle": frozenset({"settings", "cli", "compose", "composeedges", "sim"}),
     "settings": frozenset({"lifecycle", "cli", "compose", "composeedges", "sim"}),
     # The simulated machine is handed to the composition root as its probes (sim.machine.probes).
     "sim": frozenset({"lifecycle", "cli"}),

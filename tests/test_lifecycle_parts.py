@@ -33,6 +33,7 @@ from cuzk_supervisor.lifecycle.reporting import Reporter
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries, Retry
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, MemoryTrouble, Progress, Signals
 from cuzk_supervisor.lifecycle.stepdown import StepDown
+from cuzk_supervisor.lifecycle.values import ReporterSettings
 from cuzk_supervisor.proto import proving_pb2 as pb
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 from cuzk_supervisor.settings import Settings
@@ -270,7 +271,8 @@ def reporter(*, state: SupervisorState | None = None, **settings: Any) -> Any:
     clock, wall = Clock(), Clock(1_000_000.0)
     s = Settings(label="C.test", **settings)
     rep = Reporter(
-        s, label="C.test", min_rate=1.0, manager=manager, state=keeper,  # type: ignore[arg-type]
+        settings_policy(ReporterSettings, s), label="C.test", min_rate=1.0,
+        manager=manager, state=keeper,  # type: ignore[arg-type]
         outbox=Outbox.for_keeper(manager, keeper), shipper=FakeShipper(),  # type: ignore[arg-type]
         signals=signals, progress=progress, retries=LifecycleRetries(), clock=clock,
         wall_clock=wall,

@@ -62,7 +62,7 @@ def test_a_chatty_child_costs_the_budget_whatever_it_writes(run_phase, per_min, 
     within = [p for p in fake.pushes if started <= p[0] <= ended]
     minutes = (ended - started) / 60
     budget = shipper.budget
-    final = shipper.settings
+    final = shipper.config
     # The phase's rate, one burst, and the last turn when the shipper stops.
     assert len(within) <= per_min * minutes + budget.burst_requests + final.final_requests
     sent = sum(len(line) + 1 for p in within for line in p[2])

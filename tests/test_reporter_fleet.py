@@ -26,8 +26,10 @@ from cuzk_supervisor.lifecycle.monitors import Monitors
 from cuzk_supervisor.lifecycle.reporting import Reporter
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
+from cuzk_supervisor.lifecycle.values import MonitorSettings, ReporterSettings
 from cuzk_supervisor.serve.metrics import SupervisorMetrics
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import policy
 
 
 class Clock:
@@ -55,7 +57,7 @@ def reporter(rng: Any, **settings: Any) -> tuple[Reporter, SimpleNamespace]:
     clock = Clock()
     s = Settings(label="C.test", **settings)
     rep = Reporter(
-        s, label="C.test", min_rate=1.0, manager=manager, state=keeper,  # type: ignore[arg-type]
+        policy(ReporterSettings, s), label="C.test", min_rate=1.0, manager=manager, state=keeper,  # type: ignore[arg-type]
         outbox=Outbox.for_keeper(manager, keeper), shipper=FakeShipper(),  # type: ignore[arg-type]
         signals=signals, progress=progress, retries=LifecycleRetries(), clock=clock, rng=rng,
     )  # fmt: skip
@@ -140,7 +142,8 @@ async def test_the_status_loop_first_ticks_at_a_random_point_and_looks_up_only_w
 
     rep.look_up_kill = look_up_kill  # type: ignore[method-assign]
     watch = MemoryWatch(SimpleNamespace(), RiskPolicy(), lambda: None)  # type: ignore[arg-type]
-    monitors = Monitors(rep.s, progress=rig.progress, signals=rig.signals, watch=watch,
+    monitor_settings = policy(MonitorSettings, Settings(status_interval_s=0.05, manager_jitter=0.2))
+    monitors = Monitors(monitor_settings, progress=rig.progress, signals=rig.signals, watch=watch,
                         gpu=None, metrics=SupervisorMetrics(),  # type: ignore[arg-type]
                         daemon=SimpleNamespace(restarts=0), manager=rep,
                         rng=random.Random(3))  # fmt: skip

@@ -24,7 +24,9 @@ from cuzk_supervisor.core.reports import OUTCOME_OK, PARAM_DONE
 from cuzk_supervisor.lifecycle.reporting import Reporter
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
+from cuzk_supervisor.lifecycle.values import ReporterSettings
 from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.settings.policies import policy
 
 KINDS = sorted(WEATHER)
 
@@ -37,7 +39,7 @@ def rig(manager: ScriptedManager, phase: str, **settings: Any) -> tuple[Reporter
     progress, signals = Progress(), Signals()
     progress.phase = phase
     rep = Reporter(
-        Settings(label="C.1", manager_url="http://manager.test:8080", **settings),
+        policy(ReporterSettings, Settings(**settings)),
         label="C.1", min_rate=30.0, manager=client, state=keeper,
         outbox=Outbox.for_keeper(client, keeper), shipper=FakeShipper(),  # type: ignore[arg-type]
         signals=signals, progress=progress, retries=LifecycleRetries(), clock=clock,

@@ -20,11 +20,19 @@ from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.restart import RestartPolicy
 from cuzk_supervisor.core.risk import RiskPolicy
 from cuzk_supervisor.daemon.spec import DaemonSettings
+from cuzk_supervisor.lifecycle.values import (
+    FetchSettings,
+    MonitorSettings,
+    PhaseSettings,
+    ReporterSettings,
+)
 from cuzk_supervisor.settings import Settings, load
 from cuzk_supervisor.settings.policies import (
     FROM_SETTINGS,
+    NAMED_ALIKE,
     daemon_listen,
     daemon_settings,
+    keeper_recipe,
     policy,
 )
 
@@ -33,12 +41,37 @@ VALUES: dict[str, type] = {
     for cls in (
         MemoryPolicy, RiskPolicy, RestartPolicy, BenchPolicy, ProvingTimeouts, ManagerTimeouts,
         ManagerRetry, ShipperSettings, DaemonSettings, HealthPolicy, LadderPolicy,
+        PhaseSettings, ReporterSettings, MonitorSettings, FetchSettings,
     )
 }  # fmt: skip
 
 
 def test_every_value_is_mapped_once() -> None:
-    assert sorted(FROM_SETTINGS) == sorted(VALUES)
+    assert sorted([*FROM_SETTINGS, *NAMED_ALIKE]) == sorted(VALUES)
+
+
+@pytest.mark.parametrize("name", sorted(NAMED_ALIKE))
+def test_a_value_named_alike_takes_each_field_from_its_setting(name: str) -> None:
+    cls, settings = VALUES[name], typing.get_type_hints(Settings)
+    for field, kind in typing.get_type_hints(cls).items():
+        assert settings.get(field) == kind, (
+            f"{name}.{field}: {kind}, setting: {settings.get(field)}"
+        )
+    s = load({}, environ={"CUZK_SUPERVISOR_MANAGER_JITTER": "0.3",
+                          "CUZK_SUPERVISOR_PLAN_MEMORY_SCALE": "0.5"}).settings  # fmt: skip
+    value: object = policy(cls, s)
+    for f in dataclasses.fields(cls):
+        assert getattr(value, f.name) == getattr(s, f.name)
+
+
+def test_the_keepers_recipe_holds_the_daemon_s_settings(tmp_path: Path) -> None:
+    s = Settings(state_dir=tmp_path, worker_commands=("curio run",), daemon_log_level="debug")
+    recipe = keeper_recipe(s, tmp_path / "cg")
+    assert recipe.spec == daemon_settings(s, tmp_path / "cg")
+    assert recipe.restart == policy(RestartPolicy, s)
+    assert (recipe.listen, recipe.status_listen) == (daemon_listen(s), s.daemon_status_listen)
+    assert (recipe.worker_commands, recipe.pid_dir, recipe.log_level) == (
+        ("curio run",), tmp_path, "debug")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(FROM_SETTINGS))

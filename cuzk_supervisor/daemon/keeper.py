@@ -75,7 +75,7 @@ class DaemonKeeper:
         rand: Callable[[], float] = random.random,
         name: str = "daemon",
     ) -> None:
-        self.settings = settings
+        self.spec = settings
         self.values = values
         self.policy = policy
         self._factory = process_factory
@@ -152,7 +152,7 @@ class DaemonKeeper:
         """Start the daemon and wait for its exit; None when we replaced it ourselves."""
         # Values set by restart_with() during a backoff are used now; no replacement is due.
         self._replan.clear()
-        process = self._factory(self.settings, self.values)
+        process = self._factory(self.spec, self.values)
         self.current = process
         self.starts += 1
         try:

@@ -1,18 +1,19 @@
-"""The keepers as the settings make them: the one place a ``DaemonKeeper`` is built from them.
+"""The keepers as the settings make them: the one place a ``DaemonKeeper`` is built.
 
-``daemon_keeper`` is the daemon's (the ``daemon`` command's, and the lifecycle's daemon control's,
-``lifecycle.daemonctl``): how to run it (``settings.policies.daemon_settings``), its restart
-policy, its config values (``config_values``: a plan's workers and budget with the settings'
-addresses, parameter cache and log level) and its process, spawned through the caller's
-spawner (the runtime's reaper). ``worker_keeper`` keeps a worker command up beside it in the run
-phase, under the same restart policy. The fleet bench builds its virtual machines' keepers here
-too, so that what it measures is the product's wiring, not a copy of it.
+``KeeperRecipe`` is what the settings say about the daemon's keepers (``settings.policies.
+keeper_recipe`` makes it in the composition root and the ``daemon`` command): how to run the
+daemon, its restart policy, the config's addresses, parameter cache and log level, and the worker
+commands. ``daemon_keeper`` is the daemon's (the ``daemon`` command's, and the lifecycle's daemon
+control's, ``lifecycle.daemonctl``), its process spawned through the caller's spawner (the
+runtime's reaper); ``worker_keeper`` keeps a worker command up beside it in the run phase, under
+the same restart policy.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +22,45 @@ from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper
 from cuzk_supervisor.daemon.output import LineSink
 from cuzk_supervisor.daemon.process import DaemonProcess, Spawner
-from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.settings.policies import daemon_listen, daemon_settings, policy
+from cuzk_supervisor.daemon.spec import DaemonSettings
+
+
+@dataclass(frozen=True)
+class KeeperRecipe:
+    """What the settings say about the daemon's keepers."""
+
+    spec: DaemonSettings
+    restart: RestartPolicy
+    listen: str
+    status_listen: str
+    param_cache: Path
+    log_level: str
+    worker_commands: tuple[str, ...]
+    pid_dir: Path
+    """Where a worker command's pid file goes (the state folder)."""
 
 
 def config_values(
-    s: Settings, *, partition_workers: int, total_budget_gib: int, max_parallel_synthesis: int
+    recipe: KeeperRecipe,
+    *,
+    partition_workers: int,
+    total_budget_gib: int,
+    max_parallel_synthesis: int,
 ) -> DaemonConfigValues:
-    """The daemon's config values: a plan's workers and budget, the rest from the settings."""
+    """The daemon's config values: a plan's workers and budget, the rest from the recipe."""
     return DaemonConfigValues(
-        partition_workers=partition_workers,
-        total_budget_gib=total_budget_gib,
-        max_parallel_synthesis=max_parallel_synthesis,
-        listen=daemon_listen(s),
-        status_listen=s.daemon_status_listen,
-        param_cache=str(s.daemon_param_cache),
-        log_level=s.daemon_log_level,
-    )
+        partition_workers=partition_workers, total_budget_gib=total_budget_gib,
+        max_parallel_synthesis=max_parallel_synthesis, listen=recipe.listen,
+        status_listen=recipe.status_listen, param_cache=str(recipe.param_cache),
+        log_level=recipe.log_level,
+    )  # fmt: skip
 
 
 def daemon_keeper(
-    s: Settings,
+    recipe: KeeperRecipe,
     values: DaemonConfigValues,
     *,
     spawn: Spawner,
-    cgroup_dir: Path | None,
     memory_at_limit: Callable[[], bool] | None = None,
     line_sinks: Sequence[LineSink] = (),
 ) -> DaemonKeeper:
@@ -54,13 +69,11 @@ def daemon_keeper(
     ``line_sinks`` get each line of its output (the log shipper)."""
     extra: dict[str, Any] = {} if memory_at_limit is None else {"memory_at_limit": memory_at_limit}
     factory = functools.partial(DaemonProcess, spawn=spawn, line_sinks=tuple(line_sinks), **extra)
-    return DaemonKeeper(
-        daemon_settings(s, cgroup_dir), values, policy(RestartPolicy, s), process_factory=factory
-    )
+    return DaemonKeeper(recipe.spec, values, recipe.restart, process_factory=factory)
 
 
 def worker_keeper(
-    s: Settings,
+    recipe: KeeperRecipe,
     daemon: DaemonKeeper,
     command: str,
     *,
@@ -75,15 +88,9 @@ def worker_keeper(
 
     def factory(*_: object) -> CommandProcess:
         return CommandProcess(
-            command,
-            source=source,
-            stop_grace_s=s.daemon_stop_grace_s,
-            spawn=spawn,
-            line_sink=line_sink,
-            pid_dir=s.state_dir,
-        )
+            command, source=source, stop_grace_s=recipe.spec.stop_grace_s, spawn=spawn,
+            line_sink=line_sink, pid_dir=recipe.pid_dir,
+        )  # fmt: skip
 
-    return DaemonKeeper(
-        daemon.settings, daemon.values, policy(RestartPolicy, s), process_factory=factory,
-        name=source,
-    )  # fmt: skip
+    return DaemonKeeper(daemon.spec, daemon.values, recipe.restart, process_factory=factory,
+                        name=source)  # fmt: skip

@@ -69,7 +69,7 @@ class DaemonProcess:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.settings = settings
+        self.spec = settings
         self.values = values
         self.address = parse_address(values.listen)
         self._ready_probe = ready_probe
@@ -131,16 +131,16 @@ class DaemonProcess:
         self._answered_at = self._clock()
 
     def _oom_count(self) -> int | None:
-        if self.settings.cgroup_dir is None:
+        if self.spec.cgroup_dir is None:
             return None
-        return read_oom_kill_count(self.settings.cgroup_dir)
+        return read_oom_kill_count(self.spec.cgroup_dir)
 
     def _command(self, binary: str) -> list[str]:
         return [
             binary,
-            *self.settings.extra_args,
+            *self.spec.extra_args,
             "--config",
-            str(self.settings.config_path),
+            str(self.spec.config_path),
             "--listen",
             str(self.address),
             "--log-level",
@@ -153,14 +153,14 @@ class DaemonProcess:
 
     async def start(self) -> None:
         """Spawn and return once the daemon answers GetStatus; raise DaemonStartFailed if not."""
-        settings = self.settings
-        base = daemon_config.load_base(settings.base_config)
+        spec = self.spec
+        base = daemon_config.load_base(spec.base_config)
         try:
-            daemon_config.write_verified(settings.config_path, self.values, base)
+            daemon_config.write_verified(spec.config_path, self.values, base)
         except files.WriteError as exc:
             raise self._fail(str(exc)) from None
-        await asyncio.to_thread(pidfile.reclaim_stale_daemon, settings)
-        binary, problem = resolve_binary(settings.binary)
+        await asyncio.to_thread(pidfile.reclaim_stale_daemon, spec)
+        binary, problem = resolve_binary(spec.binary)
         if binary is None:
             raise self._fail(problem)
         if await self._address_stays_busy():
@@ -172,17 +172,17 @@ class DaemonProcess:
                 where = self.address.path.parent
                 why = files.describe(exc)
                 raise self._fail(f"cannot make socket folder {where}: {why}") from None
-        if settings.log_path is not None:
+        if spec.log_path is not None:
             try:
                 self._log_file = RotatingLineFile(
-                    settings.log_path, settings.log_max_bytes, settings.log_backups
+                    spec.log_path, spec.log_max_bytes, spec.log_backups
                 )
             except files.WriteError as exc:
                 raise self._fail(str(exc)) from None
-        self._pump = OutputPump("cuzk", self._log_file, settings.log_events_per_second)
+        self._pump = OutputPump("cuzk", self._log_file, spec.log_events_per_second)
         for sink in self._line_sinks:
             self._pump.add_sink(sink)
-        env = child_environ({**settings.env, "NO_COLOR": "1"})
+        env = child_environ({**spec.env, "NO_COLOR": "1"})
         self._oom_before = self._oom_count()
         command = self._command(binary)
         try:
@@ -199,7 +199,7 @@ class DaemonProcess:
             raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
         self._started_at = time.monotonic()
         self._rss_task = asyncio.create_task(self._peak.watch(self._proc.pid))
-        pidfile.write_pidfile(settings, self._proc.pid)
+        pidfile.write_pidfile(spec, self._proc.pid)
         assert self._proc.stdout is not None
         assert self._proc.stderr is not None
         self._pump_tasks = [
@@ -207,7 +207,7 @@ class DaemonProcess:
             asyncio.create_task(self._pump.pump(self._proc.stderr, "stderr")),
         ]
         log.info(
-            "daemon.spawned", pid=self._proc.pid, command=command, config=str(settings.config_path)
+            "daemon.spawned", pid=self._proc.pid, command=command, config=str(spec.config_path)
         )
         await self._await_ready()
 
@@ -223,9 +223,7 @@ class DaemonProcess:
 
     async def _await_ready(self) -> None:
         assert self._proc is not None
-        probe = asyncio.create_task(
-            self._ready_probe(self.address, self.settings.startup_deadline_s)
-        )
+        probe = asyncio.create_task(self._ready_probe(self.address, self.spec.startup_deadline_s))
         exited = asyncio.create_task(self._proc.wait())
         done, _ = await asyncio.wait({probe, exited}, return_when=asyncio.FIRST_COMPLETED)
         if probe in done and probe.exception() is None:
@@ -247,7 +245,7 @@ class DaemonProcess:
         else:
             exited.cancel()
             error = probe.exception()
-            reason = f"never ready within {self.settings.startup_deadline_s:g} s ({error})"
+            reason = f"never ready within {self.spec.startup_deadline_s:g} s ({error})"
             await self.stop()
             result = DaemonExit(ExitKind.FAILED_TO_START, reason, permanent=True)
             self._exit = result
@@ -257,17 +255,17 @@ class DaemonProcess:
         """A daemon that accepts calls but never answers is as good as dead: after N missed
         GetStatus probes in a row, kill it so the keeper restarts it. A probe is spared when an
         answer to another call came within the interval (``note_answer``)."""
-        settings = self.settings
+        spec = self.spec
         misses = 0
         while True:
-            await self._sleep(settings.liveness_interval_s)
-            if self._clock() - self._answered_at < settings.liveness_interval_s:
+            await self._sleep(spec.liveness_interval_s)
+            if self._clock() - self._answered_at < spec.liveness_interval_s:
                 misses = 0  # it answered a call of the health watch's meanwhile
                 continue
             try:
                 await within(
-                    self._alive_probe(self.address, settings.liveness_timeout_s),
-                    settings.liveness_timeout_s + 1.0,
+                    self._alive_probe(self.address, spec.liveness_timeout_s),
+                    spec.liveness_timeout_s + 1.0,
                 )
                 misses = 0
             except Exception as exc:  # any failure to answer counts as a miss
@@ -275,14 +273,14 @@ class DaemonProcess:
                 log.warning(
                     "daemon.liveness_missed",
                     misses=misses,
-                    of=settings.liveness_failures,
+                    of=spec.liveness_failures,
                     reason=str(exc)[:200],
                 )
-                if misses >= settings.liveness_failures:
+                if misses >= spec.liveness_failures:
                     assert self._proc is not None
                     self._unresponsive = (
                         f"unresponsive: {misses} GetStatus probes unanswered "
-                        f"({settings.liveness_timeout_s:g} s each); killed"
+                        f"({spec.liveness_timeout_s:g} s each); killed"
                     )
                     log.error("daemon.unresponsive", pid=self._proc.pid, reason=self._unresponsive)
                     self._signal_group(signal.SIGKILL)
@@ -366,16 +364,14 @@ class DaemonProcess:
             self._peak.read(pgid)  # its size as we stop it counts too
             self._signal_group(signal.SIGTERM)
             try:
-                await within(asyncio.shield(self._proc.wait()), self.settings.stop_grace_s)
+                await within(asyncio.shield(self._proc.wait()), self.spec.stop_grace_s)
             except TimeoutError:
-                log.warning(
-                    "daemon.stop_grace_expired", pid=pgid, grace_s=self.settings.stop_grace_s
-                )
+                log.warning("daemon.stop_grace_expired", pid=pgid, grace_s=self.spec.stop_grace_s)
                 self._signal_group(signal.SIGKILL)
         result = await self.wait()
         await self._reap_group(pgid)
         with contextlib.suppress(OSError):
-            pidfile.pidfile_path(self.settings).unlink(missing_ok=True)
+            pidfile.pidfile_path(self.spec).unlink(missing_ok=True)
         self._stopped = result
         return result
 

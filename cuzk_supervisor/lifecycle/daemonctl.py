@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
@@ -22,14 +21,18 @@ from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import WorkerPlan, total_budget_gib
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
-from cuzk_supervisor.daemon.keepers import config_values, daemon_keeper, worker_keeper
+from cuzk_supervisor.daemon.keepers import (
+    KeeperRecipe,
+    config_values,
+    daemon_keeper,
+    worker_keeper,
+)
 from cuzk_supervisor.daemon.process import Spawner
 from cuzk_supervisor.daemon.spec import READY_LINE
 from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import LifecycleFailure, Progress, Signals
 from cuzk_supervisor.serve.metricsink import MetricsSink
-from cuzk_supervisor.settings import Settings
 
 if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
@@ -40,7 +43,7 @@ class DaemonControl:
 
     def __init__(
         self,
-        settings: Settings,
+        recipe: KeeperRecipe,
         *,
         spawn: Spawner,
         watch: MemoryWatch,
@@ -49,9 +52,8 @@ class DaemonControl:
         signals: Signals,
         progress: Progress,
         memory_policy: MemoryPolicy,
-        cgroup_dir: Path | None,
     ) -> None:
-        self.s = settings
+        self._recipe = recipe
         self._spawn = spawn
         self._watch = watch
         self._metrics = metrics
@@ -59,7 +61,6 @@ class DaemonControl:
         self._signals = signals
         self._progress = progress
         self._memory_policy = memory_policy
-        self._cgroup_dir = cgroup_dir
         self.keeper: DaemonKeeper | None = None
         self._task: asyncio.Task[KeeperOutcome] | None = None
         self._tab = shipper.child_tab("benchdaemon", "daemon", ready=READY_LINE)
@@ -115,9 +116,8 @@ class DaemonControl:
         wait until it answers."""
         if self.keeper is None:
             self.keeper = daemon_keeper(
-                self.s, self._values(plan, workers), spawn=self._spawn,
-                cgroup_dir=self._cgroup_dir, memory_at_limit=self._watch.at_limit,
-                line_sinks=(self._tab,),
+                self._recipe, self._values(plan, workers), spawn=self._spawn,
+                memory_at_limit=self._watch.at_limit, line_sinks=(self._tab,),
             )  # fmt: skip
             self.keeper.add_exit_listener(self._on_exit)
             self._task = asyncio.create_task(self.keeper.run())
@@ -160,7 +160,9 @@ class DaemonControl:
 
         Plain tasks, not a TaskGroup: a verdict raised in the body (out of memory at one worker,
         a crash loop) must reach the phase machine as itself, not wrapped in a group."""
-        keepers = [self._worker_keeper(i, cmd) for i, cmd in enumerate(self.s.worker_commands)]
+        keepers = [
+            self._worker_keeper(i, cmd) for i, cmd in enumerate(self._recipe.worker_commands)
+        ]
         tasks = [asyncio.create_task(self._keep_worker(keeper)) for keeper in keepers]
         try:
             yield
@@ -169,13 +171,13 @@ class DaemonControl:
                 await keeper.stop()
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await within(task, self.s.daemon_stop_grace_s + 5)
+                    await within(task, self._recipe.spec.stop_grace_s + 5)
 
     # --- inside -----------------------------------------------------------------------------
 
     def _values(self, plan: WorkerPlan, workers: int) -> DaemonConfigValues:
         budget = total_budget_gib(workers, plan.limit, self._memory_policy)
-        return config_values(self.s, partition_workers=workers, total_budget_gib=budget,
+        return config_values(self._recipe, partition_workers=workers, total_budget_gib=budget,
                              max_parallel_synthesis=workers)  # fmt: skip
 
     def _on_exit(self, exit: DaemonExit) -> None:
@@ -189,7 +191,7 @@ class DaemonControl:
     def _worker_keeper(self, index: int, command: str) -> DaemonKeeper:
         source = "curio" if index == 0 else f"worker{index}"
         assert self.keeper is not None
-        return worker_keeper(self.s, self.keeper, command, source=source, spawn=self._spawn,
+        return worker_keeper(self._recipe, self.keeper, command, source=source, spawn=self._spawn,
                              line_sink=self._shipper.child_tab(source, source))  # fmt: skip
 
     async def _keep_worker(self, keeper: DaemonKeeper) -> None:

@@ -32,7 +32,7 @@ from cuzk_supervisor.lifecycle.shared import (
     cancel_and_wait,
     innermost_frame,
 )
-from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.lifecycle.values import PhaseSettings
 
 log = structlog.get_logger()
 
@@ -47,7 +47,7 @@ class RunEndings:
     """The ends of a run (a base of ``Lifecycle``, which sets these attributes and gives the
     phases, ``_phases``, and the durable entry into a phase, ``_enter``)."""
 
-    s: Settings
+    config: PhaseSettings
     state: StateKeeper
     shipper: LogShipper
     progress: Progress
@@ -142,7 +142,7 @@ class RunEndings:
                     detail="a terminal verdict from an earlier run; remove the state file "
                            "to start over")  # fmt: skip
         self.shipper.add_line("setup", f"finished earlier: {reason}", milestone=True)
-        if self.s.exit_after_run:
+        if self.config.exit_after_run:
             code = verdict.get("exit_code")
             return code if isinstance(code, int) else exitcodes.FAILURE
         await asyncio.Event().wait()  # until the signal cancels us

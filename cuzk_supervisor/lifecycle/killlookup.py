@@ -30,7 +30,7 @@ from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.jitter import first_delay, next_delay
 from cuzk_supervisor.core.reconcile import gone_reason, table_read_skipped
 from cuzk_supervisor.lifecycle.shared import Signals
-from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.lifecycle.values import ReporterSettings
 
 log = structlog.get_logger()
 
@@ -44,7 +44,7 @@ class KillLookup:
     """The kill look-ups and the ``/running`` ping; the reporter, which inherits them, sets
     what they read (``__init__`` of ``reporting.Reporter``)."""
 
-    s: Settings
+    config: ReporterSettings
     manager: ManagerClient
     state: StateKeeper
     uuid: str | None
@@ -61,7 +61,7 @@ class KillLookup:
     @property
     def _status_read_s(self) -> float:
         """How long one read of the whole table is retried (within one report's window)."""
-        return min(self.s.manager_status_read_s, self.s.manager_retry_s)
+        return min(self.config.manager_status_read_s, self.config.manager_retry_s)
 
     async def look_up_kill(self, *, stop_s: float) -> str | None:
         """The reason the manager's record says we are killed, or None (alive, not listed, or
@@ -72,7 +72,7 @@ class KillLookup:
     def lookup_due(self, phase: str) -> bool:
         """Time for the periodic read of the whole table (``manager_status_lookup_s``; never
         when 0, never in the run phase: the /running ping answers 404 once killed)."""
-        interval = self.s.manager_status_lookup_s
+        interval = self.config.manager_status_lookup_s
         if interval <= 0 or phase not in LOOKUP_PHASES or self.uuid is None:
             return False
         now = self._clock()
@@ -80,7 +80,9 @@ class KillLookup:
             self._next_lookup_at = now + first_delay(interval, self._rng.random())
         if now < self._next_lookup_at:
             return False
-        self._next_lookup_at = now + next_delay(interval, self.s.manager_jitter, self._rng.random())
+        self._next_lookup_at = now + next_delay(
+            interval, self.config.manager_jitter, self._rng.random()
+        )
         return True
 
     def ping_due(self) -> bool:
@@ -90,7 +92,7 @@ class KillLookup:
         """A repeated (idempotent) /running as the liveness ping and the run phase's kill
         look-up (404 once killed); False: the instance is gone."""
         assert self.uuid is not None
-        interval, jitter = self.s.running_ping_interval_s, self.s.manager_jitter
+        interval, jitter = self.config.running_ping_interval_s, self.config.manager_jitter
         self._next_ping_at = self._clock() + next_delay(interval, jitter, self._rng.random())
         try:
             await self.manager.running(self.uuid, stop_s=stop_s)
@@ -123,7 +125,7 @@ class KillLookup:
         the whole table only while it is small (:func:`~cuzk_supervisor.core.reconcile.
         table_read_skipped`)."""
         runner_id = self.state.state.runner_id
-        skipped = table_read_skipped(runner_id, self.s.manager_status_read_max_rows)
+        skipped = table_read_skipped(runner_id, self.config.manager_status_read_max_rows)
         if skipped is not None:
             log.info("manager.kill_check_skipped", reason=skipped,
                      detail="the report is sent unchecked")  # fmt: skip

@@ -45,8 +45,8 @@ from cuzk_supervisor.lifecycle.shared import (
     Progress,
     Signals,
 )
+from cuzk_supervisor.lifecycle.values import PhaseSettings
 from cuzk_supervisor.serve.metricsink import MetricsSink
-from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
 
@@ -56,7 +56,7 @@ class Lifecycle(RunEndings):
     """The phases in order, given its collaborators (all of them shared with each other through
     ``progress`` and ``signals``)."""
 
-    s: Settings
+    config: PhaseSettings
     state: StateKeeper
     shipper: LogShipper
     metrics: MetricsSink
@@ -137,12 +137,12 @@ class Lifecycle(RunEndings):
 
     async def _params(self) -> None:
         await self._enter("params")
-        expected = params.parse_expected(self.s.params_expected)
+        expected = params.parse_expected(self.config.params_expected)
         already = self.state.state.params_verified
         if already and not expected:
             log.info("params.already_verified")
         else:
-            fetch_command = "" if already else self.s.params_fetch_command
+            fetch_command = "" if already else self.config.params_fetch_command
             try:
                 await self.fetch_params(expected, fetch_command)
             except params.ParamsFailed as exc:
@@ -160,7 +160,8 @@ class Lifecycle(RunEndings):
         inputs = PlanInputs(
             host_total_bytes=snapshot.host_total, cgroup_limit_bytes=snapshot.cgroup_limit,
             gpu_vram_total_bytes=tuple(d.total_bytes for d in devices),
-            workers_override=self.s.workers or None, memory_scale=self.s.plan_memory_scale,
+            workers_override=self.config.workers or None,
+            memory_scale=self.config.plan_memory_scale,
         )  # fmt: skip
         result = plan_workers(inputs, self.memory_policy)
         if isinstance(result, PlanRefusal):
@@ -174,7 +175,7 @@ class Lifecycle(RunEndings):
                 await self._enter("warmup")
                 plan = self._plan_now()
                 await self.daemon.start(plan, plan.warmup_workers)
-                warm = await self.proofs.prove(self.s.warmup_budget_s)
+                warm = await self.proofs.prove(self.config.warmup_budget_s)
                 break
             except MemoryTrouble as trouble:
                 await self._step_down(trouble.cause)
@@ -183,7 +184,7 @@ class Lifecycle(RunEndings):
 
     async def _restart(self) -> None:
         plan = self._plan_now()
-        if self.s.restart_after_warmup and plan.full_workers != plan.warmup_workers:
+        if self.config.restart_after_warmup and plan.full_workers != plan.warmup_workers:
             await self._enter("restart")
             await self.daemon.replace(plan, plan.full_workers)
 
@@ -199,7 +200,7 @@ class Lifecycle(RunEndings):
         while True:
             try:
                 await self._enter("settle")
-                settle = await self.proofs.prove(self.s.proof_budget_s)
+                settle = await self.proofs.prove(self.config.proof_budget_s)
                 settle_s = settle.wall_s
                 log.info("settle.done", wall_s=round(settle_s, 3), workers=self._workers())
                 await self._enter("bench")
@@ -228,7 +229,7 @@ class Lifecycle(RunEndings):
         verdict = self._bound(measurement)
         result = bench_result(
             measurement, self._plan_now(), snapshot,
-            rate_time_scale=self.s.rate_time_scale, memory_scale=self.s.plan_memory_scale,
+            rate_time_scale=self.config.rate_time_scale, memory_scale=self.config.plan_memory_scale,
             budget_left_s=self.reporter.bench_deadline() - time.monotonic(),
             step_downs=self.progress.step_downs, bound=verdict,
         )  # fmt: skip
@@ -263,7 +264,7 @@ class Lifecycle(RunEndings):
     def _bound(self, measurement: RateMeasurement) -> Verdict | None:
         """What bounded the rate, from the status sampled between the first and the last
         completion of the latest stretch (None when sampling is off)."""
-        if self.s.bench_status_sample_s <= 0:
+        if self.config.bench_status_sample_s <= 0:
             return None
         plan = self._plan_now()
         shape = Shape(
@@ -274,7 +275,7 @@ class Lifecycle(RunEndings):
             max_workers=memory_fit(plan.limit, self.memory_policy),
         )
         # The partitions' times are the daemon's, as the reported rate is (rate_time_scale).
-        rate = measurement.rate_per_hour / self.s.rate_time_scale
+        rate = measurement.rate_per_hour / self.config.rate_time_scale
         return judge(self.progress.bench_samples, shape, window=self.progress.bench_window,
                      rate_per_hour=rate)  # fmt: skip
 
@@ -283,7 +284,7 @@ class Lifecycle(RunEndings):
         await self.reporter.running()
         self.proofs.release_input()  # the run phase sends no proof of its own
         self.release_memory()  # the bench's leftovers, not held for the days of the run phase
-        if self.s.exit_after_run:
+        if self.config.exit_after_run:
             return exitcodes.OK
         async with self.daemon.workers_kept(), self.health.watching():
             return await self._keep_running()

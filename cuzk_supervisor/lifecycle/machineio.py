@@ -13,7 +13,7 @@ from cuzk_supervisor.adapters.machine.gpu import GpuDevice, GpuProbe
 from cuzk_supervisor.adapters.machine.resources import MemorySampler, MemorySnapshot
 from cuzk_supervisor.daemon.output import OutputPump
 from cuzk_supervisor.daemon.process import Spawner
-from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.lifecycle.values import FetchSettings
 
 
 class PlanResources:
@@ -37,22 +37,17 @@ class ParamsFetch:
     to the setup tab, its progress logged (``params.progress``: the terminal view's live line),
     the files verified."""
 
-    def __init__(self, settings: Settings, spawn: Spawner, shipper: LogShipper) -> None:
-        self.s = settings
+    def __init__(self, config: FetchSettings, spawn: Spawner, shipper: LogShipper) -> None:
+        self.config = config
         self._spawn = spawn
         self._shipper = shipper
 
     async def __call__(self, expected: Sequence[params.ExpectedFile], fetch_command: str) -> None:
         pump = OutputPump("setup", None)
         pump.add_sink(self._shipper.child_tab("setup", "fetch"))
+        c = self.config
         await params.ensure_params(
-            self.s.daemon_param_cache,
-            expected,
-            fetch_command,
-            timeout_s=self.s.params_timeout_s,
-            progress_interval_s=self.s.params_progress_interval_s,
-            spawn=self._spawn,
-            pump=pump,
-            pidfile=self.s.state_dir / "fetch.pid",
-            lock_wait_s=self.s.params_lock_wait_s,
-        )
+            c.daemon_param_cache, expected, fetch_command, timeout_s=c.params_timeout_s,
+            progress_interval_s=c.params_progress_interval_s, spawn=self._spawn, pump=pump,
+            pidfile=c.state_dir / "fetch.pid", lock_wait_s=c.params_lock_wait_s,
+        )  # fmt: skip

@@ -27,8 +27,8 @@ from cuzk_supervisor.core.jitter import JitteredSchedule
 from cuzk_supervisor.core.units import planned_gib
 from cuzk_supervisor.lifecycle.memwatch import MemoryWatch
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
+from cuzk_supervisor.lifecycle.values import MonitorSettings
 from cuzk_supervisor.serve.metricsink import MetricsSink
-from cuzk_supervisor.settings import Settings
 
 log = structlog.get_logger()
 
@@ -62,7 +62,7 @@ class Restarts(Protocol):
 class Monitors:
     def __init__(
         self,
-        settings: Settings,
+        config: MonitorSettings,
         *,
         progress: Progress,
         signals: Signals,
@@ -74,7 +74,7 @@ class Monitors:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
-        self.s = settings
+        self.config = config
         self._progress = progress
         self._signals = signals
         self.watch = watch
@@ -104,7 +104,9 @@ class Monitors:
             "proofs_done": progress.proofs_done,
             "proofs_failed": progress.proofs_failed,
             "headroom_gib": (
-                planned_gib(snapshot.headroom, self.s.plan_memory_scale, 2) if snapshot else None
+                planned_gib(snapshot.headroom, self.config.plan_memory_scale, 2)
+                if snapshot
+                else None
             ),
             "risk": self.watch.level.value,
             "restarts": self._daemon.restarts,
@@ -126,7 +128,7 @@ class Monitors:
             fields.update(
                 bench_done=len(stretch.completions),
                 bench_planned=progress.bench_planned,
-                rate_so_far=round(rate * 3600 / self.s.rate_time_scale, 2) if rate else None,
+                rate_so_far=round(rate * 3600 / self.config.rate_time_scale, 2) if rate else None,
                 eta_s=round(left * interval, 1) if interval is not None else None,
             )
         fields["text"] = status_text(fields)
@@ -137,8 +139,8 @@ class Monitors:
         is one; before the run phase, the manager's record looked up when a look-up is due
         (were we killed?); in the run phase a repeated (idempotent) /running as the liveness
         ping and kill look-up, at its own, slower cadence."""
-        interval = self.s.status_interval_s
-        schedule = JitteredSchedule(interval, self.s.manager_jitter, self._rng.random)
+        interval = self.config.status_interval_s
+        schedule = JitteredSchedule(interval, self.config.manager_jitter, self._rng.random)
         # A look-up or ping holds the status line at most this long (while the manager is away
         # the shared backoff may hold a request longer: it is tried again at the next tick).
         stop_s = min(max(1.0, interval), CALL_STOP_S)
@@ -161,7 +163,7 @@ class Monitors:
         """Sample GPU memory; a device error mid-run is a GPU fault event naming the device."""
         seen: set[tuple[int, str]] = set()
         while True:
-            await asyncio.sleep(self.s.status_interval_s)
+            await asyncio.sleep(self.config.status_interval_s)
             if not self._gpu.available:
                 continue
             # NVML can stall on a GPU in a bad state: never in the event loop.
@@ -182,7 +184,7 @@ class Monitors:
             await self.watch.critical.wait()
             assessment = self.watch.assessment
             reason = assessment.reason if assessment else "memory critical"
-            if self.s.proactive_oom:
+            if self.config.proactive_oom:
                 self._signals.flag_trouble(f"memory critical: {reason}", daemon_running=True)
                 await self._signals.acted.wait()
                 self._signals.acted.clear()

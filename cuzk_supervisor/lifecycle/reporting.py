@@ -39,7 +39,7 @@ from cuzk_supervisor.deadline import within
 from cuzk_supervisor.lifecycle.killlookup import KillLookup
 from cuzk_supervisor.lifecycle.retries import LifecycleRetries
 from cuzk_supervisor.lifecycle.shared import Progress, Signals
-from cuzk_supervisor.settings import Settings
+from cuzk_supervisor.lifecycle.values import ReporterSettings
 
 log = structlog.get_logger()
 
@@ -47,7 +47,7 @@ log = structlog.get_logger()
 class Reporter(KillLookup):
     def __init__(
         self,
-        settings: Settings,
+        config: ReporterSettings,
         *,
         label: str,
         min_rate: float,
@@ -62,7 +62,7 @@ class Reporter(KillLookup):
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
-        self.s = settings
+        self.config = config
         self.label = label
         self.min_rate = min_rate
         self.manager = manager
@@ -173,7 +173,7 @@ class Reporter(KillLookup):
         await self.send(self._report(RUNNING))
         self._shipper.enter_run_phase()  # the run phase's log budget, after one more turn
         # The first ping anywhere in its interval: a fleet running together pings apart.
-        interval = self.s.running_ping_interval_s
+        interval = self.config.running_ping_interval_s
         self._next_ping_at = self._clock() + first_delay(interval, self._rng.random())
 
     async def send(self, report: Report) -> Report:
@@ -234,7 +234,7 @@ class Reporter(KillLookup):
             kick.clear()
             while self.outbox.pending and not self._signals.gone.is_set():
                 try:
-                    result = await self.outbox.drain(deadline_s=self.s.manager_retry_s)
+                    result = await self.outbox.drain(deadline_s=self.config.manager_retry_s)
                 except StateWriteError as exc:
                     log.error("manager.outbox_unsaved", reason=str(exc))
                     result = None
@@ -247,7 +247,7 @@ class Reporter(KillLookup):
                 # sender, who sends it itself: wait, never spin (an uncontended lock and an
                 # empty drain do not yield to the event loop).
                 away = result is None or result.error is not None
-                jitter = self.s.manager_jitter
+                jitter = self.config.manager_jitter
                 wait_s = next_delay(pause if away else 1.0, jitter, self._rng.random())
                 with contextlib.suppress(TimeoutError):
                     await within(kick.wait(), wait_s)
@@ -275,7 +275,7 @@ class Reporter(KillLookup):
             now_monotonic=self._clock(),
             now_wall=self._wall(),
             clock_start=self.state.state.bench_clock_start,
-            budget_s=self.s.bench_budget_s,
+            budget_s=self.config.bench_budget_s,
         )
 
     async def _start_bench_clock(
@@ -297,12 +297,13 @@ class Reporter(KillLookup):
         done_at = self.state.state.params_done_at
         if resumed and done_at is not None:
             start, source = done_at, "params done (resumed)"
-        prompt_s = self.s.manager_connect_timeout_s + self.s.manager_read_timeout_s
+        prompt_s = self.config.manager_connect_timeout_s + self.config.manager_read_timeout_s
         if not resumed and prompt_ack(queued_at, now, prompt_s):
             assert queued_at is not None
             await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=queued_at))
             log.info("bench.clock_started", source="queued, acknowledged promptly",
-                     ago_s=round(now - queued_at, 1), budget_s=self.s.bench_budget_s)  # fmt: skip
+                     ago_s=round(now - queued_at, 1),
+                     budget_s=self.config.bench_budget_s)  # fmt: skip
             return
         looked_up, record = await self._record(stop_s=min(10.0, self._status_read_s))
         stamped = manager_time(record.get("param_done_at")) if looked_up and record else None
@@ -310,4 +311,4 @@ class Reporter(KillLookup):
             start, source = stamped, "manager param_done_at"
         await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=start))
         log.info("bench.clock_started", source=source, ago_s=round(self._wall() - start, 1),
-                 budget_s=self.s.bench_budget_s)  # fmt: skip
+                 budget_s=self.config.bench_budget_s)  # fmt: skip

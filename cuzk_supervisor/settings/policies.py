@@ -3,8 +3,9 @@
 Modules keep their own small frozen values (``MemoryPolicy``, ``RestartPolicy``,
 ``ProvingTimeouts``, ``DaemonSettings`` …) so they can be used and tested alone, and none of them
 knows ``Settings``. ``FROM_SETTINGS`` says, once for each, which setting gives which of its
-fields; ``policy(cls, s)`` makes one (a field it does not name keeps the value's own default,
-``given`` fills fields no setting gives). The composition root (``cuzk_supervisor.compose``) and
+fields (or, for the lifecycle's components, ``NAMED_ALIKE``: each field is named as its setting);
+``policy(cls, s)`` makes one (a field it does not name keeps the value's own default, ``given``
+fills fields no setting gives); ``keeper_recipe`` the daemon's keepers'. The composition root (``cuzk_supervisor.compose``) and
 the commands that need one value (``plan``, ``daemon``, ``doctor``, ``prove``) make them here.
 
 A value is named by its class name, not imported: ``ProvingTimeouts`` loads gRPC, and ``plan``
@@ -15,12 +16,14 @@ mapped field has the type of its setting.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from cuzk_supervisor.settings.fields import Settings
 
 if TYPE_CHECKING:
+    from cuzk_supervisor.daemon.keepers import KeeperRecipe
     from cuzk_supervisor.daemon.spec import DaemonSettings
 
 T = TypeVar("T")
@@ -110,9 +113,18 @@ FROM_SETTINGS: Final[Mapping[str, Mapping[str, str]]] = {
 }
 
 
+NAMED_ALIKE: Final[frozenset[str]] = frozenset(
+    {"PhaseSettings", "ReporterSettings", "MonitorSettings", "FetchSettings"}
+)
+"""Values whose every field is named as the setting that gives it (``lifecycle.values``)."""
+
+
 def policy(cls: type[T], s: Settings, **given: Any) -> T:
-    """``cls`` made from the settings ``FROM_SETTINGS`` names for it, and ``given``."""
-    names = FROM_SETTINGS[cls.__name__]
+    """``cls`` made from the settings ``FROM_SETTINGS`` names for it (or, for a value named
+    alike, ``NAMED_ALIKE``, from the settings of its fields' names), and ``given``."""
+    names: Mapping[str, str] = FROM_SETTINGS.get(cls.__name__, {})
+    if cls.__name__ in NAMED_ALIKE:
+        names = {f.name: f.name for f in fields(cls) if f.name not in given}  # type: ignore[arg-type]
     return cls(**{field: getattr(s, name) for field, name in names.items()}, **given)
 
 
@@ -131,4 +143,18 @@ def daemon_settings(s: Settings, cgroup_dir: Path | None) -> DaemonSettings:
         config_path=s.run_dir / "cuzk.toml",
         log_path=s.log_dir / "cuzk.log",
         cgroup_dir=cgroup_dir,
+    )  # fmt: skip
+
+
+def keeper_recipe(s: Settings, cgroup_dir: Path | None) -> KeeperRecipe:
+    """What the daemon's keepers are built from (``daemon.keepers``): how to run it, its restart
+    policy, its config's addresses, cache and log level, the worker commands."""
+    from cuzk_supervisor.core.restart import RestartPolicy
+    from cuzk_supervisor.daemon.keepers import KeeperRecipe
+
+    return KeeperRecipe(
+        spec=daemon_settings(s, cgroup_dir), restart=policy(RestartPolicy, s),
+        listen=daemon_listen(s), status_listen=s.daemon_status_listen,
+        param_cache=s.daemon_param_cache, log_level=s.daemon_log_level,
+        worker_commands=s.worker_commands, pid_dir=s.state_dir,
     )  # fmt: skip

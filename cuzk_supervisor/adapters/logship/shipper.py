@@ -98,19 +98,19 @@ class LogShipper:
     def __init__(
         self,
         client: ManagerClient | None,
-        settings: ShipperSettings | None = None,
+        config: ShipperSettings | None = None,
         *,
         uuid: str | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.client = client
-        self.settings = settings if settings is not None else ShipperSettings()
+        self.config = config if config is not None else ShipperSettings()
         self._rng = rng if rng is not None else random.Random()
         self._clock = clock or (client.clock if client is not None else time.monotonic)
         self.enabled = client is not None and not client.is_local
         self._uuid = uuid
-        self._buffer = LogBuffer(self.settings.max_buffer_lines, self.settings.max_buffer_bytes)
+        self._buffer = LogBuffer(self.config.max_buffer_lines, self.config.max_buffer_bytes)
         self._lock = threading.Lock()  # add_line may come from a worker thread's log event
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -118,7 +118,7 @@ class LogShipper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._run_from: float | None = None  # the run phase's budget from then on
-        self.budget = self.settings.budget(run_phase=False)
+        self.budget = self.config.budget(run_phase=False)
         self._requests = Pace(self.budget.requests_per_min / 60, self.budget.burst_requests)
         self._bytes = Pace(self.budget.bytes_per_min / 60, self.budget.burst_bytes)
         self._sent_lines = self._sent_bodies = self._rejected_lines = self._failed = 0
@@ -132,7 +132,7 @@ class LogShipper:
         names it in a summary); return its sequence number (None: not buffered)."""
         if not self.enabled:
             return None
-        text, size = normalize_line(line, self.settings.max_line_bytes)
+        text, size = normalize_line(line, self.config.max_line_bytes)
         if not size:
             return None
         with self._lock:
@@ -155,14 +155,14 @@ class LogShipper:
     def child_tab(self, source: str, name: str, ready: re.Pattern[str] | None = None) -> ChildTab:
         """A child's output for the tab ``source`` (``OutputPump.add_sink``): its first and
         last lines of each run, its ``ready`` line and its error lines are milestones."""
-        s = self.settings
+        s = self.config
         return ChildTab(self, source, name, head=s.child_head_lines, tail=s.child_tail_lines,
                         ready=ready)  # fmt: skip
 
     def enter_run_phase(self, *, after_s: float | None = None) -> None:
         """``after_s`` from now (by default one turn of the earlier budget, so the run phase's
         first lines show soon), the run phase's budget: a turn every ``run_interval_s``."""
-        wait = self.settings.interval_s if after_s is None else max(after_s, 0.0)
+        wait = self.config.interval_s if after_s is None else max(after_s, 0.0)
         self._run_from = self._clock() + wait
 
     def set_uuid(self, uuid: str) -> None:
@@ -203,7 +203,7 @@ class LogShipper:
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        schedule = JitteredSchedule(self.budget.interval_s, self.settings.jitter, self._rng.random)
+        schedule = JitteredSchedule(self.budget.interval_s, self.config.jitter, self._rng.random)
         wait = 0.0  # the first turn at once: what was logged before the start goes
         while not self._stopped.is_set():
             await _wait(self._wake, wait)
@@ -212,14 +212,14 @@ class LogShipper:
                 break
             if self._run_from is not None and self._clock() >= self._run_from:
                 self._run_from = None
-                self._switch(self.settings.budget(run_phase=True))
+                self._switch(self.config.budget(run_phase=True))
                 schedule.set_interval(self.budget.interval_s)  # the first anywhere in it
             await self._turn(final=False, deadline=None)
             wait = schedule.delay()
         stats = self.stats()
         log.info("logship.last_turn", waiting=stats.buffered_lines, sent=stats.sent_lines,
                  summarised=stats.skipped_total + stats.dropped_total)  # fmt: skip
-        await self.flush(self.settings.final_flush_s, last=True)
+        await self.flush(self.config.final_flush_s, last=True)
         unsent = self.unsent()
         if unsent:  # the local log says what the dashboard never got, not even as a count
             log.warning("logship.unsent", lines_by_tab=unsent)
@@ -301,7 +301,7 @@ class LogShipper:
                 # A tab's milestones, with room for its summary line when lines are left out.
                 milestones = {s: min(pending[s], _milestone_room(self._buffer, s)) for s in order}
             if final:
-                pushes, room = self.settings.final_requests, float(self.settings.final_bytes)
+                pushes, room = self.config.final_requests, float(self.config.final_bytes)
             else:
                 pushes, room = self._requests.available(now), self._bytes.available(now)
             chosen = order[: max(0, pushes)]
@@ -326,7 +326,7 @@ class LogShipper:
     ) -> bool:
         """One body of ``source``; False when the manager did not take it (the turn ends)."""
         assert self.client is not None
-        hold = int(self.budget.bytes_per_min * self.settings.milestone_backlog_s / 60)
+        hold = int(self.budget.bytes_per_min * self.config.milestone_backlog_s / 60)
         with self._lock:
             reserve = _reserve(self._buffer, source, room)
             entries = self._buffer.take(source, max(0, room - reserve), 0 if last else hold)

@@ -14,16 +14,14 @@ import functools
 import sys
 
 from cuzk_supervisor import settings
-from cuzk_supervisor.adapters.machine.resources import MemorySampler
 from cuzk_supervisor.cli.observe import configure_logging
 from cuzk_supervisor.core.memory import MemoryPolicy, PlanInputs
 from cuzk_supervisor.core.plan import PlanRefusal, plan_workers
 from cuzk_supervisor.daemon.config import DaemonConfigValues
-from cuzk_supervisor.daemon.keepers import config_values, daemon_keeper
+from cuzk_supervisor.daemon.keepers import KeeperRecipe, config_values, daemon_keeper
 from cuzk_supervisor.errors import UsageError
 from cuzk_supervisor.runtime import Runtime, run_supervised
-from cuzk_supervisor.settings import Settings
-from cuzk_supervisor.settings.policies import policy
+from cuzk_supervisor.settings.policies import keeper_recipe, policy
 
 # Settings of those groups the daemon command does not read: no OOM step-down (that is the
 # lifecycle's), no GPU probe (the plan here is a check of --workers against memory only).
@@ -70,17 +68,15 @@ def main(args: argparse.Namespace) -> int:
     )
     if isinstance(plan, PlanRefusal):
         raise UsageError(f"cannot plan {s.workers} workers: {plan.reason}")
-    values = config_values(s, **plan.config_values())
+    recipe = keeper_recipe(s, sampler.cgroup.dir if sampler.cgroup else None)
+    values = config_values(recipe, **plan.config_values())
     return run_supervised(
-        functools.partial(_keep, s, sampler, values), cleanup_grace_s=s.daemon_stop_grace_s
+        functools.partial(_keep, recipe, values), cleanup_grace_s=s.daemon_stop_grace_s
     )
 
 
-async def _keep(
-    s: Settings, sampler: MemorySampler, values: DaemonConfigValues, rt: Runtime
-) -> int:
-    cgroup_dir = sampler.cgroup.dir if sampler.cgroup else None
-    keeper = daemon_keeper(s, values, spawn=rt.reaper.spawn, cgroup_dir=cgroup_dir)
+async def _keep(recipe: KeeperRecipe, values: DaemonConfigValues, rt: Runtime) -> int:
+    keeper = daemon_keeper(recipe, values, spawn=rt.reaper.spawn)
     outcome = await keeper.run()
     if outcome.exit_code:
         # One plain line for whoever reads the container's output, beside the JSON events.
