@@ -139,8 +139,7 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
     ) -> Job:
         if request.proof_kind not in model.QUEUE_NAME:
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"invalid proof_kind: {request.proof_kind}",
+                grpc.StatusCode.INVALID_ARGUMENT, f"invalid proof_kind: {request.proof_kind}"
             )
         return self._engine.submit(request, arrived=CALL_ARRIVED.get())
 
