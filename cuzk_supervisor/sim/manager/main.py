@@ -1,20 +1,9 @@
 """``python -m cuzk_supervisor.sim.manager --db FILE``: the simulated fleet manager.
 
 A real HTTP server in its own process, with SQLite state, serving the manager API of
-``docs/manager-api.md`` as the real (Go) manager does, quirks and texts included, with its
-monitor (timeouts, slow benches, instances gone from the platform's list), the platform side
-with ``--vastai PROG``, switchable faults (``faults``, ``proxy``) and, outside the real API,
-``/sim/`` endpoints for tests and demos (never faulted). What each does, flag by flag:
-docs/sim-manager.md.
-
-This module is the process (``main``); the rest, a job each: ``args`` (the command line),
-``app`` (what the handlers share; kills, destroys, deploys), ``handler`` (a request read,
-faulted, routed, answered, recorded), ``routes`` (the mux), ``api`` (the real API's handlers),
-``simapi`` (``/sim/``), ``wire`` (requests and answers as Go writes them), ``sweep`` (the
-monitor), ``store`` (SQLite), ``instances`` (the records), ``platform`` (the platform's list),
-``faults`` and ``proxy`` (the fault switches; a proxy's pages), ``listener`` (the socket,
-refusing), ``records`` (the logs, the journal), ``counters``, ``gojson`` (Go's JSON), ``vast``
-(the ``vastai`` CLI).
+``docs/manager-api.md`` as the real (Go) manager does, quirks and texts included, its monitor,
+its platform side (``--vastai PROG``), switchable faults and, outside the real API, ``/sim/``
+endpoints for tests and demos: docs/sim-manager.md, flag by flag.
 """
 
 from __future__ import annotations
