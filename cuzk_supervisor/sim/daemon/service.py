@@ -88,13 +88,11 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
         self,
         engine: Engine,
         gate: HangGate,
-        memory_scale: float,
         rules: CallRules | None = None,
         faults: FaultController | None = None,
     ) -> None:
         self._engine = engine
         self._gate = gate
-        self._memory_scale = memory_scale
         self._rules = rules if rules is not None else CallRules()
         self._faults = faults
         self.deadline_cuts: Counter[str] = Counter()  # calls cut by their server-side deadline
