@@ -1,16 +1,8 @@
 """Fault switches: parsing ``KIND[:ARG][,KEY=VALUE]...`` and deciding when one is due (pure).
 
 Carrying a fault out (cutting connections, exiting, ...) is ``chaos.py``'s job. A fault is
-looked at only at *checkpoints*; each kind listens to some of them:
-
-- ``start``: the server is up (after the bind); ``timer``: an ``after_s`` deadline passed;
-- ``partition``: partition K of a PoRep proof starts synthesis;
-- ``finishing``: a proof is about to end (``fail`` decides here; the count excludes it);
-- ``completed``: a proof has completed and its result is stored (the count includes it);
-- ``memory``: the simulated memory grew (``oom``);
-- ``bind``: the daemon is about to bind its listen address;
-- ``call``: an RPC arrived (``cancel`` decides here, for the call its ARG names);
-- ``gpu``: partition K of a PoRep proof reaches a GPU worker (``stuck`` decides here).
+looked at only at *checkpoints* (``Point``: docs/simulator.md, "When a fault fires"); each kind
+listens to some of them (``POINTS``).
 
 The GPUs' faults (``gpu-lost``, ``xid``, ``throttle``, ``corrupt``, ``gpu-crash``, ``stuck``)
 are described in ``gpufaults.py``; ``gpu-fault`` is an older name of ``gpu-lost`` (one

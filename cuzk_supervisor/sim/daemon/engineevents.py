@@ -5,9 +5,8 @@ or failed, a GPU step started or finished, a job synthesized or proved, the PCE 
 pure ``Pipeline``'s events into the engine's state: the status tracker and the GPUs' use follow
 every event (a failed job's leftovers too, as the real daemon's do), partitions hold their memory
 from their start to the end of their synthesis, a ``fail`` fault at a partition's start fails its
-job, the GPUs' trouble (:class:`GpuSteps`) acts at a GPU step's start, and the next
-deadline of the pipeline is one timer on the engine's clock (a fired deadline is processed at its
-ideal time, so late callbacks never accumulate drift).
+job, the GPUs' trouble (:class:`GpuSteps`) acts at a GPU step's start, and the next deadline of
+the pipeline is one timer on the engine's clock (processed at its ideal time: ``engine``).
 """
 
 from __future__ import annotations

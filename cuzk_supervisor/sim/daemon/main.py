@@ -282,9 +282,7 @@ class SimDaemon:
         )
         self.engine.start()
         grpc_target, upstream_path = private_target("grpc")
-        service = ProvingService(
-            self.engine, self.gate, self.args.memory_scale, self.rules, self.faults
-        )
+        service = ProvingService(self.engine, self.gate, self.rules, self.faults)
         self._grpc = await start_grpc_server(
             service,
             grpc_target,

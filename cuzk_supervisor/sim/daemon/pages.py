@@ -1,12 +1,9 @@
 """Real pages behind simulated memory, mapped and unmapped off the event loop.
 
-Backing a piece with real memory means a page fault per page: some milliseconds of kernel time
-for a 15 MiB partition, and a hundred or more when the machine is loaded. Done on the event loop
-(``Memory.alloc`` as it is for the SRS and the PCE), that time stalls every call the daemon is
-serving: a proof's ten partitions starting held up the SubmitProof answer, the next submission's
-headers and every AwaitProof answer by 75-200 ms, which a time scale of 200 turns into 15-40
-simulated seconds, about half a proof interval. The real daemon allocates in its worker threads
-and answers from others.
+Backing a piece with real memory means a page fault per page; done on the event loop it stalled
+every call the daemon was serving (docs/simulator.md, "Model": 75-200 ms a proof on a loaded
+machine, half a proof interval at a time scale of 200). The real daemon allocates in its worker
+threads and answers from others.
 
 :class:`Pages` maps each piece in one background thread with ``MAP_POPULATE`` (the kernel backs
 every page inside the ``mmap`` call, which runs without the GIL) and unmaps it there too, in the

@@ -1,21 +1,13 @@
 """The PoRep partition pipeline as a pure discrete-event core (no I/O, no clock of its own).
 
-Synthesis: partitions are synthesized in priority order (oldest job, lowest partition: the real
-engine's queue keyed on job sequence and partition), ``slots`` at a time. They share the machine
-(``model.partition_seconds``): each progresses at 1 / ``partition_seconds(n)`` of its work a
-second while ``n`` synthesize, so a partition speeds up when others end and slows down when more
-start (its work is the job's factor: 1.25 for a first proof, and so on).
-
-The GPU stage, as engine.rs runs it: a synthesized partition waits in a priority queue for a
-free GPU worker; the worker prepares it on the CPU (``prep``), waits for its device (the workers
-of one GPU take turns on it), runs the CUDA work (``cuda``) and is free again; the finalization
-(``finalize``, on the CPU) goes on without it, and only then is the partition proved. A job is
-proved when all its partitions are.
-
-A failed synthesis (:meth:`Pipeline.fail`) is handled as the real engine does: the job is marked
-failed, its partitions still waiting are skipped when their turn comes (at no cost), the ones
-synthesizing run to their end and are skipped by the GPU worker that picks them up (which is free
-again at once), and no completion is ever given for it.
+Synthesis: partitions are synthesized in priority order (oldest job, lowest partition), ``slots``
+at a time, sharing the machine (``model.partition_seconds``: while ``n`` synthesize, each
+progresses at 1 / ``partition_seconds(n)`` of its work a second; its work is the job's factor).
+The GPU stage, as engine.rs runs it: a free GPU worker prepares a synthesized partition on the
+CPU (``prep``), waits for its device (the workers of one GPU take turns on it), runs the CUDA
+work (``cuda``) and is free again; the finalization (``finalize``, on the CPU) goes on without
+it and proves the partition; a job is proved when all its partitions are. A failed synthesis
+(:meth:`Pipeline.fail`) is handled as the real engine does. All three: docs/simulator.md, "Model".
 
 It also keeps ``hungry_since``: since when a synthesis slot has been free with no partition
 waiting (idle capacity only a new job can fill). The engine reads it when a job arrives, which is

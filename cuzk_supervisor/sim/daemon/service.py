@@ -88,13 +88,11 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
         self,
         engine: Engine,
         gate: HangGate,
-        memory_scale: float,
         rules: CallRules | None = None,
         faults: FaultController | None = None,
     ) -> None:
         self._engine = engine
         self._gate = gate
-        self._memory_scale = memory_scale
         self._rules = rules if rules is not None else CallRules()
         self._faults = faults
         self.deadline_cuts: Counter[str] = Counter()  # calls cut by their server-side deadline
@@ -139,8 +137,7 @@ class ProvingService(pb_grpc.ProvingEngineServicer):
     ) -> Job:
         if request.proof_kind not in model.QUEUE_NAME:
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"invalid proof_kind: {request.proof_kind}",
+                grpc.StatusCode.INVALID_ARGUMENT, f"invalid proof_kind: {request.proof_kind}"
             )
         return self._engine.submit(request, arrived=CALL_ARRIVED.get())
 

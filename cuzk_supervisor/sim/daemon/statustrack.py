@@ -3,19 +3,11 @@
 The engine calls it where engine.rs calls ``StatusTracker`` (``sim.daemon.engine``): a job is
 registered when it enters the pipeline, a partition's synthesis start and end, its GPU pickup
 and the finalizer's end, a failed synthesis, a job completed. :meth:`StatusTracker.snapshot`
-computes each field of ``GET /status`` as status.rs does, quirks included:
-
-- ``synthesis.active`` is +1 at a synthesis start and -1 at its end; a failed synthesis never
-  takes its +1 back (it leaks upward until a restart);
-- ``synth_ms`` and ``gpu_ms`` are live: the time so far while the step runs, its duration once
-  it ended, null before it started; ``gpu_ms`` runs from the pickup to the finalizer's end;
-- ``busy_secs`` is the time since the worker's current pickup (null when idle); the finalizer
-  clears a worker only if it has not picked up another partition since;
-- a job whose synthesis failed is never completed and stays listed for the daemon's life; a
-  completed one is dropped at the first snapshot 30 whole seconds after it completed;
-- ``started_secs_ago`` counts from the registration, not the submission; ``partitions_done``
-  counts ``done`` partitions; ``counters`` count only completed jobs (a synthesis failure is not
-  in ``total_failed``).
+computes each field of ``GET /status`` as status.rs does, quirks included (docs/simulator.md,
+"Inspection": ``synthesis.active`` leaking upward after a failed synthesis, live ``synth_ms``
+and ``gpu_ms``, a failed job listed for the daemon's life, a completed one dropped at the first
+snapshot 30 whole seconds after); ``started_secs_ago`` counts from the registration, not the
+submission, and ``partitions_done`` counts ``done`` partitions.
 
 Times are the engine's simulated seconds; Rust's ``as_millis() as u64`` truncates, so do we.
 The pipelines come out in registration order (status.rs iterates a HashMap: any order).

@@ -8,36 +8,13 @@ to it, ``pid`` telling them apart. Times are simulated seconds since that proces
 (divide by ``time_scale`` for real seconds), written exactly (not rounded) so a replay meets the
 same ties as the engine did.
 
-- ``{"event": "start", "pid", "time_scale", "synthesis_slots", "gpu_workers", "origin_unix"}``
-  when the engine starts (``origin_unix``: simulated time 0 as a Unix time, to set the records
-  beside a client's own log);
-- ``{"event": "job", "pid", "seq", "job_id", "kind", "status", "arrived_s", "admitted_s",
-  "reply_to", "started_s", "completed_s", "answered_s", "starved_s"}`` when a job ends (``status``
-  ``completed`` or ``failed``), and the same with ``status`` ``admitted`` (the times not known yet
-  null) when a PoRep job enters the pipeline, so a job a crash cut short is on record too:
-
-  - ``seq``: the job's submission number in that process (a request id may be submitted twice);
-  - ``arrived_s``: its SubmitProof's headers arrived (the job's clock starts then);
-  - ``admitted_s``: a PoRep job entered the partition pipeline (its arrival, or later when the
-    SRS was still loading; null for other kinds and for jobs that never entered);
-  - ``reply_to``: the ``seq`` of the job whose answer this PoRep submission followed: the oldest
-    answer (any kind, failed ones too) that no submission had followed yet, as a client keeping N
-    proofs in flight submits one for each answer (null if none was waiting);
-  - ``started_s``: its first partition started synthesis (null if it never did);
-  - ``completed_s``: the pipeline finished it (the exact simulated time);
-  - ``answered_s``: its result was ready for the waiting call, on the loop's real clock: after
-    ``completed_s`` by however late the loop ran the completion (the daemon's own lateness);
-  - ``starved_s``: before it arrived, how long the pipeline had had a synthesis slot free with no
-    partition waiting *and* the answer it followed (else the latest answer) given, i.e. idle
-    capacity only the client could have filled by submitting sooner (0 when the pipeline was
-    busy when it arrived).
-
-So the pipeline can be replayed from the records (``sim.daemon.pipeline.Pipeline`` with the start
-record's slots and GPU workers, each PoRep job submitted at its ``admitted_s``) and gives the same
-``completed_s``; or replayed as a closed loop, each submission following the answer it replied to
-after a chosen delay, to see what a prompter client would have measured. A file that cannot be
-written is one ``WARN`` line; the daemon goes on without its timeline. :func:`read_timeline` reads
-one back (tests/faults/ratecheck.py judges a client's rate with it).
+The records and their fields: docs/simulator.md, "Timeline". A ``start`` record when the engine
+starts; a ``job`` record when a job ends, and one with ``status`` ``admitted`` (the times not
+known yet null) when a PoRep job enters the pipeline, so a job a crash cut short is on record
+too. Replayed in ``sim.daemon.pipeline.Pipeline`` (the start record's slots and GPU workers, each
+PoRep job submitted at its ``admitted_s``) they give the same ``completed_s``. A file that cannot
+be written is one ``WARN`` line; the daemon goes on without its timeline. :func:`read_timeline`
+reads one back (tests/faults/ratecheck.py judges a client's rate with it).
 """
 
 from __future__ import annotations
@@ -158,14 +135,8 @@ def read_timeline(path: Path) -> list[JobRecord]:
         elif record.get("event") == "job" and record.get("pid") in starts:
             start = starts[record["pid"]]
             times = JobTimes(**{k: record[k] for k in names})
-            jobs[record["pid"], times.seq] = (
-                JobRecord(
-                    pid=record["pid"],
-                    times=times,
-                    time_scale=start["time_scale"],
-                    synthesis_slots=start["synthesis_slots"],
-                    gpu_workers=start["gpu_workers"],
-                    origin_unix=start["origin_unix"],
-                )
-            )  # fmt: skip
+            jobs[record["pid"], times.seq] = JobRecord(
+                pid=record["pid"], times=times, time_scale=start["time_scale"],
+                synthesis_slots=start["synthesis_slots"], gpu_workers=start["gpu_workers"],
+                origin_unix=start["origin_unix"])  # fmt: skip
     return list(jobs.values())

@@ -2,21 +2,11 @@
 condition (:func:`act`, called by the daemon's fault controller). What that condition does to
 the daemon's GPU steps is the engine's (``sim.daemon.engineevents.GpuSteps``).
 
-The switches (``sim.faults``; triggers as for every fault):
-
-- ``gpu-lost:GPU``: the GPU falls off the bus (XID 79): NVML no longer reads it and every GPU
-  step on it fails, "partition N GPU prove failed: ..." as the engine words it; for the daemon's
-  life and the next ones (the condition is the machine's, ``--gpu-dir``);
-- ``xid:CODE[@GPU]``: an XID event (48, 94 and 95 also count an uncorrected ECC error, 48, 63
-  and 64 retire a page; 79 loses the GPU);
-- ``throttle:RATIO[@GPU]``: the GPU's clocks held at RATIO of their maximum under load
-  (hardware slowdown), as NVML reports them (the proofs' times are left as they were);
-- ``corrupt:GPU``: the GPU computes wrong results: every proof with a partition proved on it
-  fails its self-check ("PoRep proof self-check failed ..."), from then on;
-- ``gpu-crash:GPU``: the daemon dies (SIGSEGV) at every GPU step on it: a crash loop on a bad
-  card;
-- ``stuck``: the GPU step of the partition it fires at never ends (``at_partition=K``); the
-  worker stays busy with it.
+The switches (``sim.faults``; triggers as for every fault) are ``gpu-lost:GPU``,
+``xid:CODE[@GPU]``, ``throttle:RATIO[@GPU]``, ``corrupt:GPU``, ``gpu-crash:GPU`` and ``stuck``;
+what each does: docs/simulator.md, "The GPUs' faults and the run phase's demand". A GPU lost
+stays lost for the daemon's life and the next ones (the condition is the machine's,
+``--gpu-dir``); ``throttle`` leaves the proofs' times as they were (NVML's clocks show it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from cuzk_supervisor.sim.manager.app import App
-from cuzk_supervisor.sim.manager.gojson import BadJSON, decode_struct
+from cuzk_supervisor.sim.manager.gojson import decode_struct
 from cuzk_supervisor.sim.manager.instances import MANUAL_KILL_REASON, REGISTERED
 from cuzk_supervisor.sim.manager.platform import vast_id_from_label
 from cuzk_supervisor.sim.manager.records import DEFAULT_LOG_SOURCE, DEFAULT_TAIL, split_log_body
@@ -17,7 +17,6 @@ from cuzk_supervisor.sim.manager.vast import DEFAULT_MIN_RATE
 from cuzk_supervisor.sim.manager.wire import (
     Request,
     Response,
-    bad_request,
     error,
     go_atoi_positive,
     go_bool,
@@ -33,11 +32,14 @@ UI_PAGE = (
 )
 
 
+def _segment_after(path: str, name: str) -> str:
+    """The path segment after the first ``name`` segment ("" if none); more are ignored."""
+    parts = path.lstrip("/").split("/")
+    return next((parts[n + 1] for n, part in enumerate(parts[:-1]) if part == name), "")
+
+
 def h_register(app: App, req: Request) -> Response:
-    try:
-        data = decode_struct(req.body, "RegisterReq", {"label": str, "min_rate": float})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "RegisterReq", {"label": str, "min_rate": float})
     label = data.get("label", "")
     if not label:
         return error(400, "label is required")
@@ -53,10 +55,7 @@ def h_register(app: App, req: Request) -> Response:
 
 
 def h_param_done(app: App, req: Request) -> Response:
-    try:
-        data = decode_struct(req.body, "UUIDReq", {"uuid": str})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "UUIDReq", {"uuid": str})
     uuid = data.get("uuid", "")
     before = app.store.get(uuid)
     if app.store.param_done(uuid) is None:
@@ -69,10 +68,7 @@ def h_param_done(app: App, req: Request) -> Response:
 
 
 def h_bench_done(app: App, req: Request) -> Response:
-    try:
-        data = decode_struct(req.body, "BenchDoneReq", {"uuid": str, "rate": float})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "BenchDoneReq", {"uuid": str, "rate": float})
     rate = data.get("rate", 0.0)
     result = app.store.bench_done(data.get("uuid", ""), rate)
     if result is None:
@@ -88,10 +84,7 @@ def h_bench_done(app: App, req: Request) -> Response:
 
 
 def h_running(app: App, req: Request) -> Response:
-    try:
-        data = decode_struct(req.body, "UUIDReq", {"uuid": str})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "UUIDReq", {"uuid": str})
     uuid = data.get("uuid", "")
     if app.store.running(uuid) is None:
         return error(404, "instance not found or already killed")
@@ -123,12 +116,7 @@ def h_log_push(app: App, req: Request) -> Response:
 
 
 def h_instance_logs(app: App, req: Request) -> Response:
-    parts = req.path.lstrip("/").split("/")
-    uuid = ""
-    for n, part in enumerate(parts):  # the segment after "instance-logs"; more are ignored
-        if part == "instance-logs" and n + 1 < len(parts):
-            uuid = parts[n + 1]
-            break
+    uuid = _segment_after(req.path, "instance-logs")
     if not uuid:
         return error(400, "uuid required in path")
     tail = go_atoi_positive(req.param("tail"), DEFAULT_TAIL)
@@ -144,10 +132,7 @@ def h_manager_logs(app: App, req: Request) -> Response:
 def h_kill(app: App, req: Request) -> Response:
     """The dashboard's kill: destroy the container when a ``vast_id`` > 0 is given, mark a
     live record ``killed`` ("manually killed via UI"); always ``{"ok": true}``."""
-    try:
-        data = decode_struct(req.body, "", {"vast_id": int, "uuid": str})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "", {"vast_id": int, "uuid": str})
     vast_id = data.get("vast_id", 0)
     uuid = data.get("uuid", "")
     destroyed = vast_id > 0
@@ -161,10 +146,7 @@ def h_kill(app: App, req: Request) -> Response:
 
 def h_deploy(app: App, req: Request) -> Response:
     """The dashboard's Deploy: ``vastai create instance`` for an offer (``--vastai``)."""
-    try:
-        data = decode_struct(req.body, "DeployReq", {"offer_id": int, "min_rate": float})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "DeployReq", {"offer_id": int, "min_rate": float})
     offer_id = data.get("offer_id", 0)
     if offer_id <= 0:
         return error(400, "bad request: offer_id required")
@@ -178,10 +160,7 @@ def h_deploy(app: App, req: Request) -> Response:
 
 
 def h_bad_host_post(app: App, req: Request) -> Response:
-    try:
-        data = decode_struct(req.body, "BadHostReq", {"machine_id": str, "reason": str})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "BadHostReq", {"machine_id": str, "reason": str})
     machine_id = data.get("machine_id", "")
     if not machine_id:
         return error(400, "machine_id required")
@@ -196,12 +175,7 @@ def h_bad_host_get(app: App, req: Request) -> Response:
 
 
 def h_bad_host_delete(app: App, req: Request) -> Response:
-    parts = req.path.lstrip("/").split("/")
-    machine_id = ""
-    for n, part in enumerate(parts):
-        if part == "bad-host" and n + 1 < len(parts):
-            machine_id = parts[n + 1]
-            break
+    machine_id = _segment_after(req.path, "bad-host")
     if not machine_id:
         return error(400, "machine_id required in path")
     app.store.remove_bad_host(machine_id)

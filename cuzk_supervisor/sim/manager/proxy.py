@@ -1,16 +1,10 @@
 """What a reverse proxy in front of the manager answers by itself, for the simulated manager's
-fault switches (``faults``): its HTML error pages, a maintenance page, bad 200 bodies,
-the ``Retry-After`` of a throttled answer, and the **proxy pages** of issue 31, the answers of
-a proxy that reloads, points at a wrong upstream or trips a WAF rule (``--proxy-rate``,
-``--proxy-next``, ``--proxy-page``):
-
-- ``html<status>`` (``html404``, ``html401``, ``html403``, ``html405``, ``html413``,
-  ``html429``, ``html502``, ``html503`` …): nginx's own HTML page for that status, with
-  ``Server: nginx/1.25.3``;
-- ``go404``: Go's plain-text ``404 page not found`` (a Go gateway's mux; no Server header);
-- ``empty404``: a 404 with an empty body;
-- ``json404``: a JSON 404 that is not the manager's (an API gateway's ``{"message": …}``);
-- ``reset``: the connection reset with no answer at all.
+fault switches (``faults``): its HTML error pages, a maintenance page, bad 200 bodies, the
+``Retry-After`` of a throttled answer, and the **proxy pages** of issue 31 (``PROXY_PAGES``), the
+answers of a proxy that reloads, points at a wrong upstream or trips a WAF rule
+(``--proxy-rate``, ``--proxy-next``, ``--proxy-page``; docs/sim-manager.md): nginx's HTML pages
+(``Server: nginx/1.25.3``), Go's plain-text ``404 page not found``, an empty 404, an API
+gateway's JSON 404 and a reset connection.
 
 None of them is the manager's word: the real manager's 404 is JSON
 ``{"error": "instance not found"}`` (docs/manager-api.md).

@@ -1,6 +1,7 @@
 """The simulated manager's mux, as the real server's (Go's ServeMux without method patterns):
 exact paths, and subtrees (a trailing "/") for the paths that carry an id; the dashboard at
-"/" takes everything else; each handler checks its own method.
+"/" takes everything else; each handler checks its own method. A body Go's decoder rejects
+(``gojson.BadJSON``, from any handler) is answered 400 "bad request: <its error>".
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from cuzk_supervisor.sim.manager.api import (
     h_ui,
 )
 from cuzk_supervisor.sim.manager.app import App
+from cuzk_supervisor.sim.manager.gojson import BadJSON
 from cuzk_supervisor.sim.manager.simapi import (
     h_sim_counters,
     h_sim_faults_get,
@@ -35,7 +37,7 @@ from cuzk_supervisor.sim.manager.simapi import (
     h_sim_state,
     h_sim_sweep,
 )
-from cuzk_supervisor.sim.manager.wire import Request, Response, method_not_allowed
+from cuzk_supervisor.sim.manager.wire import Request, Response, bad_request, method_not_allowed
 
 Handler = Callable[[App, Request], Response]
 ROUTES: dict[str, dict[str, Handler]] = {
@@ -94,4 +96,7 @@ def route(app: App, req: Request) -> Response:
     handler = methods.get(req.method)
     if handler is None:
         return method_not_allowed()
-    return handler(app, req)
+    try:
+        return handler(app, req)
+    except BadJSON as exc:
+        return bad_request(exc)

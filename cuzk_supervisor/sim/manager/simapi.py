@@ -15,7 +15,6 @@ from cuzk_supervisor.sim.manager.platform import vast_id_from_label
 from cuzk_supervisor.sim.manager.wire import (
     Request,
     Response,
-    bad_request,
     decode_json,
     go_atoi_positive,
     sim_response,
@@ -23,10 +22,7 @@ from cuzk_supervisor.sim.manager.wire import (
 
 
 def h_sim_kill(app: App, req: Request) -> Response:
-    try:
-        data = decode_struct(req.body, "SimKillReq", {"uuid": str, "reason": str})
-    except BadJSON as exc:
-        return bad_request(exc)
+    data = decode_struct(req.body, "SimKillReq", {"uuid": str, "reason": str})
     inst = app.store.kill(data.get("uuid", ""), data.get("reason", "") or "manual kill")
     if inst is None:
         return sim_response(404, {"error": "instance not found"})
