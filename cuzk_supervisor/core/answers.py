@@ -30,13 +30,7 @@ import re
 from collections.abc import Mapping
 from enum import Enum
 
-__all__ = [
-    "GONE_TEXTS",
-    "Meaning",
-    "describe_answer",
-    "first_text_line",
-    "meaning",
-]
+__all__ = ["GONE_TEXTS", "Meaning", "describe_answer", "first_text_line", "meaning"]
 
 GONE_TEXTS: Mapping[str, str] = {
     "/param-done": "instance not found",

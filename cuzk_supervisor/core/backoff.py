@@ -23,12 +23,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-__all__ = [
-    "RETRY_AFTER_SPREAD",
-    "SharedBackoff",
-    "full_jitter_s",
-    "parse_retry_after",
-]
+__all__ = ["RETRY_AFTER_SPREAD", "SharedBackoff", "full_jitter_s", "parse_retry_after"]
 
 RETRY_AFTER_SPREAD = 0.2
 """A pause for a ``Retry-After`` of ``a`` seconds is drawn in ``[a, a * 1.2]``."""

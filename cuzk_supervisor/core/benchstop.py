@@ -29,12 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from cuzk_supervisor.core.benchrate import (
-    rate_spread,
-    settled_start,
-    shifted,
-    steady_rate_per_s,
-)
+from cuzk_supervisor.core.benchrate import rate_spread, settled_start, shifted, steady_rate_per_s
 from cuzk_supervisor.core.checks import in_range, int_at_least, number_at_least, require_fields
 
 PRECISION_CONFIDENCE = 0.95

@@ -26,14 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = [
-    "BEFORE_RUN",
-    "RUN",
-    "Budget",
-    "order_sources",
-    "share",
-    "share_by_class",
-]
+__all__ = ["BEFORE_RUN", "RUN", "Budget", "order_sources", "share", "share_by_class"]
 
 
 @dataclass(frozen=True, slots=True)
