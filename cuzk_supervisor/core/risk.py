@@ -101,31 +101,12 @@ class RiskPolicy:
     """Seconds between samples while the level is warn or critical."""
 
     def __post_init__(self) -> None:
-        require_fields(self, self.__dataclass_fields__, FINITE)
-        require_fields(
-            self,
-            (
-                "warn_enter_headroom",
-                "warn_exit_headroom",
-                "critical_enter_headroom",
-                "critical_exit_headroom",
-                "trend_max_headroom",
-            ),
-            in_range(0, 1),
-        )
-        psi = ("psi_warn_enter", "psi_warn_exit", "psi_critical_enter", "psi_critical_exit")
-        require_fields(self, psi, in_range(0, 100))
+        fields = self.__dataclass_fields__
+        require_fields(self, fields, FINITE)
+        require_fields(self, [f for f in fields if f.endswith("_headroom")], in_range(0, 1))
+        require_fields(self, [f for f in fields if f.startswith("psi_")], in_range(0, 100))
         require_fields(self, ("trend_window_s", "interval_s", "fast_interval_s"), POSITIVE)
-        require_fields(
-            self,
-            (
-                "warn_enter_seconds_to_limit",
-                "warn_exit_seconds_to_limit",
-                "critical_enter_seconds_to_limit",
-                "critical_exit_seconds_to_limit",
-            ),
-            NON_NEGATIVE,
-        )
+        require_fields(self, [f for f in fields if f.endswith("_seconds_to_limit")], NON_NEGATIVE)
         require_fields(self, ("trend_min_samples",), int_at_least(2))
         # Hysteresis runs the right way: exits are easier to hold than entries to reach, and
         # critical is never easier to enter than warn. Headroom and seconds to the limit are
@@ -200,43 +181,32 @@ def _slope(samples: Sequence[MemorySample], policy: RiskPolicy) -> float | None:
 
 @dataclass(frozen=True)
 class _Thresholds:
-    """One side of one level: headroom and seconds-to-limit below, PSI above."""
+    """One side of one level: headroom and seconds-to-limit below, PSI above; the exit side
+    while ``holding`` the level, else the enter side."""
 
     headroom: float
     seconds_to_limit: float
     psi: float
+    holding: bool
 
 
 def _thresholds(policy: RiskPolicy, level: RiskLevel, *, holding: bool) -> _Thresholds:
-    if level is RiskLevel.CRITICAL:
-        if holding:
-            return _Thresholds(
-                policy.critical_exit_headroom,
-                policy.critical_exit_seconds_to_limit,
-                policy.psi_critical_exit,
-            )
-        return _Thresholds(
-            policy.critical_enter_headroom,
-            policy.critical_enter_seconds_to_limit,
-            policy.psi_critical_enter,
-        )
-    if holding:
-        return _Thresholds(
-            policy.warn_exit_headroom, policy.warn_exit_seconds_to_limit, policy.psi_warn_exit
-        )
+    side = "exit" if holding else "enter"  # the fields are named {level}_{side}_... (psi_...)
     return _Thresholds(
-        policy.warn_enter_headroom, policy.warn_enter_seconds_to_limit, policy.psi_warn_enter
+        getattr(policy, f"{level}_{side}_headroom"),
+        getattr(policy, f"{level}_{side}_seconds_to_limit"),
+        getattr(policy, f"psi_{level}_{side}"),
+        holding,
     )
 
 
-def _signals(
-    fraction: float, ttl: float | None, psi: float | None, th: _Thresholds, *, holding: bool
-) -> list[str]:
+def _signals(fraction: float, ttl: float | None, psi: float | None, th: _Thresholds) -> list[str]:
     """The signals past these thresholds, as phrases for the reason.
 
     Entering needs a value strictly past the enter threshold; a level is held while any value
     is at or short of its exit threshold, i.e. leaving needs every value strictly back past it.
     """
+    holding = th.holding
     kind, below, above = ("exit", "≤", "≥") if holding else ("enter", "<", ">")
     out = []
     if fraction <= th.headroom if holding else fraction < th.headroom:
@@ -292,17 +262,13 @@ def assess_risk(
 
     level, why, mode = RiskLevel.OK, [], ""
     for candidate in (RiskLevel.CRITICAL, RiskLevel.WARN):
-        entered = _signals(
-            fraction, trend, psi, _thresholds(policy, candidate, holding=False), holding=False
-        )
+        entered = _signals(fraction, trend, psi, _thresholds(policy, candidate, holding=False))
         if entered:
             mode = "entered" if previous != candidate else "still"
             level, why = candidate, entered
             break
         if previous.severity >= candidate.severity:
-            held = _signals(
-                fraction, trend, psi, _thresholds(policy, candidate, holding=True), holding=True
-            )
+            held = _signals(fraction, trend, psi, _thresholds(policy, candidate, holding=True))
             if held:
                 level, why, mode = candidate, held, "holding"
                 break
