@@ -12,8 +12,6 @@ samples read as the daemon means them (:mod:`cuzk_supervisor.core.boundsample`):
 - **the CPU**: its busy share against what the container may use (its quota, the physical
   cores; the caller's meter, ``adapters.machine.cpumeter``);
 - leaked ``active`` and ghost pipelines (failed jobs listed forever), counted and left out.
-
-Pure: the samples carry their own times.
 """
 
 from __future__ import annotations
@@ -177,10 +175,8 @@ def gather(samples: Sequence[StatusSample], shape: Shape) -> Evidence:
     synth, gpu = finished_times(samples)
     totals = [p.total_partitions or len(p.partitions) for s in samples for p in s.pipelines]
     totals = [t for t in totals if t > 0]
-    return Evidence(
-        **{name: getattr(base, name) for name in ("samples", "span_s", "gpu_workers", "gpus")},
-        partition_workers=workers,
-        workers_source=source,
+    return dataclasses.replace(
+        base,
         gpu_busy_share=busy,
         gpu_both_share=both,
         synth_done_waiting=statistics.fmean(s.count("synth_done") for s in samples),
