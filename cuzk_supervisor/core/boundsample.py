@@ -21,8 +21,6 @@ What each field holds, from the daemon's code:
   the GPU (the workers of one GPU take turns), the CUDA work and the finalization.
 - A worker is ``proving`` from its pickup until the finalizer clears it or it picks up the next
   partition; ``busy_secs`` is the time since the current pickup.
-
-Pure: no I/O, no clock; the times are the caller's (``at``).
 """
 
 from __future__ import annotations
@@ -107,13 +105,8 @@ class StatusSample:
 
     def count(self, state: str, *, ghosts: bool = False) -> int:
         """Partitions in ``state``; a ghost's only with ``ghosts``."""
-        return sum(
-            1
-            for p in self.pipelines
-            if ghosts or not p.ghost
-            for part in p.partitions
-            if part.state == state
-        )
+        pipelines = [p for p in self.pipelines if ghosts or not p.ghost]
+        return sum(1 for p in pipelines for part in p.partitions if part.state == state)
 
     @property
     def synthesizing(self) -> int:
@@ -170,9 +163,6 @@ def finished_times(samples: Iterable[StatusSample]) -> tuple[list[float], list[f
                 if part.state == "done" and part.gpu_ms:
                     gpu[key] = part.gpu_ms / 1000
     return list(synth.values()), list(gpu.values())
-
-
-# --- parsing --------------------------------------------------------------------------------
 
 
 def _int(value: Any, default: int = 0) -> int:

@@ -50,10 +50,6 @@ class DaemonExit:
     # within the whole startup budget): the supervisor stops instead of crash-looping.
     permanent: bool = False
 
-    @property
-    def is_failure(self) -> bool:
-        return self.kind is not ExitKind.CLEAN
-
     def as_fields(self) -> dict[str, object]:
         """Flat fields for a structured log event."""
         return {

@@ -80,8 +80,7 @@ class Assessment:
         return "; ".join(f.words() for f in ordered)
 
     def worst(self) -> Finding | None:
-        ordered = sorted(self.findings, key=lambda f: (-f.level, f.since))
-        return ordered[0] if ordered else None
+        return min(self.findings, key=lambda f: (-f.level, f.since), default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +144,8 @@ def _exits(
     degraded (each was followed by a restart: the keeper's)."""
     seen = state.exits_seen if state.exits_seen is not None else obs.daemon_exits
     new = max(0, obs.daemon_exits - seen)
-    recent = tuple(
-        t for t in (*state.exits, *([obs.at] * new)) if obs.at - t < policy.exit_window_s
-    )
+    stamps = (*state.exits, *([obs.at] * new))
+    recent = tuple(t for t in stamps if obs.at - t < policy.exit_window_s)
     found: list[rules.RawFinding] = []
     if policy.daemon_exits > 0 and len(recent) >= policy.daemon_exits:
         window = rules.duration(policy.exit_window_s)

@@ -57,13 +57,8 @@ def _read_gpu(
     policy: HealthPolicy, mem: GpuMemory, gpu: GpuView, at: float, life: int, loaded: bool
 ) -> GpuMemory:
     i = gpu.index
-    lost, fell, ecc, counters = (
-        dict(mem.lost),
-        dict(mem.fell_off),
-        dict(mem.ecc),
-        dict(mem.counters),
-    )
-    pages, throttled = dict(mem.pages), dict(mem.throttled)
+    lost, fell, ecc = dict(mem.lost), dict(mem.fell_off), dict(mem.ecc)
+    counters, pages, throttled = dict(mem.counters), dict(mem.pages), dict(mem.throttled)
     if not gpu.answering:
         lost.setdefault(i, (at, gpu.error))
     else:

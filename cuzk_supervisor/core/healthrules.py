@@ -59,9 +59,6 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-# --- the daemon's lives and its proofs --------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class Counts:
     """This observation's news: proofs completed and failed since the previous one."""
@@ -164,9 +161,6 @@ def proofs_failing(
     if lasted >= policy.failing_s:
         return new, [RawFinding(PROOFS_FAILING, 2, since, what, restart_helps=True)]
     return new, [RawFinding(PROOFS_FAILING, 1, since, what)]
-
-
-# --- partitions -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
