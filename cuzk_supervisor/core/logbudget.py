@@ -2,11 +2,11 @@
 and which lines of each source fit it.
 
 docs/architecture.md, rule 7: a machine's log traffic must not depend on what its children write. A
-fetch that prints a progress line per block, or a daemon that writes 1,000 lines a second,
-would otherwise cost the manager as much as they write (and the manager keeps 10,000 lines an
-instance, in memory, for ever). So the shipper pushes in **turns**, one every ``interval_s``
-(jittered), and each turn spends from two token buckets (:class:`~cuzk_supervisor.core.pace.
-Pace`): requests (one a source pushed) and body bytes. A turn
+fetch that prints a progress line per block, or a daemon that writes 1,000 lines a second, would
+otherwise cost the manager as much as they write (and the manager keeps 10,000 lines an instance, in
+memory, for ever). So the shipper pushes in **turns**, one every ``interval_s`` (jittered), and each
+turn spends from two token buckets (:class:`~cuzk_supervisor.core.pace.Pace`): requests (one a
+source pushed) and body bytes. A turn
 
 - pushes the supervisor's own tab first (its status line is the dashboard's progress), then
   the other sources, the one holding the oldest line first, while a request token is left;

@@ -58,13 +58,7 @@ def newest_fitting(sizes: Sequence[int], room: int) -> int:
 
 
 def _oldest_fitting(sizes: Sequence[int], room: int) -> int:
-    used = count = 0
-    for size in sizes:
-        if used + size > room:
-            break
-        used += size
-        count += 1
-    return count
+    return newest_fitting(sizes[::-1], room)
 
 
 def select(lines: Sequence[tuple[int, bool]], room: int, hold_room: int) -> Selection:

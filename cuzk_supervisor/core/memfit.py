@@ -44,9 +44,8 @@ def plateau_per_partition(
     measurement is the figure. ``growing``: the active partitions may not have allocated all
     their memory yet, so the measurement is a lower bound, and the figure is the largest of it,
     ``peak`` (the largest per-partition figure measured earlier: the same proofs, so the same
-    partitions) and ``model`` (the plan's figure for one partition). The largest is the
-    conservative choice: each is something a partition was measured or modelled to reach.
-    A plateau's answer is the measurement's whenever it is at least the other two."""
+    partitions) and ``model`` (the plan's figure for one partition): the conservative choice,
+    each is something a partition was measured or modelled to reach."""
     if not growing:
         return PartitionFigure(measured, "measured", "memory level: a plateau")
     candidates = [(measured, "measured")]

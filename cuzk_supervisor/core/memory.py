@@ -67,20 +67,8 @@ class MemoryPolicy:
     """Workers removed by each step down after an OOM kill or a critical memory event."""
 
     def __post_init__(self) -> None:
-        require_fields(
-            self,
-            (
-                "safety_margin_fraction",
-                "safety_margin_min_gib",
-                "base_gib",
-                "per_worker_gib",
-                "gpu_vram_need_gib",
-                "budget_partition_gib",
-                "srs_gib",
-                "pce_gib",
-            ),
-            FINITE,
-        )
+        counts = ("max_workers", "warmup_workers", "step_down_by")
+        require_fields(self, [n for n in self.__dataclass_fields__ if n not in counts], FINITE)
         # A fraction of 1 would leave nothing to plan with, whatever the host.
         require_fields(self, ("safety_margin_fraction",), in_range(0, 1, high_open=True))
         require_fields(
@@ -90,7 +78,7 @@ class MemoryPolicy:
         )
         # Zero per worker would make every host fit any number of workers.
         require_fields(self, ("per_worker_gib", "budget_partition_gib"), POSITIVE)
-        require_fields(self, ("max_workers", "warmup_workers", "step_down_by"), int_at_least(1))
+        require_fields(self, counts, int_at_least(1))
 
     def margin_bytes(self, bound_bytes: int) -> int:
         """The safety margin for a limit of ``bound_bytes`` (the lower of host and cgroup)."""

@@ -111,9 +111,7 @@ def gone_reason(record: Mapping[str, Any] | None) -> str | None:
     still hold us as ``params_done`` and time us out if we stop. Whether the manager still
     knows us is learnt from a call about this uuid instead (a 404 "instance not found" on a
     report: ``InstanceGone``)."""
-    if record is None:
-        return None
-    if record.get("state") == KILLED:
+    if record is not None and record.get("state") == KILLED:
         return f"killed by the manager: {record.get('kill_reason') or 'no reason given'}"
     return None
 

@@ -4,8 +4,7 @@ The shape follows the kubelet's crash-loop backoff (exponential, capped, reset a
 run) with tenacity's habit of making the strategy a printable, comparable value. A crash loop
 (too many failures too close together) is a verdict, not a longer sleep: the caller reports it.
 
-Pure (docs/architecture.md, rule 1): the time (a monotonic clock reading, in seconds) and the random
-draw for the jitter are arguments, so every function can be tested without processes or clocks.
+The time (a monotonic clock reading, in seconds) and the jitter's random draw are arguments.
 """
 
 from __future__ import annotations
@@ -44,14 +43,7 @@ class RestartPolicy:
     crash_loop_window_s: float = 300.0
 
     def __post_init__(self) -> None:
-        floats = (
-            "initial_backoff_s",
-            "max_backoff_s",
-            "multiplier",
-            "jitter",
-            "stable_after_s",
-            "crash_loop_window_s",
-        )
+        floats = [n for n in self.__dataclass_fields__ if n != "crash_loop_failures"]
         require_fields(self, floats, FINITE)
         require_fields(self, ("initial_backoff_s",), POSITIVE)
         require_relation(self, "max_backoff_s", ">=", "initial_backoff_s")
