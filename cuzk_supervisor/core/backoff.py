@@ -48,9 +48,7 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     ``Sun, 06 Nov 1994 08:49:37 GMT``, the obsolete RFC 850 and asctime forms too), read
     against ``now_wall`` (epoch seconds). A date in the past is 0. Parsed by hand: no locale.
     """
-    if value is None:
-        return None
-    text = value.strip()
+    text = (value or "").strip()
     if not text:
         return None
     if text.isdigit():
@@ -62,9 +60,7 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     else:
         return seconds if math.isfinite(seconds) and seconds >= 0 else None
     stamp = _http_date(text)
-    if stamp is None:
-        return None
-    return max(0.0, stamp - now_wall)
+    return None if stamp is None else max(0.0, stamp - now_wall)
 
 
 def _http_date(text: str) -> float | None:

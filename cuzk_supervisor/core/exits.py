@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import partial
 from signal import Signals  # the enum of names only: nothing here sends or handles one
 
 
@@ -91,24 +92,8 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
     if facts.oom_kills_before is not None and facts.oom_kills_after is not None:
         oom_delta = max(0, facts.oom_kills_after - facts.oom_kills_before)
 
-    def made(
-        kind: ExitKind,
-        reason: str,
-        *,
-        code: int | None = None,
-        signal: int | None = None,
-        permanent: bool = False,
-    ) -> DaemonExit:
-        return DaemonExit(
-            kind,
-            reason,
-            code=code,
-            signal=signal,
-            cgroup_oom_kills=oom_delta,
-            uptime_s=facts.uptime_s,
-            peak_rss_bytes=facts.peak_rss_bytes,
-            permanent=permanent,
-        )
+    uptime, peak = facts.uptime_s, facts.peak_rss_bytes
+    made = partial(DaemonExit, cgroup_oom_kills=oom_delta, uptime_s=uptime, peak_rss_bytes=peak)
 
     rc = facts.returncode
     sig = -rc if rc is not None and rc < 0 else None

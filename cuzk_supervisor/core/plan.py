@@ -4,7 +4,6 @@ config values that follow, and the step down after an OOM kill (incident I4).
 Peak RSS follows the rule of thumb ``base + per_worker × W`` (69 + 20 × W GiB) against the
 effective limit (:mod:`cuzk_supervisor.core.memory`). Every number carries the reason it has, so
 the plan can be printed as a table, logged as JSON and sent with the bench rate (incident I6).
-Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -254,11 +253,9 @@ def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanR
     """
     scale = inputs.memory_scale
     host = max(1, int(inputs.host_total_bytes * scale))
-    cgroup = (
-        None
-        if inputs.cgroup_limit_bytes is None
-        else max(1, int(inputs.cgroup_limit_bytes * scale))
-    )
+    cgroup = inputs.cgroup_limit_bytes
+    if cgroup is not None:
+        cgroup = max(1, int(cgroup * scale))
     bound = host if cgroup is None else min(host, cgroup)
     limit = effective_limit(host, cgroup, policy.margin_bytes(bound))
     rule = (
@@ -325,9 +322,7 @@ def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanR
         workers_reason = f"largest W with {rule}"
 
     if refusals:
-        return PlanRefusal(
-            inputs=inputs, limit=limit, reasons=tuple(refusals), shortfall_bytes=shortfall
-        )
+        return PlanRefusal(inputs, limit, tuple(refusals), shortfall)
     return _build_plan(inputs, limit, rule, workers, workers_reason, policy, tuple(notes))
 
 
