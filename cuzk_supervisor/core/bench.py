@@ -214,20 +214,19 @@ class Stretch:
 
     @property
     def drained(self) -> frozenset[int]:
-        """The intervals of a lumpy pipeline's drain, left out of the rate. Once submitting ends,
-        a completion is no longer replaced and the interval after it runs with fewer than
+        """The intervals of a lumpy pipeline's drain, left out of the rate. Once submitting ends, a
+        completion is no longer replaced and the interval after it runs with fewer than
         ``concurrency`` proofs in flight: the last proof's partitions share the machine with fewer
         others (docs/daemon.md (figures)) and break the cycle of a pipeline whose workers do not
         divide the partitions, whose rate is measured over whole cycles
-        (:func:`~cuzk_supervisor.core.benchrate.cycle`): on the simulator a 7-worker stretch
-        stopped 'known' at ±0.55 % and reported ±2.5 % with its drain. A pipeline without a cycle
-        keeps it: there the drain is one more interval like the others, and leaving it out lost
-        more than it saved (the statistical bench's 5 %-noise scenario covered the truth in 94.0 %
-        of 1,000 runs without it, 96.5 % with it). Interval ``i`` is the drain's when completion
-        ``i - 1`` was never replaced (a failed proof's replacement counts as a completion's, so
-        with failures the drain starts earlier, never later). A stretch with fewer than
-        :data:`STEADY_BEFORE_DRAIN` intervals before its drain keeps it (its rate says it is
-        short or imprecise)."""
+        (:func:`~cuzk_supervisor.core.benchrate.cycle`): on the simulator a 7-worker stretch stopped
+        'known' at ±0.55 % and reported ±2.5 % with its drain. A pipeline without a cycle keeps it:
+        there the drain is one more interval like the others, and leaving it out lost more than it
+        saved (the statistical bench's 5 %-noise scenario covered the truth in 94.0 % of 1,000 runs
+        without it, 96.5 % with it). Interval ``i`` is the drain's when completion ``i - 1`` was
+        never replaced (a failed proof's replacement counts as a completion's, so with failures the
+        drain starts earlier, never later). A stretch with fewer than :data:`STEADY_BEFORE_DRAIN`
+        intervals before its drain keeps it (its rate says it is short or imprecise)."""
         first = max(1, self.submitted - self.concurrency - self.failed + 1)
         if first - 1 < STEADY_BEFORE_DRAIN or first >= len(self.completions):
             return frozenset()

@@ -1,6 +1,5 @@
-"""One answer of the daemon's ``GET /status`` (``[daemon] status_listen``), parsed and read as
-the daemon means it (``cuzk-core/src/status.rs``; ``docs/daemon.md``, "Optional HTTP status
-listener").
+"""One answer of the daemon's ``GET /status`` (``[daemon] status_listen``), parsed and read as the
+daemon means it (``cuzk-core/src/status.rs``; ``docs/daemon.md``, "Optional HTTP status listener").
 
 What each field holds, from the daemon's code:
 

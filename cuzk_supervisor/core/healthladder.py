@@ -81,8 +81,7 @@ def _episode(finding: Finding) -> tuple[str, int, float, int]:
 
 def delivered_rate(finding: Finding, now: float, rate_time_scale: float) -> float:
     """Proofs per hour (on the bench's clock) the machine delivered since the finding's latest
-    evidence; 0 for a lost GPU and a crash-looping daemon (nothing it proves from now on
-    counts)."""
+    evidence; 0 for a lost GPU and a crash-looping daemon (nothing it proves from now on counts)."""
     if finding.kind in (GPU_LOST, CRASH_LOOP) or not finding.completed_since:
         return 0.0
     elapsed = max(now - max(finding.latest, finding.since), 1e-9)

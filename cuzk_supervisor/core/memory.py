@@ -122,15 +122,8 @@ class EffectiveLimit:
         return f"{text}: the {self.bound_by} binds"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "limit_bytes": self.limit_bytes,
-            "host_bytes": self.host_bytes,
-            "cgroup_bytes": self.cgroup_bytes,
-            "margin_bytes": self.margin_bytes,
-            "bound_by": self.bound_by,
-            "bound_bytes": self.bound_bytes,
-            "reason": self.reason,
-        }
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return values | {"bound_bytes": self.bound_bytes, "reason": self.reason}
 
 
 def effective_limit(
@@ -202,10 +195,5 @@ class PlanInputs:
         require_fields(self, ("memory_scale",), number_above(0))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "host_total_bytes": self.host_total_bytes,
-            "cgroup_limit_bytes": self.cgroup_limit_bytes,
-            "gpu_vram_total_bytes": list(self.gpu_vram_total_bytes),
-            "workers_override": self.workers_override,
-            "memory_scale": self.memory_scale,
-        }
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return values | {"gpu_vram_total_bytes": list(self.gpu_vram_total_bytes)}

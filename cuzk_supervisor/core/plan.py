@@ -348,11 +348,8 @@ def step_down(
     if running_workers is not None:
         current = max(1, min(current, running_workers))
     if current <= 1:
-        return GiveUpOOM(
-            reason=f"out of memory at 1 partition worker, nothing left to step down to: {cause}",
-            cause=cause,
-            step_downs=history,
-        )
+        why = f"out of memory at 1 partition worker, nothing left to step down to: {cause}"
+        return GiveUpOOM(why, cause, history)
     workers = max(1, current - policy.step_down_by)
     reason = f"stepped down from {current} to {workers} after: {cause}"
     if fitted is not None and fitted < workers:

@@ -7,12 +7,10 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
   it) the warmup plan is retried; from the restart on, the full plan (the PCE is built, so a
   step-down in the bench settles and measures at once);
 - the fit measured from what the memory watch saw and the partitions the daemon had active
-  (``core.memfit.fit_workers``): as its status said, or, where it could not answer in time (a
-  daemon under memory pressure is slow to), estimated from the proofs the lifecycle had running
-  there (:func:`estimated_active_partitions`); or no fit (then the plan steps down by one
-  step); while memory was still growing at the sample, aimed at the partitions' plateau, not at
-  the mid-ramp sample (the model's partition figure, :func:`model_partition_bytes`, and the
-  peak measured at earlier step-downs, :func:`peak_partition_bytes`);
+  (:func:`measured_fit`): as its status said, or, where it could not answer in time (a daemon
+  under memory pressure is slow to), estimated (:func:`estimated_active_partitions`); while
+  memory still grew, aimed at the partitions' plateau, not at the mid-ramp sample
+  (:func:`model_partition_bytes`, :func:`peak_partition_bytes`); no fit: one step down;
 - the plateau the new plan's usage is expected to level off at, so that a ramp toward it is not
   taken for a march to OOM.
 """
