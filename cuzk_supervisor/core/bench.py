@@ -278,8 +278,7 @@ def next_submission(
     then a proof submitted now finishes about ``held`` intervals later, when the ones ahead of
     it are done; it is submitted only if that, times ``safety``, ends before the deadline. Proofs
     in flight always finish. Whatever ends the submitting closes the stretch
-    (:attr:`Stretch.closed`, :attr:`Stretch.stop`): a pipeline left to drain is never refilled.
-    """
+    (:attr:`Stretch.closed`, :attr:`Stretch.stop`): a pipeline left to drain is never refilled."""
     concurrency = policy.held
     if stretch.closed:
         return SubmitDecision(False, stretch.closed)

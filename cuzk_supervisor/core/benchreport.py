@@ -139,8 +139,7 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
     3. Else what was measured, marked short: the stretch with the most completions (a rate from
        two or more, else one proof's latency); rate 0 when no proof completed.
 
-    Within the stretch the rate is of the part that held still (the whole unless it drifted).
-    """
+    Within the stretch the rate is of the part that held still (the whole unless it drifted)."""
     excluded = tuple(s.interrupted for s in stretches if s.interrupted)
     if not stretches:
         return RateMeasurement(0.0, 0, 0.0, policy.held, 0, False, "no proof ran")

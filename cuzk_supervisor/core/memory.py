@@ -41,8 +41,7 @@ class MemoryPolicy:
     384 and 512 GiB hosts is 1, 6, 10, 12 workers: the published 2, 7, 10, 12 or one fewer, never
     more. A 5 % (or 13 GiB) margin would plan 8 on 256 GiB and 12 on 384 GiB, more than
     published; no linear rule with any margin fraction reproduces 2, 7, 10, 12 exactly, and with
-    69 + 20 × W only fractions in (24.7 %, 26.2 %] give "published or one fewer" on all four.
-    """
+    69 + 20 × W only fractions in (24.7 %, 26.2 %] give "published or one fewer" on all four."""
 
     safety_margin_fraction: float = 0.25
     safety_margin_min_gib: float = 4.0
@@ -132,8 +131,7 @@ def effective_limit(
     """``min(host, cgroup) − margin``, floored at 0, with which one bound it.
 
     A cgroup limit at or above the host's RAM (cgroup v1 reports "unlimited" as a huge number)
-    does not bind; ``None`` means no cgroup limit was found.
-    """
+    does not bind; ``None`` means no cgroup limit was found."""
     owner = "effective_limit"
     require_value(owner, "host_total_bytes", host_total_bytes, int_above(0))
     require_value(owner, "cgroup_limit_bytes", cgroup_limit_bytes, int_above(0).or_none())
@@ -155,8 +153,7 @@ def sim_memory_scale(mib_per_simulated_gib: float) -> float:
     """``PlanInputs.memory_scale`` for a simulator run with ``--memory-scale m``.
 
     The simulator allocates ``m`` real MiB per simulated GiB, so one real byte stands for
-    ``1024 / m`` simulated bytes.
-    """
+    ``1024 / m`` simulated bytes."""
     require_value(
         "sim_memory_scale", "mib_per_simulated_gib", mib_per_simulated_gib, number_above(0)
     )
@@ -174,8 +171,7 @@ class PlanInputs:
     simulator use ``sim_memory_scale(m)``: the measured host and cgroup bytes are then planned as
     simulated bytes, so the figures (69 + 20 × W GiB) and the plan's ``total_budget_gib`` are in
     the simulated GiB the simulator reads from its config. VRAM is never scaled (the simulator
-    does not allocate it).
-    """
+    does not allocate it)."""
 
     host_total_bytes: int
     cgroup_limit_bytes: int | None = None

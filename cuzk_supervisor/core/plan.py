@@ -31,8 +31,7 @@ class WorkerPlan:
     ``partition_workers`` and ``max_parallel_synthesis`` are always ``full_workers`` (both
     releases obey the same number), so they are derived, not stored. ``reasons`` maps each number
     to the sentence that explains it; ``notes`` are warnings worth showing (a small GPU, an
-    override that does not fit, a scaled plan); ``step_downs`` are the causes of each step down.
-    """
+    override that does not fit, a scaled plan); ``step_downs`` are the causes of each step down."""
 
     inputs: PlanInputs
     limit: EffectiveLimit
@@ -249,8 +248,7 @@ def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanR
     to ``[1, max_workers]``; less than one → ``PlanRefusal`` naming the shortfall in GiB. An
     override replaces W (notes say when it does not fit or exceeds the maximum). GPUs below the
     VRAM need are noted; if every GPU is below it, the plan is refused. No GPU at all is allowed
-    (sim, doctor on a laptop) and noted.
-    """
+    (sim, doctor on a laptop) and noted."""
     scale = inputs.memory_scale
     host = max(1, int(inputs.host_total_bytes * scale))
     cgroup = inputs.cgroup_limit_bytes

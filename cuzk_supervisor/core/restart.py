@@ -31,8 +31,7 @@ class RestartPolicy:
     ``min(max_backoff_s, initial_backoff_s * multiplier ** (n - 1))``. Jitter only ever shortens
     it: the delay is drawn from ``(base * (1 - jitter), base]``, so ``jitter=1.0`` is "full
     jitter" and the cap is never exceeded. After ``stable_after_s`` of health the count starts
-    over. ``crash_loop_failures`` failures within ``crash_loop_window_s`` mean give up.
-    """
+    over. ``crash_loop_failures`` failures within ``crash_loop_window_s`` mean give up."""
 
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
@@ -71,8 +70,7 @@ class RestartHistory:
     still count towards a crash loop are kept (at most ``crash_loop_failures``, within the
     window), so the value stays small however long the supervisor runs.
     ``attempt``: consecutive failures since the last reset (the backoff exponent).
-    ``healthy_since``: when the daemon last became healthy; None while it is not.
-    """
+    ``healthy_since``: when the daemon last became healthy; None while it is not."""
 
     failures: tuple[Failure, ...] = ()
     attempt: int = 0
@@ -129,8 +127,7 @@ def record_failure(
 
     The policy is needed here (not only in ``next_restart``) so the history can forget what no
     longer matters: a stable run before this failure resets the count, and failures outside the
-    crash-loop window are dropped.
-    """
+    crash-loop window are dropped."""
     _check_time(history, now)
     if _stable(policy, history, now):
         history = RestartHistory()
@@ -154,8 +151,7 @@ def next_restart(
 
     ``rand`` is a uniform draw from [0, 1) supplied by the caller (``random.random()``), which
     keeps this function pure. Called after ``record_failure``; called while the daemon has been
-    healthy for the stable period (a restart for another reason) it answers the initial delay.
-    """
+    healthy for the stable period (a restart for another reason) it answers the initial delay."""
     _check_time(history, now)
     _check_rand(rand)
     if _stable(policy, history, now):

@@ -204,8 +204,7 @@ def _signals(fraction: float, ttl: float | None, psi: float | None, th: _Thresho
     """The signals past these thresholds, as phrases for the reason.
 
     Entering needs a value strictly past the enter threshold; a level is held while any value
-    is at or short of its exit threshold, i.e. leaving needs every value strictly back past it.
-    """
+    is at or short of its exit threshold, i.e. leaving needs every value strictly back past it."""
     holding = th.holding
     kind, below, above = ("exit", "≤", "≥") if holding else ("enter", "<", ">")
     out = []
@@ -236,8 +235,7 @@ def assess_risk(
 
     ``plateau_bytes`` is where the running plan's memory is measured to level off
     (``core.memfit``); when that fits below the critical headroom, a trend toward the limit is a
-    ramp to that plateau, not a march to OOM, and does not count.
-    """
+    ramp to that plateau, not a march to OOM, and does not count."""
     if not samples:
         raise ValueError("assess_risk needs at least one sample")
     require_value("assess_risk", "limit_bytes", limit_bytes, int_above(0))
