@@ -42,11 +42,10 @@ def full_jitter_s(failures: int, base_s: float, max_s: float, u: float) -> float
 
 
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:
-    """Seconds to wait that a ``Retry-After`` header says, or None when absent or unreadable.
-
-    Both forms of RFC 9110: a number of seconds (``"30"``) or an HTTP-date (IMF-fixdate
-    ``Sun, 06 Nov 1994 08:49:37 GMT``, the obsolete RFC 850 and asctime forms too), read
-    against ``now_wall`` (epoch seconds). A date in the past is 0. Parsed by hand: no locale."""
+    """Seconds to wait that a ``Retry-After`` header says, or None when absent or unreadable:
+    either form of RFC 9110, a number of seconds (``"30"``) or an HTTP-date (IMF-fixdate
+    ``Sun, 06 Nov 1994 08:49:37 GMT``, the obsolete RFC 850 and asctime forms too), read against
+    ``now_wall`` (epoch seconds). A date in the past is 0. Parsed by hand: no locale."""
     text = (value or "").strip()
     if not text:
         return None
@@ -88,10 +87,9 @@ def _http_date(text: str) -> float | None:
 @dataclass(slots=True)
 class SharedBackoff:
     """The backoff state of one manager, shared by all its calls (see the module docstring).
-
-    ``failed`` after a transient failure returns the pause it set; ``wait_s`` says how long any
-    call must still wait before its next request; ``answered`` after any HTTP answer that is
-    the manager's (a 2xx, a 4xx other than 408/429) resets the failure count."""
+    ``failed`` after a transient failure returns the pause it set; ``wait_s`` says how long any call
+    must still wait before its next request; ``answered`` after any HTTP answer that is the
+    manager's (a 2xx, a 4xx other than 408/429) resets the failure count."""
 
     base_s: float
     max_s: float

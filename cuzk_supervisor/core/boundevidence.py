@@ -30,10 +30,9 @@ from cuzk_supervisor.core.boundsample import StatusSample, finished_times
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What ran: the partition workers of the rendered config, the proofs in flight, the GPUs.
-
-    ``partition_workers`` 0: not known (the most seen synthesizing at once stands in, and the
-    reason says so); ``gpu_workers`` 0: as many as the samples show; ``max_workers``: the most
-    partition workers the machine's memory allows (the plan's fit; None: not known)."""
+    ``partition_workers`` 0: not known (the most seen synthesizing at once stands in, and the reason
+    says so); ``gpu_workers`` 0: as many as the samples show; ``max_workers``: the most partition
+    workers the machine's memory allows (the plan's fit; None: not known)."""
 
     partition_workers: int
     concurrency: int

@@ -128,10 +128,9 @@ class EffectiveLimit:
 def effective_limit(
     host_total_bytes: int, cgroup_limit_bytes: int | None, safety_margin_bytes: int
 ) -> EffectiveLimit:
-    """``min(host, cgroup) − margin``, floored at 0, with which one bound it.
-
-    A cgroup limit at or above the host's RAM (cgroup v1 reports "unlimited" as a huge number)
-    does not bind; ``None`` means no cgroup limit was found."""
+    """``min(host, cgroup) − margin``, floored at 0, with which one bound it. A cgroup limit at or
+    above the host's RAM (cgroup v1 reports "unlimited" as a huge number) does not bind; ``None``
+    means no cgroup limit was found."""
     owner = "effective_limit"
     require_value(owner, "host_total_bytes", host_total_bytes, int_above(0))
     require_value(owner, "cgroup_limit_bytes", cgroup_limit_bytes, int_above(0).or_none())
@@ -150,10 +149,9 @@ def effective_limit(
 
 
 def sim_memory_scale(mib_per_simulated_gib: float) -> float:
-    """``PlanInputs.memory_scale`` for a simulator run with ``--memory-scale m``.
-
-    The simulator allocates ``m`` real MiB per simulated GiB, so one real byte stands for
-    ``1024 / m`` simulated bytes."""
+    """``PlanInputs.memory_scale`` for a simulator run with ``--memory-scale m``. The simulator
+    allocates ``m`` real MiB per simulated GiB, so one real byte stands for ``1024 / m`` simulated
+    bytes."""
     require_value(
         "sim_memory_scale", "mib_per_simulated_gib", mib_per_simulated_gib, number_above(0)
     )

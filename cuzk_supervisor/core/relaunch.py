@@ -67,10 +67,9 @@ def model_partition_bytes(policy: MemoryPolicy, memory_scale: float) -> float:
 
 
 def peak_partition_bytes(peak: float | None, fit: MemoryFit | None, phase: str) -> float | None:
-    """The largest per-partition figure measured so far, with ``fit`` (taken in ``phase``).
-
-    A fit taken in the warmup does not count: the PCE is not resident at the base there and its
-    extraction is transient, so what it measured per partition is not a partition."""
+    """The largest per-partition figure measured so far, with ``fit`` (taken in ``phase``). A fit
+    taken in the warmup does not count: the PCE is not resident at the base there and its extraction
+    is transient, so what it measured per partition is not a partition."""
     if fit is None or phase in WARMUP_PHASES:
         return peak
     return max(peak or 0.0, fit.measured_per_partition) or None

@@ -123,11 +123,9 @@ def jittered_backoff_s(policy: RestartPolicy, attempt: int, rand: float) -> floa
 def record_failure(
     policy: RestartPolicy, history: RestartHistory, now: float, reason: str
 ) -> RestartHistory:
-    """The history after the daemon failed at ``now`` for ``reason``.
-
-    The policy is needed here (not only in ``next_restart``) so the history can forget what no
-    longer matters: a stable run before this failure resets the count, and failures outside the
-    crash-loop window are dropped."""
+    """The history after the daemon failed at ``now`` for ``reason``. It takes the policy so that it
+    can forget what no longer matters: a stable run before this failure resets the count, and
+    failures outside the crash-loop window are dropped."""
     _check_time(history, now)
     if _stable(policy, history, now):
         history = RestartHistory()
@@ -147,11 +145,10 @@ def record_healthy(history: RestartHistory, now: float) -> RestartHistory:
 def next_restart(
     policy: RestartPolicy, history: RestartHistory, now: float, rand: float
 ) -> RestartDecision:
-    """Restart (after how long) or give up, given the history at ``now``.
-
-    ``rand`` is a uniform draw from [0, 1) supplied by the caller (``random.random()``), which
-    keeps this function pure. Called after ``record_failure``; called while the daemon has been
-    healthy for the stable period (a restart for another reason) it answers the initial delay."""
+    """Restart (after how long) or give up, given the history at ``now``. ``rand`` is a uniform draw
+    from [0, 1) (``random.random()``). Called after ``record_failure``; called while the daemon has
+    been healthy for the stable period (a restart for another reason) it answers the initial
+    delay."""
     _check_time(history, now)
     _check_rand(rand)
     if _stable(policy, history, now):

@@ -201,10 +201,8 @@ def _thresholds(policy: RiskPolicy, level: RiskLevel, *, holding: bool) -> _Thre
 
 
 def _signals(fraction: float, ttl: float | None, psi: float | None, th: _Thresholds) -> list[str]:
-    """The signals past these thresholds, as phrases for the reason.
-
-    Entering needs a value strictly past the enter threshold; a level is held while any value
-    is at or short of its exit threshold, i.e. leaving needs every value strictly back past it."""
+    """The signals past these thresholds, as phrases for the reason: entering needs a value
+    strictly past the enter threshold, leaving needs every value strictly back past the exit one."""
     holding = th.holding
     kind, below, above = ("exit", "≤", "≥") if holding else ("enter", "<", ">")
     out = []
@@ -225,17 +223,13 @@ def assess_risk(
     plateau_bytes: int | None = None,
 ) -> RiskAssessment:
     """The OOM-risk level from the recent samples (oldest first) against the hard limit.
-
-    ``limit_bytes`` is where the kernel acts (``EffectiveLimit.bound_bytes``, in the same units
-    as the samples), not the planning limit: the margin is for planning, the thresholds here are
-    the margin while running. ``previous`` is the last assessment's level (``RiskLevel.OK`` at
-    start): with it the thresholds form a hysteresis loop. Critical is checked first, then warn;
-    a level is entered when any signal crosses its enter threshold, and held (only when the
-    previous level was at least as severe) while any signal is short of its exit threshold.
-
-    ``plateau_bytes`` is where the running plan's memory is measured to level off
-    (``core.memfit``); when that fits below the critical headroom, a trend toward the limit is a
-    ramp to that plateau, not a march to OOM, and does not count."""
+    ``limit_bytes`` is where the kernel acts (``EffectiveLimit.bound_bytes``, in the same units as
+    the samples), not the planning limit: the margin is for planning, the thresholds here are the
+    margin while running. ``previous`` is the last assessment's level (``RiskLevel.OK`` at start),
+    for the hysteresis: critical is checked first, then warn, and a level is held only where the
+    previous one was at least as severe. ``plateau_bytes`` is where the running plan's memory is
+    measured to level off (``core.memfit``); when that fits below the critical headroom, a trend
+    toward the limit is a ramp to that plateau, not a march to OOM, and does not count."""
     if not samples:
         raise ValueError("assess_risk needs at least one sample")
     require_value("assess_risk", "limit_bytes", limit_bytes, int_above(0))
