@@ -329,8 +329,7 @@ def measurement_fits(
 ) -> bool:
     """Whether a new measurement (a settle proof, then a stretch of ``min_proofs``) fits the
     ``remaining_s`` of the budget, with the safety factor."""
-    concurrency = policy.held
-    needed = settle_s + (concurrency + policy.min_proofs - 1) * interval_s
+    needed = settle_s + (policy.held + policy.min_proofs - 1) * interval_s
     return needed * policy.safety <= remaining_s
 
 

@@ -32,11 +32,10 @@ class Turn(enum.Enum):
 
 
 def holder(locker: int | None, me: int, locker_running: bool) -> Holder:
-    """``locker``: the pid that took the lock (None: not visible from here); ``me``: ours.
-
-    A pid, not a start time: the kernel keeps the taker's pid with the lock, at the moment it
-    takes it (a name written in the file after taking it could be a predecessor's for a moment).
-    A dead taker's pid reused by another process reads as running: waited for, never stopped."""
+    """``locker``: the pid that took the lock (None: not visible from here); ``me``: ours. A pid,
+    not a start time: the kernel keeps the taker's pid with the lock, at the moment it takes it (a
+    name written in the file after taking it could be a predecessor's for a moment). A dead taker's
+    pid reused by another process reads as running: waited for, never stopped."""
     if locker is None:
         return Holder.UNKNOWN
     if locker == me:

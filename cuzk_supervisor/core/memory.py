@@ -164,12 +164,10 @@ _ALL_SIZES = Rule(lambda sizes: all(is_int(v) and v >= 0 for v in sizes), "integ
 @dataclass(frozen=True)
 class PlanInputs:
     """What the plan is made from: measured memory and GPUs, and an optional operator override.
-
-    ``memory_scale`` is planning bytes per measured byte: 1 on real hardware. Against the
-    simulator use ``sim_memory_scale(m)``: the measured host and cgroup bytes are then planned as
-    simulated bytes, so the figures (69 + 20 × W GiB) and the plan's ``total_budget_gib`` are in
-    the simulated GiB the simulator reads from its config. VRAM is never scaled (the simulator
-    does not allocate it)."""
+    ``memory_scale`` is planning bytes per measured byte: 1 on real hardware. Against the simulator
+    use ``sim_memory_scale(m)``: the measured host and cgroup bytes are then planned as simulated
+    bytes, so the figures (69 + 20 × W GiB) and the plan's ``total_budget_gib`` are in the simulated
+    GiB the simulator reads from its config. VRAM is never scaled (the simulator allocates none)."""
 
     host_total_bytes: int
     cgroup_limit_bytes: int | None = None

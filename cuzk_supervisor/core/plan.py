@@ -27,11 +27,10 @@ class PlanConfigValues(TypedDict):
 @dataclass(frozen=True)
 class WorkerPlan:
     """How many partition workers, the daemon config values that follow, and why.
-
-    ``partition_workers`` and ``max_parallel_synthesis`` are always ``full_workers`` (both
-    releases obey the same number), so they are derived, not stored. ``reasons`` maps each number
-    to the sentence that explains it; ``notes`` are warnings worth showing (a small GPU, an
-    override that does not fit, a scaled plan); ``step_downs`` are the causes of each step down."""
+    ``partition_workers`` and ``max_parallel_synthesis`` are always ``full_workers`` (both releases
+    obey the same number), so they are derived, not stored. ``reasons`` maps each number to the
+    sentence that explains it; ``notes`` are warnings worth showing (a small GPU, an override that
+    does not fit, a scaled plan); ``step_downs`` are the causes of each step down."""
 
     inputs: PlanInputs
     limit: EffectiveLimit
@@ -242,13 +241,11 @@ def _build_plan(
 
 
 def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanRefusal:
-    """The worker plan for these inputs, or a refusal that says what is missing.
-
-    ``full_workers`` is the largest W with ``base + per_worker × W ≤ effective limit``, clamped
-    to ``[1, max_workers]``; less than one → ``PlanRefusal`` naming the shortfall in GiB. An
-    override replaces W (notes say when it does not fit or exceeds the maximum). GPUs below the
-    VRAM need are noted; if every GPU is below it, the plan is refused. No GPU at all is allowed
-    (sim, doctor on a laptop) and noted."""
+    """The worker plan for these inputs, or a refusal that says what is missing. ``full_workers`` is
+    the largest W with ``base + per_worker × W ≤ effective limit``, clamped to ``[1, max_workers]``;
+    less than one → ``PlanRefusal`` naming the shortfall in GiB. An override replaces W (notes say
+    when it does not fit or exceeds the maximum). GPUs below the VRAM need are noted; if every GPU
+    is below it, the plan is refused. No GPU at all (sim, doctor on a laptop) is noted."""
     scale = inputs.memory_scale
     host = max(1, int(inputs.host_total_bytes * scale))
     cgroup = inputs.cgroup_limit_bytes
@@ -332,15 +329,12 @@ def step_down(
     fitted: int | None = None,
     fitted_reason: str = "",
 ) -> WorkerPlan | GiveUpOOM:
-    """The plan after an OOM kill or a critical memory event: ``step_down_by`` fewer workers
-    (at least 1), derived values recomputed, the cause recorded. At 1 worker: ``GiveUpOOM``.
-
-    ``fitted`` is what a measurement says fits (``core.memfit.fit_workers``): then the step goes
-    there at once, not one worker at a time (never above ``current - step_down_by``).
-
-    ``running_workers`` is what the daemon ran when memory ran out (the warmup runs fewer than
-    the plan): stepping down from the plan's full count would only repeat the same OOM, so the
-    step is taken from the lower of the two."""
+    """The plan after an OOM kill or a critical memory event: ``step_down_by`` fewer workers (at
+    least 1), derived values recomputed, the cause recorded. At 1 worker: ``GiveUpOOM``. ``fitted``
+    is what a measurement says fits (``core.memfit.fit_workers``): then the step goes there at once,
+    not one worker at a time (never above ``current - step_down_by``). ``running_workers`` is what
+    the daemon ran when memory ran out (the warmup runs fewer than the plan): stepping down from the
+    plan's full count would only repeat the same OOM, so it steps from the lower of the two."""
     history = (*plan.step_downs, cause)
     current = plan.full_workers
     if running_workers is not None:

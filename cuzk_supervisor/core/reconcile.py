@@ -103,14 +103,13 @@ def listing_problem(listing: Any) -> str | None:
 
 
 def gone_reason(record: Mapping[str, Any] | None) -> str | None:
-    """Why the manager's ``record`` of this instance says it is finished, or None.
-
-    A kill is concluded only from positive evidence (docs/architecture.md, rule 7): the record in
-    state ``killed``. A record missing from one listing (``record`` None) is NOT evidence: a proxy,
-    a cache or a manager restarted on an empty database say that too, while the real manager may
-    still hold us as ``params_done`` and time us out if we stop. Whether the manager still
-    knows us is learnt from a call about this uuid instead (a 404 "instance not found" on a
-    report: ``InstanceGone``)."""
+    """Why the manager's ``record`` of this instance says it is finished, or None. A kill is
+    concluded only from positive evidence (docs/architecture.md, rule 7): the record in state
+    ``killed``. A record missing from one listing (``record`` None) is NOT evidence: a proxy, a
+    cache or a manager restarted on an empty database say that too, while the real manager may still
+    hold us as ``params_done`` and time us out if we stop. Whether the manager still knows us is
+    learnt from a call about this uuid (a 404 "instance not found" on a report:
+    ``InstanceGone``)."""
     if record is not None and record.get("state") == KILLED:
         return f"killed by the manager: {record.get('kill_reason') or 'no reason given'}"
     return None
@@ -154,14 +153,13 @@ ROW_BYTES = 290
 
 
 def table_read_skipped(runner_id: int | None, max_rows: int) -> str | None:
-    """Why the whole table is not read before ``/bench-done`` (None: it is read).
-
-    The manager's ``runner_id`` is a global counter that survives its restarts: it bounds the
-    rows the table can hold, so it bounds what one read costs the manager and this machine's
-    phase (about :data:`ROW_BYTES` a row). Past ``max_rows`` the read would grow with the fleet
-    (2,000 machines: about 430 KB each, 47 KB/min over a bench phase, bench/fleet.py): the
-    report goes unchecked, and only a kill from the dashboard by uuid alone (one that leaves the
-    container running) goes unseen before it."""
+    """Why the whole table is not read before ``/bench-done`` (None: it is read). The manager's
+    ``runner_id`` is a global counter that survives its restarts: it bounds the rows the table can
+    hold, so it bounds what one read costs the manager and this machine's phase (about
+    :data:`ROW_BYTES` a row). Past ``max_rows`` the read would grow with the fleet (2,000 machines:
+    about 430 KB each, 47 KB/min over a bench phase, bench/fleet.py): the report goes unchecked, and
+    only a kill from the dashboard by uuid alone (one that leaves the container running) goes unseen
+    before it."""
     if max_rows <= 0:
         return "manager_status_read_max_rows is 0"
     if runner_id is None or runner_id <= max_rows:

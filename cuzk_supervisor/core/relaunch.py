@@ -57,12 +57,11 @@ def relaunch_workers(phase: str, *, full_workers: int, warmup_workers: int) -> i
 
 
 def model_partition_bytes(policy: MemoryPolicy, memory_scale: float) -> float:
-    """The plan's figure for one synthesizing partition, in measured bytes: what the daemon
-    reserves per PoRep partition (``budget_partition_gib``, 14 GiB, the low end of the 14-16 GiB
-    docs/daemon.md measured), over the plan's bytes per measured byte (the simulator's scale).
-
-    Not the rule of thumb's 20 GiB per worker: that is the whole pipeline's peak with the rule's
-    own error, and would overrule a partition that was measured to take less."""
+    """The plan's figure for one synthesizing partition, in measured bytes: what the daemon reserves
+    per PoRep partition (``budget_partition_gib``, 14 GiB, the low end of the 14-16 GiB
+    docs/daemon.md measured), over the plan's bytes per measured byte (the simulator's scale). Not
+    the rule of thumb's 20 GiB per worker: that is the whole pipeline's peak with the rule's own
+    error, and would overrule a partition that was measured to take less."""
     return policy.budget_partition_gib * GIB / memory_scale
 
 
@@ -88,14 +87,13 @@ def measured_fit(
     model_per_partition: float | None = None,
     proofs_running: int = 0,
 ) -> MemoryFit | None:
-    """What fits, from the memory the running plan was measured to use; None: one step down
-    (nothing active, neither the daemon's status nor ``proofs_running`` known, or no growth over
-    the base). ``active_partitions`` None (the daemon did not say) with ``proofs_running``: the
-    partitions those proofs can have had active (:func:`estimated_active_partitions`).
-
-    ``slope_bytes_per_s`` is the assessment's growth rate: above 0, memory was still growing at
-    the sample, and the fit plans with the plateau figure (the largest of the measurement,
-    ``peak_per_partition`` and ``model_per_partition``; ``core.memfit.plateau_per_partition``)."""
+    """What fits, from the memory the running plan was measured to use; None: one step down (nothing
+    active, neither the daemon's status nor ``proofs_running`` known, or no growth over the base).
+    ``active_partitions`` None (the daemon did not say) with ``proofs_running``: the partitions
+    those proofs can have had active (:func:`estimated_active_partitions`). ``slope_bytes_per_s`` is
+    the assessment's growth rate: above 0, memory was still growing at the sample, and the fit plans
+    with the plateau figure (the largest of the measurement, ``peak_per_partition`` and
+    ``model_per_partition``; ``core.memfit.plateau_per_partition``)."""
     estimated = active_partitions is None
     if active_partitions is None:
         active_partitions = estimated_active_partitions(proofs_running, running_workers)

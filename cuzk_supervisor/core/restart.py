@@ -25,13 +25,12 @@ from cuzk_supervisor.core.checks import (
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """When to restart the daemon after a failure; a value you can print, compare and log.
-
-    The delay before the n-th consecutive restart (n = 1, 2, ...) is, before jitter,
-    ``min(max_backoff_s, initial_backoff_s * multiplier ** (n - 1))``. Jitter only ever shortens
-    it: the delay is drawn from ``(base * (1 - jitter), base]``, so ``jitter=1.0`` is "full
-    jitter" and the cap is never exceeded. After ``stable_after_s`` of health the count starts
-    over. ``crash_loop_failures`` failures within ``crash_loop_window_s`` mean give up."""
+    """When to restart the daemon after a failure; a value you can print, compare and log. The delay
+    before the n-th consecutive restart (n = 1, 2, ...) is, before jitter,
+    ``min(max_backoff_s, initial_backoff_s * multiplier ** (n - 1))``. Jitter only ever shortens it:
+    the delay is drawn from ``(base * (1 - jitter), base]``, so ``jitter=1.0`` is "full jitter" and
+    the cap is never exceeded. After ``stable_after_s`` of health the count starts over.
+    ``crash_loop_failures`` failures within ``crash_loop_window_s`` mean give up."""
 
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
@@ -146,9 +145,8 @@ def next_restart(
     policy: RestartPolicy, history: RestartHistory, now: float, rand: float
 ) -> RestartDecision:
     """Restart (after how long) or give up, given the history at ``now``. ``rand`` is a uniform draw
-    from [0, 1) (``random.random()``). Called after ``record_failure``; called while the daemon has
-    been healthy for the stable period (a restart for another reason) it answers the initial
-    delay."""
+    from [0, 1) (``random.random()``). Called after ``record_failure``; called after the stable
+    period of health (a restart for another reason) it answers the initial delay."""
     _check_time(history, now)
     _check_rand(rand)
     if _stable(policy, history, now):
