@@ -16,11 +16,10 @@ samples read as the daemon means them (:mod:`cuzk_supervisor.core.boundsample`):
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from cuzk_supervisor.core import contention
@@ -92,7 +91,7 @@ class Evidence:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for item in dataclasses.fields(self):
+        for item in fields(self):
             value = getattr(self, item.name)
             if isinstance(value, float):
                 value = round(value, 3)
@@ -174,7 +173,7 @@ def gather(samples: Sequence[StatusSample], shape: Shape) -> Evidence:
     synth, gpu = finished_times(samples)
     totals = [p.total_partitions or len(p.partitions) for s in samples for p in s.pipelines]
     totals = [t for t in totals if t > 0]
-    return dataclasses.replace(
+    return replace(
         base,
         gpu_busy_share=busy,
         gpu_both_share=both,

@@ -119,8 +119,7 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
             return made(ExitKind.CLEAN, f"stopped by us ({_signal_name(sig)})", signal=sig)
         return made(ExitKind.KILLED, f"killed by {_signal_name(sig)}", signal=sig)
     if rc == 0 or facts.stop_requested:
-        return made(
-            ExitKind.CLEAN, "exited cleanly" if rc == 0 else f"stopped by us (code {rc})", code=rc
-        )
+        why = "exited cleanly" if rc == 0 else f"stopped by us (code {rc})"
+        return made(ExitKind.CLEAN, why, code=rc)
     last = facts.last_lines[-1] if facts.last_lines else "no output"
     return made(ExitKind.CRASHED, f"exited with code {rc} (last line: {last})", code=rc)

@@ -12,8 +12,7 @@ queued stays healthy. What follows from a finding is the ladder's (:mod:`.health
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from cuzk_supervisor.core import healthgpu
@@ -130,10 +129,8 @@ def assess(
         )
         for f in raw
     )
-    new = dataclasses.replace(
-        state, life=life, proofs=proofs, gpus=gpus, partitions=partitions, exits=exits,
-        exits_seen=exits_seen,
-    )  # fmt: skip
+    new = replace(state, life=life, proofs=proofs, gpus=gpus, partitions=partitions, exits=exits,
+                  exits_seen=exits_seen)  # fmt: skip
     return new, Assessment(obs.at, findings)
 
 

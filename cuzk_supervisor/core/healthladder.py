@@ -19,8 +19,7 @@ Three steps, each taken only where the one below does not do:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cuzk_supervisor.core.health import CRASH_LOOP, GPU_LOST, Assessment, Finding, Level
 from cuzk_supervisor.core.healthrules import duration
@@ -148,7 +147,5 @@ def climb(
             )
             actions.append(Tell(told, rate, finding))
             break
-    new = dataclasses.replace(
-        state, said=keys, restarts=restarts, episodes=frozenset(episodes), told=told
-    )
+    new = replace(state, said=keys, restarts=restarts, episodes=frozenset(episodes), told=told)
     return new, tuple(actions)

@@ -151,22 +151,19 @@ def next_restart(
     _check_rand(rand)
     if _stable(policy, history, now):
         history = RestartHistory()
-    recent = [f for f in history.failures if now - f.at <= policy.crash_loop_window_s]
+    window = policy.crash_loop_window_s
+    recent = [f for f in history.failures if now - f.at <= window]
     if len(recent) >= policy.crash_loop_failures:
-        return GiveUp(
-            reason=recent[-1].reason, failures=len(recent), window_s=policy.crash_loop_window_s
-        )
+        return GiveUp(reason=recent[-1].reason, failures=len(recent), window_s=window)
     attempt = max(1, history.attempt)
     reason = history.failures[-1].reason if history.failures else ""
-    return Restart(
-        delay_s=jittered_backoff_s(policy, attempt, rand), attempt=attempt, reason=reason
-    )
+    delay = jittered_backoff_s(policy, attempt, rand)
+    return Restart(delay_s=delay, attempt=attempt, reason=reason)
 
 
 def _stable(policy: RestartPolicy, history: RestartHistory, now: float) -> bool:
-    return (
-        history.healthy_since is not None and now - history.healthy_since >= policy.stable_after_s
-    )
+    since = history.healthy_since
+    return since is not None and now - since >= policy.stable_after_s
 
 
 def _check_time(history: RestartHistory, now: float) -> None:
