@@ -82,10 +82,8 @@ def share(pending: Mapping[str, int], room: float) -> dict[str, int]:
     out: dict[str, int] = {}
     ordered = sorted(pending, key=lambda s: pending[s])
     for index, source in enumerate(ordered):
-        fair = left / (len(ordered) - index)
-        given = int(min(pending[source], fair))
-        out[source] = given
-        left -= given
+        out[source] = int(min(pending[source], left / (len(ordered) - index)))
+        left -= out[source]
     return out
 
 

@@ -129,14 +129,10 @@ def manager_time(value: Any) -> float | None:
     if not isinstance(value, str) or not value.strip():
         return None
     text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    stamp = _parse_stamp(text)
+    stamp = _parse_stamp(text[:-1] + "+00:00" if text.endswith("Z") else text)
     if stamp is None:
         return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
+    return (stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def _parse_stamp(text: str) -> datetime | None:

@@ -62,24 +62,21 @@ class MemorySample:
 
 @dataclass(frozen=True)
 class RiskPolicy:
-    """Thresholds of the OOM-risk levels; every enter threshold has an exit threshold."""
+    """Thresholds of the OOM-risk levels. Each enter threshold has an exit one: a level entered is
+    held until every signal is back past its exit threshold (above it for headroom and seconds to
+    the limit, below it for PSI)."""
 
     warn_enter_headroom: float = 0.15
     """Enter warn when headroom (free fraction of the limit) falls below this."""
     warn_exit_headroom: float = 0.20
-    """Leave warn only when headroom is back above this."""
     critical_enter_headroom: float = 0.05
-    """Enter critical when headroom falls below this."""
     critical_exit_headroom: float = 0.08
-    """Leave critical only when headroom is back above this."""
     warn_enter_seconds_to_limit: float = 30.0
     """Enter warn when the limit is this close at the recent growth rate."""
     warn_exit_seconds_to_limit: float = 60.0
     """Leave warn only when the limit is at least this far away (or memory is not growing)."""
     critical_enter_seconds_to_limit: float = 10.0
-    """Enter critical when the limit is this close at the recent growth rate."""
     critical_exit_seconds_to_limit: float = 20.0
-    """Leave critical only when the limit is at least this far away (or not growing)."""
     trend_max_headroom: float = 0.25
     """The trend counts only while headroom is below this: partitions allocate in bursts, and a
     burst far from the limit is a normal ramp, not a march to OOM. 1.0 always trusts the trend."""
@@ -90,11 +87,9 @@ class RiskPolicy:
     psi_warn_enter: float = 10.0
     """Enter warn when PSI some avg10 (% of time stalled on memory) rises above this."""
     psi_warn_exit: float = 5.0
-    """Leave warn only when PSI some avg10 is back below this."""
     psi_critical_enter: float = 40.0
     """Enter critical when PSI some avg10 rises above this: the host is reclaiming hard."""
     psi_critical_exit: float = 25.0
-    """Leave critical only when PSI some avg10 is back below this."""
     interval_s: float = 1.0
     """Seconds between samples while the level is ok."""
     fast_interval_s: float = 0.1
