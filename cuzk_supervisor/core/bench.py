@@ -60,8 +60,7 @@ class BenchPolicy:
     safety: float = 1.25
     """Estimated times are stretched by this before they are compared with the budget."""
     min_proofs: int = 3
-    """Completions a stretch needs for its rate to count as a measurement; the adaptive stop's
-    floor too."""
+    """Completions a stretch needs to count as a measurement; the adaptive stop's floor too."""
     precision: float = 0.0
     """Adaptive stop: the rate reported must be known within this fraction (95 %): it ends the
     stretch early once it is (after ``min_soak_s``, on a machine that holds still) and makes it go
@@ -146,8 +145,7 @@ class Stretch:
         return replace(self, submitted=self.submitted + 1, fed=fed)
 
     def landed(self, index: int, at: float | None) -> Stretch:
-        """Proof ``index`` (by submission) went in by the attempt begun at ``at`` (None: not
-        known)."""
+        """Proof ``index`` (by submission) went in by the attempt begun at ``at``, if known."""
         if at is None or not 0 <= index < len(self.fed):
             return self
         fed = list(self.fed)

@@ -96,9 +96,8 @@ def kept_intervals(completions: Sequence[float], breaks: Collection[int] = ()) -
 
 
 def seconds_per_proof(completions: Sequence[float], breaks: Collection[int] = ()) -> float | None:
-    """The slope of the completion times against their count, pooled over the pieces (each
-    piece centred on its own means); None without two completions in one piece or with no
-    time between them."""
+    """The slope of the completion times against their count, pooled over the pieces (each piece
+    centred on its own means); None without two completions in one piece or time between them."""
     sxx = sxy = 0.0
     for piece in pieces(completions, breaks):
         n = len(piece)
@@ -137,8 +136,7 @@ class RateSpread:
 
     def half_width(self, confidence: float) -> float:
         """Half-width of the two-sided interval of the rate, relative to it: from the batch means
-        once each batch holds two intervals or more, else from the larger of the two standard
-        errors."""
+        once each batch holds two intervals or more, else from the larger standard error."""
         se = self.relative_se
         if self.intervals < 2 * BATCHES:
             se = max(se, self.noise_se)

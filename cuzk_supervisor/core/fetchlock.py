@@ -21,8 +21,7 @@ class Holder(enum.Enum):
     ANOTHERS = "another's"
     """A running supervisor's fetch (a second instance on this host, or one still dying)."""
     UNKNOWN = "unknown"
-    """Its taker is not visible from here (another pid namespace), or the lock changed hands
-    while we looked."""
+    """Its taker is not visible (another pid namespace), or the lock changed hands as we looked."""
 
 
 class Turn(enum.Enum):

@@ -75,9 +75,8 @@ def order_sources(oldest: Mapping[str, int], first: str) -> list[str]:
 
 
 def share(pending: Mapping[str, int], room: float) -> dict[str, int]:
-    """Bytes each source may push this turn out of ``room``: the sources that need least are
-    served first, each up to an equal share of what is left (a quiet tab sends all it has, a
-    chatty one what remains)."""
+    """Bytes each source may push this turn out of ``room``: the sources that need least are served
+    first, each up to an equal share of what is left (a quiet tab sends all it has)."""
     left = max(0.0, room)
     out: dict[str, int] = {}
     ordered = sorted(pending, key=lambda s: pending[s])

@@ -50,8 +50,7 @@ class MemoryPolicy:
     per_worker_gib: float = 20.0
     """Peak RSS added per partition worker (rule of thumb, workers release)."""
     max_workers: int = 12
-    """More partition workers than this is no faster (memory bandwidth, docs/daemon.md
-    (figures))."""
+    """More partition workers than this is no faster (memory bandwidth; docs/daemon.md, figures)."""
     warmup_workers: int = 2
     """Workers for the warmup proof, which builds the PCE cache (slow; keep it small)."""
     gpu_vram_need_gib: float = 12.0
@@ -149,9 +148,8 @@ def effective_limit(
 
 
 def sim_memory_scale(mib_per_simulated_gib: float) -> float:
-    """``PlanInputs.memory_scale`` for a simulator run with ``--memory-scale m``. The simulator
-    allocates ``m`` real MiB per simulated GiB, so one real byte stands for ``1024 / m`` simulated
-    bytes."""
+    """``PlanInputs.memory_scale`` for a simulator run with ``--memory-scale m``: it allocates ``m``
+    real MiB per simulated GiB, so one real byte stands for ``1024 / m`` simulated bytes."""
     require_value(
         "sim_memory_scale", "mib_per_simulated_gib", mib_per_simulated_gib, number_above(0)
     )

@@ -62,9 +62,8 @@ class MemorySample:
 
 @dataclass(frozen=True)
 class RiskPolicy:
-    """Thresholds of the OOM-risk levels. Each enter threshold has an exit one: a level entered is
-    held until every signal is back past its exit threshold (above it for headroom and seconds to
-    the limit, below it for PSI)."""
+    """Thresholds of the OOM-risk levels. A level entered is held until every signal is back past
+    its exit threshold (above it for headroom and seconds to the limit, below it for PSI)."""
 
     warn_enter_headroom: float = 0.15
     """Enter warn when headroom (free fraction of the limit) falls below this."""

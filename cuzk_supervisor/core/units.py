@@ -9,8 +9,7 @@ MIB = 1 << 20
 
 
 def gib_to_bytes(gib: float) -> int:
-    """GiB to bytes, rounded up: a figure is a need, and a need rounded down could plan one
-    worker too many."""
+    """GiB to bytes, rounded up: a need rounded down could plan one worker too many."""
     return math.ceil(gib * GIB)
 
 
