@@ -9,9 +9,8 @@ The batch starts at the configured concurrency C (a cut batch must measure the s
 at each completion :func:`next_submission` decides whether one more proof still fits what is left of
 the budget. The rate is measured on one *stretch*: a run of the pipeline at one plan that no daemon
 restart, step-down or plan change interrupted. Only those end a stretch (the machine changed); a
-proof submitted late (its predecessor heard late on a dropped or stalled connection, a supervisor
-starved of CPU) does not: the one interval its wait can sit in is left out (:attr:`Stretch.breaks`)
-and everything else counts.
+proof submitted late (its predecessor heard late on a dropped connection, a supervisor starved of
+CPU) does not: the one interval its wait can sit in is left out (:attr:`Stretch.breaks`).
 """
 
 from __future__ import annotations

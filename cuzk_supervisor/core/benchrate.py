@@ -1,7 +1,6 @@
 """A stretch's rate and how well it is known (issue 32): pure arithmetic on completion times.
 
-Completion times are numbers on one clock the caller chooses (the daemon's own, as the lifecycle
-stamps them).
+Completion times are on one clock the caller chooses (the daemon's, as the lifecycle stamps them).
 
 **The rate** is the pipeline's steady throughput: the least-squares slope of the completion
 times against their count (seconds per proof; the rate is its inverse), which leaves out the

@@ -97,8 +97,7 @@ def fit_workers(
     synthesizing over an idle ``base``; never more than ``running_workers - 1`` (a step down is a
     step down). None when the measurement cannot tell (nothing active, no growth over base).
     ``growing``: memory was still rising at the sample, so the partitions' plateau is planned from
-    :func:`plateau_per_partition` with ``peak_per_partition`` and ``model_per_partition``; otherwise
-    from the measurement alone."""
+    :func:`plateau_per_partition` with ``peak_per_partition`` and ``model_per_partition``."""
     if active_partitions < 1 or used <= base or limit <= 0 or running_workers < 1:
         return None
     require_value("fit_workers", "target_headroom", target_headroom, in_range(0, 1, high_open=True))

@@ -1,10 +1,9 @@
 """What a worker plan is made from: the memory figures (:class:`MemoryPolicy`), what was measured
-(:class:`PlanInputs`) and the limit they give (:class:`EffectiveLimit`). Incident I4; the figures
-are from docs/daemon.md.
+(:class:`PlanInputs`) and their limit (:class:`EffectiveLimit`). Incident I4; docs/daemon.md.
 
 The limit is the lower of host RAM and the cgroup limit (the container is not the host,
 docs/architecture.md principle 8), less a safety margin; every number carries its reason. The plan
-itself is :mod:`cuzk_supervisor.core.plan`. Pure: no I/O.
+itself is :mod:`cuzk_supervisor.core.plan`.
 """
 
 from __future__ import annotations

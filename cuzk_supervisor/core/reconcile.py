@@ -1,12 +1,11 @@
 """What the manager already knows of a report this process did not see answered (pure).
 
-A report is written to the outbox before it is sent and removed after the answer is recorded.
-A crash between the manager applying it and our recording the answer leaves it queued, and the
-next process would send it again. That is safe but not free: ``/bench-done`` does not check the
-state, so a resend revives a killed instance to ``bench_done`` in the manager's records, and
-every resend shows twice in its history. So a report found queued at start is first looked up in
-the manager's ``GET /status`` record of this instance; only what the record does not show is
-sent again.
+A report is written to the outbox before it is sent and removed after the answer is recorded. A
+crash between the manager applying it and our recording the answer leaves it queued, and the next
+process would send it again. That is safe but not free: ``/bench-done`` does not check the state,
+so a resend revives a killed instance to ``bench_done`` in the manager's records, and every resend
+shows twice in its history. So a report found queued at start is first looked up in the manager's
+``GET /status`` record of this instance; only what the record does not show is sent again.
 """
 
 from __future__ import annotations
