@@ -159,14 +159,8 @@ def gather(samples: Sequence[StatusSample], shape: Shape) -> Evidence:
     if workers < 1:
         workers = max((s.synthesizing for s in samples), default=0) or 1
         source = "not told: the most seen synthesizing at once"
-    base = Evidence(
-        samples=len(samples),
-        span_s=samples[-1].at - samples[0].at if samples else 0.0,
-        gpu_workers=shape.gpu_workers or seen_workers,
-        gpus=gpus,
-        partition_workers=workers,
-        workers_source=source,
-    )
+    span = samples[-1].at - samples[0].at if samples else 0.0
+    base = Evidence(len(samples), span, shape.gpu_workers or seen_workers, gpus, workers, source)
     if not samples:
         return base
     busy, both = _gpu_shares(samples)

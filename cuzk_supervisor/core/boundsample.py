@@ -232,12 +232,6 @@ def parse_status(
     if isinstance(sim, dict):
         cpu_busy_share = _share(sim.get("cpu_busy_share"))
         gpus = gpus or sim_gpus(sim)
-    return StatusSample(
-        at=at,
-        synth_max=max(0, _int(synthesis.get("max_concurrent"))),
-        synth_active=max(0, _int(synthesis.get("active"))),
-        pipelines=pipelines,
-        gpu_workers=workers,
-        cpu_busy_share=cpu_busy_share,
-        gpus=gpus,
-    )
+    synth_max = max(0, _int(synthesis.get("max_concurrent")))
+    active = max(0, _int(synthesis.get("active")))
+    return StatusSample(at, synth_max, active, pipelines, workers, cpu_busy_share, gpus)

@@ -105,13 +105,9 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
         return made(ExitKind.OOM_KILLED, f"killed by SIGKILL, out of memory ({why})", signal=sig)
     if not facts.was_ready and not facts.stop_requested:
         reason = _start_failure_reason(facts)
-        return made(
-            ExitKind.FAILED_TO_START,
-            reason,
-            permanent=bool(facts.start_error) or reason == "address in use",
-            code=rc if rc is not None and rc >= 0 else None,
-            signal=sig,
-        )
+        permanent = bool(facts.start_error) or reason == "address in use"
+        code = rc if rc is not None and rc >= 0 else None
+        return made(ExitKind.FAILED_TO_START, reason, code=code, signal=sig, permanent=permanent)
     if facts.unresponsive:
         return made(ExitKind.KILLED, facts.unresponsive, signal=sig)
     if sig is not None:

@@ -206,6 +206,8 @@ def _build_plan(
     if cut:
         notes = (*notes, f"{_BUDGET_CUT_NOTE}{budget} GiB is below what {workers} partitions need")
     gpus = inputs.gpu_vram_total_bytes
+    vram = ", ".join(fmt_gib(v) for v in gpus)
+    gpus_why = f"{len(gpus)} GPU(s), VRAM {vram}" if gpus else "no GPU seen: planned from RAM only"
     reasons = (
         ("effective_limit", limit.reason),
         ("full_workers", workers_reason),
@@ -220,24 +222,9 @@ def _build_plan(
             "max_parallel_synthesis",
             "= full workers: caps the budget release at the same concurrency (its default is 18)",
         ),
-        (
-            "gpus",
-            f"{len(gpus)} GPU(s), VRAM {', '.join(fmt_gib(v) for v in gpus)}"
-            if gpus
-            else "no GPU seen: planned from RAM only",
-        ),
+        ("gpus", gpus_why),
     )
-    return WorkerPlan(
-        inputs=inputs,
-        limit=limit,
-        rule=rule,
-        full_workers=workers,
-        warmup_workers=warmup,
-        total_budget_gib=budget,
-        reasons=reasons,
-        notes=notes,
-        step_downs=step_downs,
-    )
+    return WorkerPlan(inputs, limit, rule, workers, warmup, budget, reasons, notes, step_downs)
 
 
 def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanRefusal:
