@@ -306,13 +306,11 @@ def next_submission(
     finish = now + concurrency * interval * policy.safety
     if finish <= deadline:
         return SubmitDecision(True, f"fits: about {finish - now:.1f} s of {deadline - now:.1f} s")
-    return SubmitDecision(
-        False,
+    why = (
         f"budget: one more needs about {concurrency} x {interval:.1f} s x {policy.safety:g} = "
-        f"{finish - now:.1f} s, {max(0.0, deadline - now):.1f} s left",
-        closes=True,
-        stop="budget",
+        f"{finish - now:.1f} s, {max(0.0, deadline - now):.1f} s left"
     )
+    return SubmitDecision(False, why, closes=True, stop="budget")
 
 
 def planned_proofs(stretch: Stretch, policy: BenchPolicy) -> int:

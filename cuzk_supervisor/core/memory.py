@@ -79,10 +79,8 @@ class MemoryPolicy:
 
     def margin_bytes(self, bound_bytes: int) -> int:
         """The safety margin for a limit of ``bound_bytes`` (the lower of host and cgroup)."""
-        return max(
-            math.ceil(bound_bytes * self.safety_margin_fraction),
-            gib_to_bytes(self.safety_margin_min_gib),
-        )
+        share = math.ceil(bound_bytes * self.safety_margin_fraction)
+        return max(share, gib_to_bytes(self.safety_margin_min_gib))
 
 
 @dataclass(frozen=True)

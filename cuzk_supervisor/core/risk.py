@@ -238,9 +238,8 @@ def assess_risk(
     # A trend far from the limit is a ramp (partitions start in bursts): do not act on it. Nor
     # on one that has stopped: after a step up to a plateau the window's slope stays positive
     # for a while, but memory is no longer growing toward the limit.
-    plateau_fits = plateau_bytes is not None and plateau_bytes <= limit_bytes * (
-        1 - policy.critical_enter_headroom
-    )
+    below_critical = limit_bytes * (1 - policy.critical_enter_headroom)
+    plateau_fits = plateau_bytes is not None and plateau_bytes <= below_critical
     trusted = fraction < policy.trend_max_headroom and not plateau_fits
     rising = len(samples) >= 2 and samples[-1].used_bytes > samples[-2].used_bytes
     trend = ttl if trusted and rising else None
