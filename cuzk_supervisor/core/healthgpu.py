@@ -141,7 +141,7 @@ def _gpu_findings(policy: HealthPolicy, mem: GpuMemory, at: float) -> list[RawFi
         if at - since < policy.throttle_s:
             continue
         share = f"{ratio:.0%}" if ratio is not None else "a fraction"
-        lasted, why = duration(at - since), ", ".join(reasons)
-        reason = f"GPU {i} held at {share} of its SM clock under load for {lasted} ({why})"
+        held, why = duration(at - since), ", ".join(reasons)
+        reason = f"GPU {i} held at {share} of its SM clock under load for {held} ({why})"
         found.append(RawFinding(THROTTLED, 1, since, reason, gpu=i))
     return found
