@@ -30,13 +30,7 @@ import re
 from collections.abc import Mapping
 from enum import Enum
 
-__all__ = [
-    "GONE_TEXTS",
-    "Meaning",
-    "describe_answer",
-    "first_text_line",
-    "meaning",
-]
+__all__ = ["GONE_TEXTS", "Meaning", "describe_answer", "first_text_line", "meaning"]
 
 GONE_TEXTS: Mapping[str, str] = {
     "/param-done": "instance not found",
@@ -74,9 +68,8 @@ FIRST_LINE_CHARS = 100
 
 
 def first_text_line(text: str, limit: int = FIRST_LINE_CHARS) -> str:
-    """The body's first line that has text once HTML tags are taken out (an nginx page's
-    ``<html>`` line has none: its ``404 Not Found`` title does), cut to ``limit`` characters;
-    empty for a body without text."""
+    """The body's first line that has text once HTML tags are taken out (an nginx page's ``<html>``
+    line has none: its title does), cut to ``limit`` characters; '' without text."""
     for raw in text.splitlines():
         line = _SPACE.sub(" ", _TAG.sub(" ", raw)).strip()
         if line:

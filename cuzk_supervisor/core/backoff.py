@@ -23,12 +23,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-__all__ = [
-    "RETRY_AFTER_SPREAD",
-    "SharedBackoff",
-    "full_jitter_s",
-    "parse_retry_after",
-]
+__all__ = ["RETRY_AFTER_SPREAD", "SharedBackoff", "full_jitter_s", "parse_retry_after"]
 
 RETRY_AFTER_SPREAD = 0.2
 """A pause for a ``Retry-After`` of ``a`` seconds is drawn in ``[a, a * 1.2]``."""
@@ -47,15 +42,11 @@ def full_jitter_s(failures: int, base_s: float, max_s: float, u: float) -> float
 
 
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:
-    """Seconds to wait that a ``Retry-After`` header says, or None when absent or unreadable.
-
-    Both forms of RFC 9110: a number of seconds (``"30"``) or an HTTP-date (IMF-fixdate
-    ``Sun, 06 Nov 1994 08:49:37 GMT``, the obsolete RFC 850 and asctime forms too), read
-    against ``now_wall`` (epoch seconds). A date in the past is 0. Parsed by hand: no locale.
-    """
-    if value is None:
-        return None
-    text = value.strip()
+    """Seconds to wait that a ``Retry-After`` header says, or None when absent or unreadable:
+    either form of RFC 9110, a number of seconds (``"30"``) or an HTTP-date (IMF-fixdate
+    ``Sun, 06 Nov 1994 08:49:37 GMT``, the obsolete RFC 850 and asctime forms too), read against
+    ``now_wall`` (epoch seconds). A date in the past is 0. Parsed by hand: no locale."""
+    text = (value or "").strip()
     if not text:
         return None
     if text.isdigit():
@@ -67,9 +58,7 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     else:
         return seconds if math.isfinite(seconds) and seconds >= 0 else None
     stamp = _http_date(text)
-    if stamp is None:
-        return None
-    return max(0.0, stamp - now_wall)
+    return None if stamp is None else max(0.0, stamp - now_wall)
 
 
 def _http_date(text: str) -> float | None:
@@ -98,11 +87,9 @@ def _http_date(text: str) -> float | None:
 @dataclass(slots=True)
 class SharedBackoff:
     """The backoff state of one manager, shared by all its calls (see the module docstring).
-
-    ``failed`` after a transient failure returns the pause it set; ``wait_s`` says how long any
-    call must still wait before its next request; ``answered`` after any HTTP answer that is
-    the manager's (a 2xx, a 4xx other than 408/429) resets the failure count.
-    """
+    ``failed`` after a transient failure returns the pause it set; ``wait_s`` says how long any call
+    must still wait before its next request; ``answered`` after any HTTP answer that is the
+    manager's (a 2xx, a 4xx other than 408/429) resets the failure count."""
 
     base_s: float
     max_s: float

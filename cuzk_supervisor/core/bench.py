@@ -1,31 +1,24 @@
 """The benchmark's arithmetic (incidents I5, I6): the batch sized while it runs.
 
-Every bench decision lives in ``core``: the batch sized while it runs (here:
-:func:`next_submission`, with the adaptive stop of :mod:`cuzk_supervisor.core.benchstop`), the
-rate and its uncertainty (:mod:`cuzk_supervisor.core.benchrate`), the rate reported
-(:mod:`cuzk_supervisor.core.benchreport`).
-
+The adaptive stop is :mod:`cuzk_supervisor.core.benchstop`, the rate and its uncertainty
+:mod:`cuzk_supervisor.core.benchrate`, the rate reported :mod:`cuzk_supervisor.core.benchreport`.
 Pure: every time is a number on one clock the caller chooses (monotonic seconds in the lifecycle,
-the daemon's own finishing times on it; simulated seconds in the tests); nothing here reads a
-clock or does I/O.
+the daemon's own finishing times on it; simulated seconds in the tests).
 
-The batch is sized while it runs. It starts at the configured concurrency C (a cut batch must
-measure the same pipeline), and at each completion :func:`next_submission` decides whether one
-more proof still fits what is left of the budget. The rate is measured on one *stretch*: a run
-of the pipeline at one plan that no daemon restart, step-down or plan change interrupted. Only
-those end a stretch (the machine changed); a proof submitted late (its predecessor heard late
-on a dropped or stalled connection, a supervisor starved of CPU) does not: the one interval its
-wait can sit in is left out (:attr:`Stretch.breaks`) and everything else counts.
+The batch starts at the configured concurrency C (a cut batch must measure the same pipeline), and
+at each completion :func:`next_submission` decides whether one more proof still fits what is left of
+the budget. The rate is measured on one *stretch*: a run of the pipeline at one plan that no daemon
+restart, step-down or plan change interrupted. Only those end a stretch (the machine changed); a
+proof submitted late (its predecessor heard late on a dropped connection, a supervisor starved of
+CPU) does not: the one interval its wait can sit in is left out (:attr:`Stretch.breaks`).
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 import statistics
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from cuzk_supervisor.core.benchrate import cycle, seconds_per_proof
 from cuzk_supervisor.core.benchrate import steady_rate_per_s as steady_rate_per_s
@@ -58,22 +51,19 @@ class BenchPolicy:
     """Proofs kept in flight."""
     queue_ahead: int = 2
     """Proofs kept submitted beyond ``concurrency``, waiting in the daemon's own queue: when a
-    proof ends the next is already there, so a late answer, a reset connection or a starved
-    loop of ours does not leave the daemon idle (issue 42: with one, a supervisor reading 50,000
-    log lines a second still left a 12-worker daemon idle 7 % of the bench and cost 2.4 %;
-    with two, none; bench/supervisor_delays.py). The daemon admits partitions by its
-    workers (or memory budget), not by jobs queued (docs/daemon.md: queued jobs wait as pending
-    partitions), so this costs their inputs in its memory, never a partition more at once."""
+    proof ends the next is already there, so a late answer, a reset connection or a starved loop
+    of ours does not leave the daemon idle (issue 42: with one, a supervisor reading 50,000 log
+    lines a second still left a 12-worker daemon idle 7 % of the bench and cost 2.4 %; with two,
+    none; bench/supervisor_delays.py). The daemon admits partitions by its workers (or memory
+    budget), not by jobs queued (docs/daemon.md), so this costs only their inputs' memory."""
     safety: float = 1.25
     """Estimated times are stretched by this before they are compared with the budget."""
     min_proofs: int = 3
-    """Completions a stretch needs for its rate to count as a measurement; the adaptive stop's
-    floor too."""
+    """Completions a stretch needs to count as a measurement; the adaptive stop's floor too."""
     precision: float = 0.0
     """Adaptive stop: the rate reported must be known within this fraction (95 %): it ends the
-    stretch early once it is (after ``min_soak_s``, on a machine that holds still) and makes it
-    go on past the batch while it is not (:mod:`~cuzk_supervisor.core.benchstop`); 0: the whole
-    batch."""
+    stretch early once it is (after ``min_soak_s``, on a machine that holds still) and makes it go
+    on past the batch while it is not (:mod:`~cuzk_supervisor.core.benchstop`); 0: the batch."""
     most_proofs: int = 0
     """Adaptive stop: most proofs a stretch submits while the rate is not known (never fewer
     than ``max_proofs``; the budget still bounds it)."""
@@ -94,8 +84,7 @@ class BenchPolicy:
 
     @property
     def held(self) -> int:
-        """Proofs the daemon holds (running or queued) while the batch is full: the stretch's
-        ``concurrency``."""
+        """Proofs the daemon holds (running or queued) while full: the stretch's ``concurrency``."""
         return min(self.concurrency + self.queue_ahead, self.max_proofs)
 
     @property
@@ -127,14 +116,13 @@ class Stretch:
     """When each proof was submitted, in order (the first ``concurrency`` fill the pipeline; each
     later one replaces the completion ``concurrency`` before it); once its result is in, when the
     submit attempt that carried it began (:meth:`landed`: a submit cut and made again goes in
-    later than the first attempt). Not when that attempt was answered: the upload's own time
-    is no lateness of the supervisor's, and at a high time scale it would make every submission
-    look late and leave out every longer interval of a lumpy pipeline (+15 % on a 7-worker one
-    whose uploads took 40 ms at time scale 200)."""
+    later). Not when that attempt was answered: the upload's own time is no lateness of the
+    supervisor's, and at a high time scale it would make every submission look late and leave
+    out every longer interval of a lumpy pipeline (+15 % on a 7-worker one whose uploads took
+    40 ms at time scale 200)."""
     closed: str = ""
-    """Why submitting ended for good ('' while it may go on): once one more proof did not fit
-    the budget, none goes in later, even where a later (lower) interval estimate would let it,
-    because a pipeline refilled after it drained repeats the fill and ends late."""
+    """Why submitting ended for good ('' while it may go on): none goes in later, even where a
+    lower interval estimate would let it: a pipeline refilled after it drained ends late."""
     stop: str = ""
     """Why submitting ended, in one word: ``precision``, ``batch-complete``, ``known``,
     ``max-proofs`` or ``budget`` (:func:`next_submission`); '' while it may go on."""
@@ -144,34 +132,33 @@ class Stretch:
         require(ascending, "Stretch", "completions", self.completions, "ascending")
 
     def completed(self, at: float) -> Stretch:
-        """One more completion at ``at``; kept in time order (two results seen in one wake-up
-        may arrive in either order)."""
+        """One more completion at ``at``, in time order (two results seen in one wake-up may
+        arrive in either order)."""
         done = list(self.completions)
         bisect.insort(done, at)
-        return _replace(self, completions=tuple(done))
+        return replace(self, completions=tuple(done))
 
     def submitted_one(self, at: float | None = None) -> Stretch:
         """One more proof submitted (at ``at``, on the completions' clock, where known)."""
         fed = (*self.fed, at) if at is not None else self.fed
-        return _replace(self, submitted=self.submitted + 1, fed=fed)
+        return replace(self, submitted=self.submitted + 1, fed=fed)
 
     def landed(self, index: int, at: float | None) -> Stretch:
-        """Proof ``index`` (by submission) went in by the attempt begun at ``at`` (None: not
-        known)."""
+        """Proof ``index`` (by submission) went in by the attempt begun at ``at``, if known."""
         if at is None or not 0 <= index < len(self.fed):
             return self
         fed = list(self.fed)
         fed[index] = max(fed[index], at)
-        return _replace(self, fed=tuple(fed))
+        return replace(self, fed=tuple(fed))
 
     def failed_one(self) -> Stretch:
-        return _replace(self, failed=self.failed + 1)
+        return replace(self, failed=self.failed + 1)
 
     def close(self, why: str, stop: str = "") -> Stretch:
-        return _replace(self, closed=why, stop=stop)
+        return replace(self, closed=why, stop=stop)
 
     def interrupt(self, why: str) -> Stretch:
-        return _replace(self, interrupted=why)
+        return replace(self, interrupted=why)
 
     @property
     def in_flight(self) -> int:
@@ -198,11 +185,10 @@ class Stretch:
     def breaks(self) -> frozenset[int]:
         """The intervals left out of the rate (:mod:`~cuzk_supervisor.core.benchrate`; interval
         ``i`` ends at completion ``i``): a proof submitted late finishes as the completion of its
-        own rank (the partitions of the proofs already in flight go first, and are not held
-        up); where the pipeline had no slack the wait is in the interval that ends there, which
-        is then longer than the stretch's usual ones (:data:`INFLATED_SDS`,
-        :data:`INFLATED_SHARE`). Where it had slack (the other proofs in flight kept the
-        partitions busy), the interval is as usual and counts: nothing idled."""
+        own rank (the partitions of the proofs already in flight go first); where the pipeline had
+        no slack the wait is in the interval that ends there, which is then longer than the usual
+        ones (:data:`INFLATED_SDS`, :data:`INFLATED_SHARE`). Where it had slack (the other proofs
+        in flight kept the partitions busy), the interval is as usual and counts."""
         done = self.completions
         drain = self.drained
         if len(done) < 3:
@@ -214,10 +200,8 @@ class Stretch:
         spread = 1.4826 * statistics.median(abs(g - usual) for g in gaps)
         longer = usual + max(INFLATED_SDS * spread, INFLATED_SHARE * usual)
         # The wait a late submission puts in an interval is at most its lateness: an interval
-        # longer than usual by more than that is long for another reason and counts (a pipeline
-        # whose workers do not divide the partitions runs in lumps, a longer interval every few
-        # by design, docs/daemon.md (figures), which the median and its deviation take for an
-        # outlier).
+        # longer than that is long for another reason and counts (a pipeline whose workers do not
+        # divide the partitions runs in lumps by design, docs/daemon.md (figures)).
         slack = INFLATED_SHARE * usual
         return drain | {
             j
@@ -227,21 +211,19 @@ class Stretch:
 
     @property
     def drained(self) -> frozenset[int]:
-        """The intervals of a lumpy pipeline's drain, left out of the rate. Once submitting
-        ends, a completion is no longer replaced and the interval after it runs with fewer
-        than ``concurrency`` proofs in flight: the last proof's partitions share the machine
-        with fewer others (docs/daemon.md (figures)) and break the cycle of a pipeline whose
-        workers do not divide the partitions, whose rate is measured over whole cycles
-        (:func:`~cuzk_supervisor.core.benchrate.cycle`): on the simulator a 7-worker stretch
-        stopped 'known' at ±0.55 % and reported ±2.5 % with its drain. A pipeline without a
-        cycle keeps it: there the drain is one more interval like the others, and leaving it
-        out lost more than it saved (the statistical bench's 5 %-noise scenario covered the
-        truth in 94.0 % of 1,000 runs without it, 96.5 % with it). Interval ``i`` (ending at
-        completion ``i``) is the drain's when completion ``i - 1`` was never replaced; a
-        failed proof's replacement is counted as a completion's, so with failures the drain
-        is taken as starting earlier (never later). A stretch with fewer than
-        :data:`STEADY_BEFORE_DRAIN` intervals before its drain keeps it (nothing else to
-        measure: its rate is short or imprecise, and says so)."""
+        """The intervals of a lumpy pipeline's drain, left out of the rate. Once submitting ends, a
+        completion is no longer replaced and the interval after it runs with fewer than
+        ``concurrency`` proofs in flight: the last proof's partitions share the machine with fewer
+        others (docs/daemon.md (figures)) and break the cycle of a pipeline whose workers do not
+        divide the partitions, whose rate is measured over whole cycles
+        (:func:`~cuzk_supervisor.core.benchrate.cycle`): on the simulator a 7-worker stretch stopped
+        'known' at ±0.55 % and reported ±2.5 % with its drain. A pipeline without a cycle keeps it:
+        there the drain is one more interval like the others, and leaving it out lost more than it
+        saved (the statistical bench's 5 %-noise scenario covered the truth in 94.0 % of 1,000 runs
+        without it, 96.5 % with it). Interval ``i`` is the drain's when completion ``i - 1`` was
+        never replaced (a failed proof's replacement counts as a completion's, so with failures the
+        drain starts earlier, never later). A stretch with fewer than :data:`STEADY_BEFORE_DRAIN`
+        intervals before its drain keeps it (its rate says it is short or imprecise)."""
         first = max(1, self.submitted - self.concurrency - self.failed + 1)
         if first - 1 < STEADY_BEFORE_DRAIN or first >= len(self.completions):
             return frozenset()
@@ -259,16 +241,10 @@ INFLATED_SHARE = 0.02
 many robust standard deviations of the intervals, and by this share at least."""
 
 
-def _replace(stretch: Stretch, **changes: Any) -> Stretch:
-    return dataclasses.replace(stretch, **changes)
-
-
 def interval_estimate_s(stretch: Stretch) -> float | None:
-    """Seconds between completions when the pipeline is full, as far as ``stretch`` shows it.
-
-    From two completions on, the steady interval; with one, that proof's own latency (its
-    time from submission, an overestimate of the interval: safe for sizing); None before.
-    """
+    """Seconds between completions when the pipeline is full, as far as ``stretch`` shows it:
+    from two completions on, the steady interval; with one, that proof's own latency (an
+    overestimate of the interval: safe for sizing); None before."""
     rate = steady_rate_per_s(stretch.completions, stretch.breaks)
     if rate is not None and rate > 0:
         return 1.0 / rate
@@ -297,22 +273,18 @@ def next_submission(
     stop (``policy.precision``; :func:`~cuzk_supervisor.core.benchstop.stop_call`) may end the
     stretch early, or extend it past the batch while the rate it would report is not known;
     then a proof submitted now finishes about ``held`` intervals later, when the ones ahead of
-    it are done; it is submitted only if that, times ``safety``, ends before the deadline.
-    Proofs in flight always finish. Whatever ends the submitting closes the stretch
-    (:attr:`Stretch.closed`, :attr:`Stretch.stop`): a
-    pipeline left to drain is never refilled.
-    """
+    it are done; it is submitted only if that, times ``safety``, ends before the deadline. Proofs
+    in flight always finish. Whatever ends the submitting closes the stretch
+    (:attr:`Stretch.closed`, :attr:`Stretch.stop`): a pipeline left to drain is never refilled."""
     concurrency = policy.held
     if stretch.closed:
         return SubmitDecision(False, stretch.closed)
     if stretch.in_flight >= concurrency:
         return SubmitDecision(False, f"{concurrency} in flight")
     submitted = stretch.submitted
+    elapsed_s = now - stretch.started_at
     call = stop_call(
-        stretch.completions,
-        policy.stop_rule,
-        breaks=stretch.breaks,
-        elapsed_s=now - stretch.started_at,
+        stretch.completions, policy.stop_rule, breaks=stretch.breaks, elapsed_s=elapsed_s
     )
     if call.stop:
         kind = "known" if submitted > policy.max_proofs else call.kind
@@ -334,13 +306,11 @@ def next_submission(
     finish = now + concurrency * interval * policy.safety
     if finish <= deadline:
         return SubmitDecision(True, f"fits: about {finish - now:.1f} s of {deadline - now:.1f} s")
-    return SubmitDecision(
-        False,
+    why = (
         f"budget: one more needs about {concurrency} x {interval:.1f} s x {policy.safety:g} = "
-        f"{finish - now:.1f} s, {max(0.0, deadline - now):.1f} s left",
-        closes=True,
-        stop="budget",
+        f"{finish - now:.1f} s, {max(0.0, deadline - now):.1f} s left"
     )
+    return SubmitDecision(False, why, closes=True, stop="budget")
 
 
 def planned_proofs(stretch: Stretch, policy: BenchPolicy) -> int:
@@ -354,8 +324,7 @@ def measurement_fits(
 ) -> bool:
     """Whether a new measurement (a settle proof, then a stretch of ``min_proofs``) fits the
     ``remaining_s`` of the budget, with the safety factor."""
-    concurrency = policy.held
-    needed = settle_s + (concurrency + policy.min_proofs - 1) * interval_s
+    needed = settle_s + (policy.held + policy.min_proofs - 1) * interval_s
     return needed * policy.safety <= remaining_s
 
 

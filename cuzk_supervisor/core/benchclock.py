@@ -21,11 +21,9 @@ MIN_INTERVAL_S = 1e-3
 def bench_deadline(
     *, now_monotonic: float, now_wall: float, clock_start: float | None, budget_s: float
 ) -> float:
-    """The end of the manager's budget on the monotonic clock.
-
-    ``clock_start`` is when the manager's clock started (wall-clock seconds), None while it has
-    not acknowledged /param-done: its clock has not started, so the whole budget is still ahead.
-    """
+    """The end of the manager's budget on the monotonic clock. ``clock_start`` is when the manager's
+    clock started (wall-clock seconds), None while it has not acknowledged /param-done (the whole
+    budget is still ahead)."""
     if clock_start is None:
         return now_monotonic + budget_s
     return now_monotonic + (clock_start + budget_s - now_wall)

@@ -1,7 +1,6 @@
 """A stretch's rate and how well it is known (issue 32): pure arithmetic on completion times.
 
-Pure: completion times are numbers on one clock the caller chooses (the daemon's own, as the
-lifecycle stamps them); nothing here reads a clock.
+Completion times are on one clock the caller chooses (the daemon's, as the lifecycle stamps them).
 
 **The rate** is the pipeline's steady throughput: the least-squares slope of the completion
 times against their count (seconds per proof; the rate is its inverse), which leaves out the
@@ -13,8 +12,6 @@ leaves the pipeline idle where it had no slack: the completions after it come la
 that wait, which is the client's, not the machine's. The interval that holds it (see
 :attr:`~cuzk_supervisor.core.bench.Stretch.breaks`) is *broken*: it is left out, and the slope is
 pooled over the pieces between breaks (each piece keeps its own offset, they share one slope).
-Everything measured before and after still counts; nothing is thrown away but the one interval
-the wait sits in.
 
 **The uncertainty** comes from batch means (Law & Kelton, *Simulation Modeling and Analysis*,
 §9.5.3; Schmeiser 1982, "Batch size effects in the analysis of simulation output"): the kept
@@ -84,9 +81,6 @@ def t_quantile(df: int, confidence: float) -> float:
     return next(t for key, t in reversed(table) if key <= df)
 
 
-# --- pieces and the rate ----------------------------------------------------------------------
-
-
 def pieces(completions: Sequence[float], breaks: Collection[int] = ()) -> list[Sequence[float]]:
     """The runs of ``completions`` between broken intervals; interval ``i`` runs from completion
     ``i - 1`` to completion ``i`` (so 1 <= i < len)."""
@@ -101,9 +95,8 @@ def kept_intervals(completions: Sequence[float], breaks: Collection[int] = ()) -
 
 
 def seconds_per_proof(completions: Sequence[float], breaks: Collection[int] = ()) -> float | None:
-    """The slope of the completion times against their count, pooled over the pieces (each
-    piece centred on its own means); None without two completions in one piece or with no
-    time between them."""
+    """The slope of the completion times against their count, pooled over the pieces (each piece
+    centred on its own means); None without two completions in one piece or time between them."""
     sxx = sxy = 0.0
     for piece in pieces(completions, breaks):
         n = len(piece)
@@ -121,9 +114,6 @@ def steady_rate_per_s(completions: Sequence[float], breaks: Collection[int] = ()
     """Throughput of a full pipeline, in proofs per second: 1 / :func:`seconds_per_proof`."""
     spp = seconds_per_proof(completions, breaks)
     return 1.0 / spp if spp is not None else None
-
-
-# --- how well it is known ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +134,8 @@ class RateSpread:
     (von Neumann): a second estimate, for rules that must not trust a lucky low one."""
 
     def half_width(self, confidence: float) -> float:
-        """Half-width of the two-sided interval of the rate, relative to it: from the batch
-        means once each batch holds two intervals or more, else (the batch means are then the
-        intervals themselves) from the larger of the two standard errors."""
+        """Half-width of the two-sided interval of the rate, relative to it: from the batch means
+        once each batch holds two intervals or more, else from the larger standard error."""
         se = self.relative_se
         if self.intervals < 2 * BATCHES:
             se = max(se, self.noise_se)
@@ -242,9 +231,6 @@ def _halves(completions: Sequence[float], breaks: Collection[int]) -> tuple[floa
     if spp_early is None or spp_late is None or min(counts) == 0:
         return 0.0, max(1, counts[0]), max(1, counts[1])
     return spp_early / spp_late - 1, counts[0], counts[1]
-
-
-# --- the part that holds still ----------------------------------------------------------------
 
 
 def settled_start(

@@ -1,14 +1,11 @@
 """The rate the bench reports, and how it was measured (incidents I5, I6; issue 32).
 
-Pure: the stretches (:class:`~cuzk_supervisor.core.bench.Stretch`) are values; every time is on
-their clock.
-
-:func:`choose_measurement` picks the stretch the rate comes from (a restart, a step-down or a
-plan change ends a stretch; a completion heard late does not), and within it the part the
-machine holds at the end (:func:`~cuzk_supervisor.core.benchstop.knowledge`: the whole stretch
-unless its halves disagree). The result says how well the rate is known (``uncertainty``, 95 %),
-whether the machine drifted while it was measured, and, where the budget could not give the
-precision asked for, how imprecise the rate is and what it would have taken.
+:func:`choose_measurement` picks the :class:`~cuzk_supervisor.core.bench.Stretch` the rate comes
+from (a restart, a step-down or a plan change ends a stretch; a completion heard late does not), and
+within it the part the machine holds at the end (:func:`~cuzk_supervisor.core.benchstop.knowledge`:
+the whole stretch unless its halves disagree). The result says how well the rate is known
+(``uncertainty``, 95 %), whether the machine drifted while it was measured, and, where the budget
+could not give the precision asked for, how imprecise the rate is and what it would have taken.
 """
 
 from __future__ import annotations
@@ -125,11 +122,10 @@ def measure(stretch: Stretch, policy: BenchPolicy) -> dict[str, Any]:
         precise = uncertainty is not None and uncertainty <= policy.precision
         figures["precise"] = precise
         if not precise:
-            figures["needed"] = (
-                proofs_for(policy.precision, uncertainty, len(part))
-                if uncertainty is not None
-                else max(policy.min_proofs, 5)
-            )
+            needed = max(policy.min_proofs, 5)
+            if uncertainty is not None:
+                needed = proofs_for(policy.precision, uncertainty, len(part))
+            figures["needed"] = needed
     return figures
 
 
@@ -143,8 +139,7 @@ def choose_measurement(stretches: Sequence[Stretch], policy: BenchPolicy) -> Rat
     3. Else what was measured, marked short: the stretch with the most completions (a rate from
        two or more, else one proof's latency); rate 0 when no proof completed.
 
-    Within the stretch the rate is of the part that held still (the whole unless it drifted).
-    """
+    Within the stretch the rate is of the part that held still (the whole unless it drifted)."""
     excluded = tuple(s.interrupted for s in stretches if s.interrupted)
     if not stretches:
         return RateMeasurement(0.0, 0, 0.0, policy.held, 0, False, "no proof ran")

@@ -1,9 +1,7 @@
 """When an adaptive bench knows enough (issue 25 item 5, issue 32): the rule that ends a stretch
 once the rate the machine holds is known within ``precision`` (and its verdict against the
-minimum rate is certain), and lets it go on past its batch while it is not.
-
-Pure: completion times are numbers on one clock the caller chooses; nothing here reads a clock.
-The rate and its uncertainty are :mod:`cuzk_supervisor.core.benchrate`'s.
+minimum rate is certain), and lets it go on past its batch while it is not. The rate and its
+uncertainty are :mod:`cuzk_supervisor.core.benchrate`'s.
 
 **No early stop on a moving machine.** A stretch ends before its batch only when all of these
 hold: ``floor`` completions (and :data:`MIN_COMPLETIONS`); ``soak_s`` of the stretch's own
@@ -29,12 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from cuzk_supervisor.core.benchrate import (
-    rate_spread,
-    settled_start,
-    shifted,
-    steady_rate_per_s,
-)
+from cuzk_supervisor.core.benchrate import rate_spread, settled_start, shifted, steady_rate_per_s
 from cuzk_supervisor.core.checks import in_range, int_at_least, number_at_least, require_fields
 
 PRECISION_CONFIDENCE = 0.95

@@ -23,8 +23,6 @@ measured rate into a :class:`Verdict`:
 NVML's clocks: a gpu-bound or mixed reason says when they were held down in :data:`SLOWED` of
 the samples or more (a hot or power-capped GPU, not the plan). The projections
 (:mod:`~cuzk_supervisor.core.boundproject`) scale the measured rate.
-
-Pure: the samples carry their own times; nothing here reads a clock or does I/O.
 """
 
 from __future__ import annotations
@@ -121,11 +119,8 @@ class Verdict:
         as_run = self.projection("as-run")
         if as_run is None:
             return text
-        lifts = [
-            p
-            for p in self.projections
-            if p.name != "as-run" and p.rate_per_hour > 1.01 * as_run.rate_per_hour
-        ]
+        floor = 1.01 * as_run.rate_per_hour
+        lifts = [p for p in self.projections if p.name != "as-run" and p.rate_per_hour > floor]
         if lifts:
             words = ", ".join(f"{p.change} ~{p.rate_per_hour:.1f}" for p in lifts)
             text += f"; model, proofs/hour (as run {as_run.rate_per_hour:.1f}): {words}"

@@ -12,17 +12,14 @@ samples read as the daemon means them (:mod:`cuzk_supervisor.core.boundsample`):
 - **the CPU**: its busy share against what the container may use (its quota, the physical
   cores; the caller's meter, ``adapters.machine.cpumeter``);
 - leaked ``active`` and ghost pipelines (failed jobs listed forever), counted and left out.
-
-Pure: the samples carry their own times.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from cuzk_supervisor.core import contention
@@ -32,10 +29,9 @@ from cuzk_supervisor.core.boundsample import StatusSample, finished_times
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What ran: the partition workers of the rendered config, the proofs in flight, the GPUs.
-
-    ``partition_workers`` 0: not known (the most seen synthesizing at once stands in, and the
-    reason says so); ``gpu_workers`` 0: as many as the samples show; ``max_workers``: the most
-    partition workers the machine's memory allows (the plan's fit; None: not known)."""
+    ``partition_workers`` 0: not known (the most seen synthesizing at once stands in, and the reason
+    says so); ``gpu_workers`` 0: as many as the samples show; ``max_workers``: the most partition
+    workers the machine's memory allows (the plan's fit; None: not known)."""
 
     partition_workers: int
     concurrency: int
@@ -95,7 +91,7 @@ class Evidence:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for item in dataclasses.fields(self):
+        for item in fields(self):
             value = getattr(self, item.name)
             if isinstance(value, float):
                 value = round(value, 3)
@@ -163,24 +159,16 @@ def gather(samples: Sequence[StatusSample], shape: Shape) -> Evidence:
     if workers < 1:
         workers = max((s.synthesizing for s in samples), default=0) or 1
         source = "not told: the most seen synthesizing at once"
-    base = Evidence(
-        samples=len(samples),
-        span_s=samples[-1].at - samples[0].at if samples else 0.0,
-        gpu_workers=shape.gpu_workers or seen_workers,
-        gpus=gpus,
-        partition_workers=workers,
-        workers_source=source,
-    )
+    span = samples[-1].at - samples[0].at if samples else 0.0
+    base = Evidence(len(samples), span, shape.gpu_workers or seen_workers, gpus, workers, source)
     if not samples:
         return base
     busy, both = _gpu_shares(samples)
     synth, gpu = finished_times(samples)
     totals = [p.total_partitions or len(p.partitions) for s in samples for p in s.pipelines]
     totals = [t for t in totals if t > 0]
-    return Evidence(
-        **{name: getattr(base, name) for name in ("samples", "span_s", "gpu_workers", "gpus")},
-        partition_workers=workers,
-        workers_source=source,
+    return replace(
+        base,
         gpu_busy_share=busy,
         gpu_both_share=both,
         synth_done_waiting=statistics.fmean(s.count("synth_done") for s in samples),

@@ -143,9 +143,8 @@ def _feed(b: _Base, workers: int, concurrency: int, gpus: int) -> float | None:
         return None
     at_once = min(workers, b.partitions)
     rounds = math.ceil(b.partitions / at_once)
-    scale = contention.partition_seconds(at_once) / contention.partition_seconds(
-        min(b.workers, b.partitions)
-    )
+    as_run_at_once = min(b.workers, b.partitions)
+    scale = contention.partition_seconds(at_once) / contention.partition_seconds(as_run_at_once)
     last = b.partitions - (rounds - 1) * at_once
     # The GPU's service time per partition: its load over its throughput (utilisation law).
     service = b.gpu_load * b.gpus * 3600.0 / (b.rate * b.partitions)

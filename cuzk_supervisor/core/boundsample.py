@@ -1,6 +1,5 @@
-"""One answer of the daemon's ``GET /status`` (``[daemon] status_listen``), parsed and read as
-the daemon means it (``cuzk-core/src/status.rs``; ``docs/daemon.md``, "Optional HTTP status
-listener").
+"""One answer of the daemon's ``GET /status`` (``[daemon] status_listen``), parsed and read as the
+daemon means it (``cuzk-core/src/status.rs``; ``docs/daemon.md``, "Optional HTTP status listener").
 
 What each field holds, from the daemon's code:
 
@@ -21,8 +20,6 @@ What each field holds, from the daemon's code:
   the GPU (the workers of one GPU take turns), the CUDA work and the finalization.
 - A worker is ``proving`` from its pickup until the finalizer clears it or it picks up the next
   partition; ``busy_secs`` is the time since the current pickup.
-
-Pure: no I/O, no clock; the times are the caller's (``at``).
 """
 
 from __future__ import annotations
@@ -107,13 +104,8 @@ class StatusSample:
 
     def count(self, state: str, *, ghosts: bool = False) -> int:
         """Partitions in ``state``; a ghost's only with ``ghosts``."""
-        return sum(
-            1
-            for p in self.pipelines
-            if ghosts or not p.ghost
-            for part in p.partitions
-            if part.state == state
-        )
+        pipelines = [p for p in self.pipelines if ghosts or not p.ghost]
+        return sum(1 for p in pipelines for part in p.partitions if part.state == state)
 
     @property
     def synthesizing(self) -> int:
@@ -170,9 +162,6 @@ def finished_times(samples: Iterable[StatusSample]) -> tuple[list[float], list[f
                 if part.state == "done" and part.gpu_ms:
                     gpu[key] = part.gpu_ms / 1000
     return list(synth.values()), list(gpu.values())
-
-
-# --- parsing --------------------------------------------------------------------------------
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -243,12 +232,6 @@ def parse_status(
     if isinstance(sim, dict):
         cpu_busy_share = _share(sim.get("cpu_busy_share"))
         gpus = gpus or sim_gpus(sim)
-    return StatusSample(
-        at=at,
-        synth_max=max(0, _int(synthesis.get("max_concurrent"))),
-        synth_active=max(0, _int(synthesis.get("active"))),
-        pipelines=pipelines,
-        gpu_workers=workers,
-        cpu_busy_share=cpu_busy_share,
-        gpus=gpus,
-    )
+    synth_max = max(0, _int(synthesis.get("max_concurrent")))
+    active = max(0, _int(synthesis.get("active")))
+    return StatusSample(at, synth_max, active, pipelines, workers, cpu_busy_share, gpus)

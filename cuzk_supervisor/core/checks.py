@@ -112,10 +112,9 @@ def require_fields(obj: object, names: Iterable[str], rule: Rule) -> None:
 
 def require_relation(obj: object, name: str, op: Comparison, other: str, why: str = "") -> None:
     """Attribute ``name`` of ``obj`` stands in relation ``op`` to attribute ``other``.
-
     ``require_relation(self, "backoff_max_s", ">=", "backoff_base_s")`` fails with
-    ``ManagerRetry.backoff_max_s must be >= backoff_base_s (2.0), got 1.0``; ``why`` is added
-    to the rule in the message."""
+    ``ManagerRetry.backoff_max_s must be >= backoff_base_s (2.0), got 1.0``; ``why`` is added to the
+    rule in the message."""
     value, bound = getattr(obj, name), getattr(obj, other)
     rule = f"{op} {other} ({bound})" + (f" {why}" if why else "")
     require(compares(value, op, bound), type(obj).__name__, name, value, rule)

@@ -12,13 +12,8 @@ from __future__ import annotations
 from bisect import bisect_left
 
 SECONDS_PER_PROOF: tuple[tuple[int, float], ...] = (
-    (1, 290.0),
-    (2, 152.0),
-    (5, 68.4),
-    (7, 53.3),
-    (10, 42.5),
-    (12, 42.5),
-)
+    (1, 290.0), (2, 152.0), (5, 68.4), (7, 53.3), (10, 42.5), (12, 42.5),
+)  # fmt: skip
 MEASURED_UP_TO = SECONDS_PER_PROOF[-1][0]
 PARTITIONS = 10
 """The table's proofs: 32 GiB PoRep, 10 partitions."""

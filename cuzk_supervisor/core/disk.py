@@ -23,8 +23,7 @@ PARAMS_BYTES = 100 * GIB
 files that ``params_expected`` lists and that are already there at full size are subtracted."""
 
 REQUIRED_FREE_BYTES = PCE_FILES_BYTES + PARAMS_BYTES
-"""Free bytes the param cache's file system needs before a run on a fresh machine: the PCE
-files plus the parameters. What is already present is subtracted (:func:`disk_need`)."""
+"""Free bytes the param cache's file system needs before a run on a fresh machine."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import partial
 from signal import Signals  # the enum of names only: nothing here sends or handles one
 
 
@@ -49,10 +50,6 @@ class DaemonExit:
     # A start failure that retrying cannot fix (binary missing, address in use, never ready
     # within the whole startup budget): the supervisor stops instead of crash-looping.
     permanent: bool = False
-
-    @property
-    def is_failure(self) -> bool:
-        return self.kind is not ExitKind.CLEAN
 
     def as_fields(self) -> dict[str, object]:
         """Flat fields for a structured log event."""
@@ -95,24 +92,8 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
     if facts.oom_kills_before is not None and facts.oom_kills_after is not None:
         oom_delta = max(0, facts.oom_kills_after - facts.oom_kills_before)
 
-    def made(
-        kind: ExitKind,
-        reason: str,
-        *,
-        code: int | None = None,
-        signal: int | None = None,
-        permanent: bool = False,
-    ) -> DaemonExit:
-        return DaemonExit(
-            kind,
-            reason,
-            code=code,
-            signal=signal,
-            cgroup_oom_kills=oom_delta,
-            uptime_s=facts.uptime_s,
-            peak_rss_bytes=facts.peak_rss_bytes,
-            permanent=permanent,
-        )
+    uptime, peak = facts.uptime_s, facts.peak_rss_bytes
+    made = partial(DaemonExit, cgroup_oom_kills=oom_delta, uptime_s=uptime, peak_rss_bytes=peak)
 
     rc = facts.returncode
     sig = -rc if rc is not None and rc < 0 else None
@@ -124,13 +105,9 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
         return made(ExitKind.OOM_KILLED, f"killed by SIGKILL, out of memory ({why})", signal=sig)
     if not facts.was_ready and not facts.stop_requested:
         reason = _start_failure_reason(facts)
-        return made(
-            ExitKind.FAILED_TO_START,
-            reason,
-            permanent=bool(facts.start_error) or reason == "address in use",
-            code=rc if rc is not None and rc >= 0 else None,
-            signal=sig,
-        )
+        permanent = bool(facts.start_error) or reason == "address in use"
+        code = rc if rc is not None and rc >= 0 else None
+        return made(ExitKind.FAILED_TO_START, reason, code=code, signal=sig, permanent=permanent)
     if facts.unresponsive:
         return made(ExitKind.KILLED, facts.unresponsive, signal=sig)
     if sig is not None:
@@ -138,8 +115,7 @@ def classify_exit(facts: ExitFacts) -> DaemonExit:
             return made(ExitKind.CLEAN, f"stopped by us ({_signal_name(sig)})", signal=sig)
         return made(ExitKind.KILLED, f"killed by {_signal_name(sig)}", signal=sig)
     if rc == 0 or facts.stop_requested:
-        return made(
-            ExitKind.CLEAN, "exited cleanly" if rc == 0 else f"stopped by us (code {rc})", code=rc
-        )
+        why = "exited cleanly" if rc == 0 else f"stopped by us (code {rc})"
+        return made(ExitKind.CLEAN, why, code=rc)
     last = facts.last_lines[-1] if facts.last_lines else "no output"
     return made(ExitKind.CRASHED, f"exited with code {rc} (last line: {last})", code=rc)

@@ -21,8 +21,7 @@ class Holder(enum.Enum):
     ANOTHERS = "another's"
     """A running supervisor's fetch (a second instance on this host, or one still dying)."""
     UNKNOWN = "unknown"
-    """Its taker is not visible from here (another pid namespace), or the lock changed hands
-    while we looked."""
+    """Its taker is not visible (another pid namespace), or the lock changed hands as we looked."""
 
 
 class Turn(enum.Enum):
@@ -32,11 +31,10 @@ class Turn(enum.Enum):
 
 
 def holder(locker: int | None, me: int, locker_running: bool) -> Holder:
-    """``locker``: the pid that took the lock (None: not visible from here); ``me``: ours.
-
-    A pid, not a start time: the kernel keeps the taker's pid with the lock, at the moment it
-    takes it (a name written in the file after taking it could be a predecessor's for a moment).
-    A dead taker's pid reused by another process reads as running: waited for, never stopped."""
+    """``locker``: the pid that took the lock (None: not visible from here); ``me``: ours. A pid,
+    not a start time: the kernel keeps the taker's pid with the lock, at the moment it takes it (a
+    name written in the file after taking it could be a predecessor's for a moment). A dead taker's
+    pid reused by another process reads as running: waited for, never stopped."""
     if locker is None:
         return Holder.UNKNOWN
     if locker == me:

@@ -12,8 +12,7 @@ queued stays healthy. What follows from a finding is the ladder's (:mod:`.health
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from cuzk_supervisor.core import healthgpu
@@ -80,8 +79,7 @@ class Assessment:
         return "; ".join(f.words() for f in ordered)
 
     def worst(self) -> Finding | None:
-        ordered = sorted(self.findings, key=lambda f: (-f.level, f.since))
-        return ordered[0] if ordered else None
+        return min(self.findings, key=lambda f: (-f.level, f.since), default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +129,8 @@ def assess(
         )
         for f in raw
     )
-    new = dataclasses.replace(
-        state, life=life, proofs=proofs, gpus=gpus, partitions=partitions, exits=exits,
-        exits_seen=exits_seen,
-    )  # fmt: skip
+    new = replace(state, life=life, proofs=proofs, gpus=gpus, partitions=partitions, exits=exits,
+                  exits_seen=exits_seen)  # fmt: skip
     return new, Assessment(obs.at, findings)
 
 
@@ -145,9 +141,8 @@ def _exits(
     degraded (each was followed by a restart: the keeper's)."""
     seen = state.exits_seen if state.exits_seen is not None else obs.daemon_exits
     new = max(0, obs.daemon_exits - seen)
-    recent = tuple(
-        t for t in (*state.exits, *([obs.at] * new)) if obs.at - t < policy.exit_window_s
-    )
+    stamps = (*state.exits, *([obs.at] * new))
+    recent = tuple(t for t in stamps if obs.at - t < policy.exit_window_s)
     found: list[rules.RawFinding] = []
     if policy.daemon_exits > 0 and len(recent) >= policy.daemon_exits:
         window = rules.duration(policy.exit_window_s)

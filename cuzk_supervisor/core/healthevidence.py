@@ -15,8 +15,6 @@
   same figures ``GetStatus`` returns, ``cuzk-server/src/service.rs``, without the ``nvidia-smi``
   run ``GetStatus`` makes on every call, which is what hangs on a GPU fallen off the bus). Its
   failures count every failed proof: a failed synthesis, a failed GPU step, a failed self-check.
-
-Pure: the documents are given, nothing is read here.
 """
 
 from __future__ import annotations
@@ -126,10 +124,6 @@ class Observation:
     """Exits of the daemon so far (crashes, kills; not our own replacements)."""
     crash_loop: str = ""
     """The keeper gave up on the daemon (a crash loop): its verdict."""
-
-
-# --------------------------------------------------------------------------------------------
-# the readers
 
 
 def _number(value: Any) -> float | None:

@@ -57,13 +57,8 @@ def _read_gpu(
     policy: HealthPolicy, mem: GpuMemory, gpu: GpuView, at: float, life: int, loaded: bool
 ) -> GpuMemory:
     i = gpu.index
-    lost, fell, ecc, counters = (
-        dict(mem.lost),
-        dict(mem.fell_off),
-        dict(mem.ecc),
-        dict(mem.counters),
-    )
-    pages, throttled = dict(mem.pages), dict(mem.throttled)
+    lost, fell, ecc = dict(mem.lost), dict(mem.fell_off), dict(mem.ecc)
+    counters, pages, throttled = dict(mem.counters), dict(mem.pages), dict(mem.throttled)
     if not gpu.answering:
         lost.setdefault(i, (at, gpu.error))
     else:
@@ -146,9 +141,7 @@ def _gpu_findings(policy: HealthPolicy, mem: GpuMemory, at: float) -> list[RawFi
         if at - since < policy.throttle_s:
             continue
         share = f"{ratio:.0%}" if ratio is not None else "a fraction"
-        reason = (
-            f"GPU {i} held at {share} of its SM clock under load for {duration(at - since)} "
-            f"({', '.join(reasons)})"
-        )
+        held, why = duration(at - since), ", ".join(reasons)
+        reason = f"GPU {i} held at {share} of its SM clock under load for {held} ({why})"
         found.append(RawFinding(THROTTLED, 1, since, reason, gpu=i))
     return found

@@ -19,8 +19,7 @@ Three steps, each taken only where the one below does not do:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cuzk_supervisor.core.health import CRASH_LOOP, GPU_LOST, Assessment, Finding, Level
 from cuzk_supervisor.core.healthrules import duration
@@ -81,8 +80,7 @@ def _episode(finding: Finding) -> tuple[str, int, float, int]:
 
 def delivered_rate(finding: Finding, now: float, rate_time_scale: float) -> float:
     """Proofs per hour (on the bench's clock) the machine delivered since the finding's latest
-    evidence; 0 for a lost GPU and a crash-looping daemon (nothing it proves from now on
-    counts)."""
+    evidence; 0 for a lost GPU and a crash-looping daemon (nothing it proves from now on counts)."""
     if finding.kind in (GPU_LOST, CRASH_LOOP) or not finding.completed_since:
         return 0.0
     elapsed = max(now - max(finding.latest, finding.since), 1e-9)
@@ -149,7 +147,5 @@ def climb(
             )
             actions.append(Tell(told, rate, finding))
             break
-    new = dataclasses.replace(
-        state, said=keys, restarts=restarts, episodes=frozenset(episodes), told=told
-    )
+    new = replace(state, said=keys, restarts=restarts, episodes=frozenset(episodes), told=told)
     return new, tuple(actions)

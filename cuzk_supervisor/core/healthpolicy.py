@@ -1,6 +1,5 @@
 """The run phase's health thresholds (issue 34), apart from the rules that read them so that
-:mod:`.health`, :mod:`.healthrules` and :mod:`.healthgpu` all import it and none imports
-another in a circle."""
+:mod:`.health`, :mod:`.healthrules` and :mod:`.healthgpu` import it without a cycle."""
 
 from __future__ import annotations
 

@@ -59,9 +59,6 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-# --- the daemon's lives and its proofs --------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class Counts:
     """This observation's news: proofs completed and failed since the previous one."""
@@ -166,9 +163,6 @@ def proofs_failing(
     return new, [RawFinding(PROOFS_FAILING, 1, since, what)]
 
 
-# --- partitions -------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class PartitionMemory:
     reference: tuple[float, ...] = ()
@@ -244,12 +238,10 @@ def _stuck_findings(
     by_gpu: dict[int | None, list[tuple[str, int]]] = {}
     for key in stuck:
         by_gpu.setdefault(on.get(key), []).append(key)
-    rule = (
-        f"{policy.stuck_factor:g}x the measured {duration(measured)}, at least "
-        f"{duration(policy.stuck_min_s)}"
-        if measured is not None
-        else f"nothing measured yet: {duration(policy.stuck_min_s)}"
-    )
+    least = duration(policy.stuck_min_s)
+    rule = f"nothing measured yet: {least}"
+    if measured is not None:
+        rule = f"{policy.stuck_factor:g}x the measured {duration(measured)}, at least {least}"
     found = []
     for gpu, keys in sorted(by_gpu.items(), key=lambda item: -1 if item[0] is None else item[0]):
         longest = max(keys, key=lambda k: ages[k])

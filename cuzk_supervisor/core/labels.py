@@ -20,9 +20,8 @@ def is_platform_label(label: str) -> bool:
 
 
 def label_warning(label: str, manager_url: str) -> str | None:
-    """The one warning to give at start, or None: with a manager URL set, a label that is not
-    ``C.<digits>`` cannot be matched by the manager's sweep. Without a manager (a local run)
-    any label is fine."""
+    """The one warning to give at start, or None: with a manager URL set, a label not ``C.<digits>``
+    cannot be matched by the manager's sweep; without one (a local run) any label is fine."""
     if not manager_url.strip() or is_platform_label(label):
         return None
     return (

@@ -2,11 +2,10 @@
 (the name a summary counts it under). docs/architecture.md, rule 10; the selection that uses it is
 :mod:`cuzk_supervisor.core.logselect`.
 
-- The supervisor's own events: a warning or an error is a milestone (but
-  :data:`ROUTINE_WARNINGS`), and so is every event of
-  :data:`MILESTONE_EVENTS` (phase transitions, reports, verdicts, the daemon's start, ready and
-  exit, the fetch's end, health changes); the rest (progress, status, per-proof events) is
-  routine, its kind the event's name.
+- The supervisor's own events: a warning or an error is a milestone (but :data:`ROUTINE_WARNINGS`),
+  and so is every event of :data:`MILESTONE_EVENTS` (phase transitions, reports, verdicts, the
+  daemon's start, ready and exit, the fetch's end, health changes); the rest (progress, status,
+  per-proof events) is routine, its kind the event's name.
 - A child's output line (the fetch, the daemon, a worker command): a milestone when it is one of
   the first ``head`` lines of that run of the child, its ready line, or an error line (an
   ``ERROR`` level, a panic, an ``error:`` prefix, a traceback); its last lines before an exit are

@@ -2,11 +2,11 @@
 and which lines of each source fit it.
 
 docs/architecture.md, rule 7: a machine's log traffic must not depend on what its children write. A
-fetch that prints a progress line per block, or a daemon that writes 1,000 lines a second,
-would otherwise cost the manager as much as they write (and the manager keeps 10,000 lines an
-instance, in memory, for ever). So the shipper pushes in **turns**, one every ``interval_s``
-(jittered), and each turn spends from two token buckets (:class:`~cuzk_supervisor.core.pace.
-Pace`): requests (one a source pushed) and body bytes. A turn
+fetch that prints a progress line per block, or a daemon that writes 1,000 lines a second, would
+otherwise cost the manager as much as they write (and the manager keeps 10,000 lines an instance, in
+memory, for ever). So the shipper pushes in **turns**, one every ``interval_s`` (jittered), and each
+turn spends from two token buckets (:class:`~cuzk_supervisor.core.pace.Pace`): requests (one a
+source pushed) and body bytes. A turn
 
 - pushes the supervisor's own tab first (its status line is the dashboard's progress), then
   the other sources, the one holding the oldest line first, while a request token is left;
@@ -26,14 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = [
-    "BEFORE_RUN",
-    "RUN",
-    "Budget",
-    "order_sources",
-    "share",
-    "share_by_class",
-]
+__all__ = ["BEFORE_RUN", "RUN", "Budget", "order_sources", "share", "share_by_class"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +75,14 @@ def order_sources(oldest: Mapping[str, int], first: str) -> list[str]:
 
 
 def share(pending: Mapping[str, int], room: float) -> dict[str, int]:
-    """Bytes each source may push this turn out of ``room``: the sources that need least are
-    served first, each up to an equal share of what is left (a quiet tab sends all it has, a
-    chatty one what remains)."""
+    """Bytes each source may push this turn out of ``room``: the sources that need least are served
+    first, each up to an equal share of what is left (a quiet tab sends all it has)."""
     left = max(0.0, room)
     out: dict[str, int] = {}
     ordered = sorted(pending, key=lambda s: pending[s])
     for index, source in enumerate(ordered):
-        fair = left / (len(ordered) - index)
-        given = int(min(pending[source], fair))
-        out[source] = given
-        left -= given
+        out[source] = int(min(pending[source], left / (len(ordered) - index)))
+        left -= out[source]
     return out
 
 

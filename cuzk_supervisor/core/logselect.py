@@ -1,11 +1,10 @@
 """Which waiting lines of a dashboard tab a push sends, which wait, which are summarised (pure).
 
-Every line has a class where it is made (:mod:`cuzk_supervisor.core.lineclass`): a
-**milestone** (a phase transition, a report, a verdict, a warning or an error, a child's first
-lines, its ready line, its error lines, its last lines before an exit) or a **routine** line
-(progress, status, per-proof lines, a child's INFO and DEBUG chatter), and a **kind** that names
-it in a summary (``proof.completed``, ``daemon INFO``). A push of one tab, given ``room`` bytes
-(:func:`select`):
+Every line has a class where it is made (:mod:`cuzk_supervisor.core.lineclass`): a **milestone** (a
+phase transition, a report, a verdict, a warning or an error, a child's first lines, its ready line,
+its error lines, its last lines before an exit) or a **routine** line (progress, status, per-proof
+lines, a child's INFO and DEBUG chatter), and a **kind** that names it in a summary
+(``proof.completed``, ``daemon INFO``). A push of one tab, given ``room`` bytes (:func:`select`):
 
 - when the tab's milestones fit, sends them all, and the newest routine lines that fit what is
   left, in time order; the other routine lines are left out and counted by kind;
@@ -58,13 +57,7 @@ def newest_fitting(sizes: Sequence[int], room: int) -> int:
 
 
 def _oldest_fitting(sizes: Sequence[int], room: int) -> int:
-    used = count = 0
-    for size in sizes:
-        if used + size > room:
-            break
-        used += size
-        count += 1
-    return count
+    return newest_fitting(sizes[::-1], room)
 
 
 def select(lines: Sequence[tuple[int, bool]], room: int, hold_room: int) -> Selection:

@@ -37,16 +37,13 @@ class PartitionFigure:
 def plateau_per_partition(
     measured: float, *, growing: bool, peak: float | None = None, model: float | None = None
 ) -> PartitionFigure:
-    """The memory each partition levels off at, from a sample that measured ``measured`` per
-    active partition over the base.
-
-    Not ``growing`` (memory level over the trend window): the sample is a plateau, and the
-    measurement is the figure. ``growing``: the active partitions may not have allocated all
-    their memory yet, so the measurement is a lower bound, and the figure is the largest of it,
-    ``peak`` (the largest per-partition figure measured earlier: the same proofs, so the same
-    partitions) and ``model`` (the plan's figure for one partition). The largest is the
-    conservative choice: each is something a partition was measured or modelled to reach.
-    A plateau's answer is the measurement's whenever it is at least the other two."""
+    """The memory each partition levels off at, from a sample that measured ``measured`` per active
+    partition over the base. Not ``growing`` (memory level over the trend window): the sample is a
+    plateau, and the measurement is the figure. ``growing``: the active partitions may not have
+    allocated all their memory yet, so the measurement is a lower bound, and the figure is the
+    largest of it, ``peak`` (the largest per-partition figure measured earlier: the same proofs, so
+    the same partitions) and ``model`` (the plan's figure for one partition): the conservative
+    choice, each is something a partition was measured or modelled to reach."""
     if not growing:
         return PartitionFigure(measured, "measured", "memory level: a plateau")
     candidates = [(measured, "measured")]
@@ -97,12 +94,10 @@ def fit_workers(
     model_per_partition: float | None = None,
 ) -> MemoryFit | None:
     """The workers that fit, measured at a moment of ``used`` with ``active_partitions``
-    synthesizing over an idle ``base``; never more than ``running_workers - 1`` (a step down is
-    a step down). None when the measurement cannot tell (nothing active, no growth over base).
-
-    ``growing``: memory was still rising at the sample, so the partitions' plateau is planned
-    from :func:`plateau_per_partition` with ``peak_per_partition`` and ``model_per_partition``;
-    otherwise from the measurement alone."""
+    synthesizing over an idle ``base``; never more than ``running_workers - 1`` (a step down is a
+    step down). None when the measurement cannot tell (nothing active, no growth over base).
+    ``growing``: memory was still rising at the sample, so the partitions' plateau is planned from
+    :func:`plateau_per_partition` with ``peak_per_partition`` and ``model_per_partition``."""
     if active_partitions < 1 or used <= base or limit <= 0 or running_workers < 1:
         return None
     require_value("fit_workers", "target_headroom", target_headroom, in_range(0, 1, high_open=True))

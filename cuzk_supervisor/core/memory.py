@@ -1,10 +1,9 @@
 """What a worker plan is made from: the memory figures (:class:`MemoryPolicy`), what was measured
-(:class:`PlanInputs`) and the limit they give (:class:`EffectiveLimit`). Incident I4; the figures
-are from docs/daemon.md.
+(:class:`PlanInputs`) and their limit (:class:`EffectiveLimit`). Incident I4; docs/daemon.md.
 
 The limit is the lower of host RAM and the cgroup limit (the container is not the host,
 docs/architecture.md principle 8), less a safety margin; every number carries its reason. The plan
-itself is :mod:`cuzk_supervisor.core.plan`. Pure: no I/O.
+itself is :mod:`cuzk_supervisor.core.plan`.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ class MemoryPolicy:
     384 and 512 GiB hosts is 1, 6, 10, 12 workers: the published 2, 7, 10, 12 or one fewer, never
     more. A 5 % (or 13 GiB) margin would plan 8 on 256 GiB and 12 on 384 GiB, more than
     published; no linear rule with any margin fraction reproduces 2, 7, 10, 12 exactly, and with
-    69 + 20 × W only fractions in (24.7 %, 26.2 %] give "published or one fewer" on all four.
-    """
+    69 + 20 × W only fractions in (24.7 %, 26.2 %] give "published or one fewer" on all four."""
 
     safety_margin_fraction: float = 0.25
     safety_margin_min_gib: float = 4.0
@@ -51,8 +49,7 @@ class MemoryPolicy:
     per_worker_gib: float = 20.0
     """Peak RSS added per partition worker (rule of thumb, workers release)."""
     max_workers: int = 12
-    """More partition workers than this is no faster (memory bandwidth, docs/daemon.md
-    (figures))."""
+    """More partition workers than this is no faster (memory bandwidth; docs/daemon.md, figures)."""
     warmup_workers: int = 2
     """Workers for the warmup proof, which builds the PCE cache (slow; keep it small)."""
     gpu_vram_need_gib: float = 12.0
@@ -67,20 +64,8 @@ class MemoryPolicy:
     """Workers removed by each step down after an OOM kill or a critical memory event."""
 
     def __post_init__(self) -> None:
-        require_fields(
-            self,
-            (
-                "safety_margin_fraction",
-                "safety_margin_min_gib",
-                "base_gib",
-                "per_worker_gib",
-                "gpu_vram_need_gib",
-                "budget_partition_gib",
-                "srs_gib",
-                "pce_gib",
-            ),
-            FINITE,
-        )
+        counts = ("max_workers", "warmup_workers", "step_down_by")
+        require_fields(self, [n for n in self.__dataclass_fields__ if n not in counts], FINITE)
         # A fraction of 1 would leave nothing to plan with, whatever the host.
         require_fields(self, ("safety_margin_fraction",), in_range(0, 1, high_open=True))
         require_fields(
@@ -90,14 +75,12 @@ class MemoryPolicy:
         )
         # Zero per worker would make every host fit any number of workers.
         require_fields(self, ("per_worker_gib", "budget_partition_gib"), POSITIVE)
-        require_fields(self, ("max_workers", "warmup_workers", "step_down_by"), int_at_least(1))
+        require_fields(self, counts, int_at_least(1))
 
     def margin_bytes(self, bound_bytes: int) -> int:
         """The safety margin for a limit of ``bound_bytes`` (the lower of host and cgroup)."""
-        return max(
-            math.ceil(bound_bytes * self.safety_margin_fraction),
-            gib_to_bytes(self.safety_margin_min_gib),
-        )
+        share = math.ceil(bound_bytes * self.safety_margin_fraction)
+        return max(share, gib_to_bytes(self.safety_margin_min_gib))
 
 
 @dataclass(frozen=True)
@@ -134,25 +117,16 @@ class EffectiveLimit:
         return f"{text}: the {self.bound_by} binds"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "limit_bytes": self.limit_bytes,
-            "host_bytes": self.host_bytes,
-            "cgroup_bytes": self.cgroup_bytes,
-            "margin_bytes": self.margin_bytes,
-            "bound_by": self.bound_by,
-            "bound_bytes": self.bound_bytes,
-            "reason": self.reason,
-        }
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return values | {"bound_bytes": self.bound_bytes, "reason": self.reason}
 
 
 def effective_limit(
     host_total_bytes: int, cgroup_limit_bytes: int | None, safety_margin_bytes: int
 ) -> EffectiveLimit:
-    """``min(host, cgroup) − margin``, floored at 0, with which one bound it.
-
-    A cgroup limit at or above the host's RAM (cgroup v1 reports "unlimited" as a huge number)
-    does not bind; ``None`` means no cgroup limit was found.
-    """
+    """``min(host, cgroup) − margin``, floored at 0, with which one bound it. A cgroup limit at or
+    above the host's RAM (cgroup v1 reports "unlimited" as a huge number) does not bind; ``None``
+    means no cgroup limit was found."""
     owner = "effective_limit"
     require_value(owner, "host_total_bytes", host_total_bytes, int_above(0))
     require_value(owner, "cgroup_limit_bytes", cgroup_limit_bytes, int_above(0).or_none())
@@ -171,11 +145,8 @@ def effective_limit(
 
 
 def sim_memory_scale(mib_per_simulated_gib: float) -> float:
-    """``PlanInputs.memory_scale`` for a simulator run with ``--memory-scale m``.
-
-    The simulator allocates ``m`` real MiB per simulated GiB, so one real byte stands for
-    ``1024 / m`` simulated bytes.
-    """
+    """``PlanInputs.memory_scale`` for a simulator run with ``--memory-scale m``: it allocates ``m``
+    real MiB per simulated GiB, so one real byte stands for ``1024 / m`` simulated bytes."""
     require_value(
         "sim_memory_scale", "mib_per_simulated_gib", mib_per_simulated_gib, number_above(0)
     )
@@ -188,13 +159,10 @@ _ALL_SIZES = Rule(lambda sizes: all(is_int(v) and v >= 0 for v in sizes), "integ
 @dataclass(frozen=True)
 class PlanInputs:
     """What the plan is made from: measured memory and GPUs, and an optional operator override.
-
-    ``memory_scale`` is planning bytes per measured byte: 1 on real hardware. Against the
-    simulator use ``sim_memory_scale(m)``: the measured host and cgroup bytes are then planned as
-    simulated bytes, so the figures (69 + 20 × W GiB) and the plan's ``total_budget_gib`` are in
-    the simulated GiB the simulator reads from its config. VRAM is never scaled (the simulator
-    does not allocate it).
-    """
+    ``memory_scale`` is planning bytes per measured byte: 1 on real hardware. Against the simulator
+    use ``sim_memory_scale(m)``: the measured host and cgroup bytes are then planned as simulated
+    bytes, so the figures (69 + 20 × W GiB) and the plan's ``total_budget_gib`` are in the simulated
+    GiB the simulator reads from its config. VRAM is never scaled (the simulator allocates none)."""
 
     host_total_bytes: int
     cgroup_limit_bytes: int | None = None
@@ -214,10 +182,5 @@ class PlanInputs:
         require_fields(self, ("memory_scale",), number_above(0))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "host_total_bytes": self.host_total_bytes,
-            "cgroup_limit_bytes": self.cgroup_limit_bytes,
-            "gpu_vram_total_bytes": list(self.gpu_vram_total_bytes),
-            "workers_override": self.workers_override,
-            "memory_scale": self.memory_scale,
-        }
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return values | {"gpu_vram_total_bytes": list(self.gpu_vram_total_bytes)}

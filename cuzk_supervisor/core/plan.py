@@ -4,7 +4,6 @@ config values that follow, and the step down after an OOM kill (incident I4).
 Peak RSS follows the rule of thumb ``base + per_worker × W`` (69 + 20 × W GiB) against the
 effective limit (:mod:`cuzk_supervisor.core.memory`). Every number carries the reason it has, so
 the plan can be printed as a table, logged as JSON and sent with the bench rate (incident I6).
-Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -28,12 +27,10 @@ class PlanConfigValues(TypedDict):
 @dataclass(frozen=True)
 class WorkerPlan:
     """How many partition workers, the daemon config values that follow, and why.
-
-    ``partition_workers`` and ``max_parallel_synthesis`` are always ``full_workers`` (both
-    releases obey the same number), so they are derived, not stored. ``reasons`` maps each number
-    to the sentence that explains it; ``notes`` are warnings worth showing (a small GPU, an
-    override that does not fit, a scaled plan); ``step_downs`` are the causes of each step down.
-    """
+    ``partition_workers`` and ``max_parallel_synthesis`` are always ``full_workers`` (both releases
+    obey the same number), so they are derived, not stored. ``reasons`` maps each number to the
+    sentence that explains it; ``notes`` are warnings worth showing (a small GPU, an override that
+    does not fit, a scaled plan); ``step_downs`` are the causes of each step down."""
 
     inputs: PlanInputs
     limit: EffectiveLimit
@@ -209,6 +206,8 @@ def _build_plan(
     if cut:
         notes = (*notes, f"{_BUDGET_CUT_NOTE}{budget} GiB is below what {workers} partitions need")
     gpus = inputs.gpu_vram_total_bytes
+    vram = ", ".join(fmt_gib(v) for v in gpus)
+    gpus_why = f"{len(gpus)} GPU(s), VRAM {vram}" if gpus else "no GPU seen: planned from RAM only"
     reasons = (
         ("effective_limit", limit.reason),
         ("full_workers", workers_reason),
@@ -223,42 +222,22 @@ def _build_plan(
             "max_parallel_synthesis",
             "= full workers: caps the budget release at the same concurrency (its default is 18)",
         ),
-        (
-            "gpus",
-            f"{len(gpus)} GPU(s), VRAM {', '.join(fmt_gib(v) for v in gpus)}"
-            if gpus
-            else "no GPU seen: planned from RAM only",
-        ),
+        ("gpus", gpus_why),
     )
-    return WorkerPlan(
-        inputs=inputs,
-        limit=limit,
-        rule=rule,
-        full_workers=workers,
-        warmup_workers=warmup,
-        total_budget_gib=budget,
-        reasons=reasons,
-        notes=notes,
-        step_downs=step_downs,
-    )
+    return WorkerPlan(inputs, limit, rule, workers, warmup, budget, reasons, notes, step_downs)
 
 
 def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanRefusal:
-    """The worker plan for these inputs, or a refusal that says what is missing.
-
-    ``full_workers`` is the largest W with ``base + per_worker × W ≤ effective limit``, clamped
-    to ``[1, max_workers]``; less than one → ``PlanRefusal`` naming the shortfall in GiB. An
-    override replaces W (notes say when it does not fit or exceeds the maximum). GPUs below the
-    VRAM need are noted; if every GPU is below it, the plan is refused. No GPU at all is allowed
-    (sim, doctor on a laptop) and noted.
-    """
+    """The worker plan for these inputs, or a refusal that says what is missing. ``full_workers`` is
+    the largest W with ``base + per_worker × W ≤ effective limit``, clamped to ``[1, max_workers]``;
+    less than one → ``PlanRefusal`` naming the shortfall in GiB. An override replaces W (notes say
+    when it does not fit or exceeds the maximum). GPUs below the VRAM need are noted; if every GPU
+    is below it, the plan is refused. No GPU at all (sim, doctor on a laptop) is noted."""
     scale = inputs.memory_scale
     host = max(1, int(inputs.host_total_bytes * scale))
-    cgroup = (
-        None
-        if inputs.cgroup_limit_bytes is None
-        else max(1, int(inputs.cgroup_limit_bytes * scale))
-    )
+    cgroup = inputs.cgroup_limit_bytes
+    if cgroup is not None:
+        cgroup = max(1, int(cgroup * scale))
     bound = host if cgroup is None else min(host, cgroup)
     limit = effective_limit(host, cgroup, policy.margin_bytes(bound))
     rule = (
@@ -325,9 +304,7 @@ def plan_workers(inputs: PlanInputs, policy: MemoryPolicy) -> WorkerPlan | PlanR
         workers_reason = f"largest W with {rule}"
 
     if refusals:
-        return PlanRefusal(
-            inputs=inputs, limit=limit, reasons=tuple(refusals), shortfall_bytes=shortfall
-        )
+        return PlanRefusal(inputs, limit, tuple(refusals), shortfall)
     return _build_plan(inputs, limit, rule, workers, workers_reason, policy, tuple(notes))
 
 
@@ -339,25 +316,19 @@ def step_down(
     fitted: int | None = None,
     fitted_reason: str = "",
 ) -> WorkerPlan | GiveUpOOM:
-    """The plan after an OOM kill or a critical memory event: ``step_down_by`` fewer workers
-    (at least 1), derived values recomputed, the cause recorded. At 1 worker: ``GiveUpOOM``.
-
-    ``fitted`` is what a measurement says fits (``core.memfit.fit_workers``): then the step goes
-    there at once, not one worker at a time (never above ``current - step_down_by``).
-
-    ``running_workers`` is what the daemon ran when memory ran out (the warmup runs fewer than
-    the plan): stepping down from the plan's full count would only repeat the same OOM, so the
-    step is taken from the lower of the two."""
+    """The plan after an OOM kill or a critical memory event: ``step_down_by`` fewer workers (at
+    least 1), derived values recomputed, the cause recorded. At 1 worker: ``GiveUpOOM``. ``fitted``
+    is what a measurement says fits (``core.memfit.fit_workers``): then the step goes there at once,
+    not one worker at a time (never above ``current - step_down_by``). ``running_workers`` is what
+    the daemon ran when memory ran out (the warmup runs fewer than the plan): stepping down from the
+    plan's full count would only repeat the same OOM, so it steps from the lower of the two."""
     history = (*plan.step_downs, cause)
     current = plan.full_workers
     if running_workers is not None:
         current = max(1, min(current, running_workers))
     if current <= 1:
-        return GiveUpOOM(
-            reason=f"out of memory at 1 partition worker, nothing left to step down to: {cause}",
-            cause=cause,
-            step_downs=history,
-        )
+        why = f"out of memory at 1 partition worker, nothing left to step down to: {cause}"
+        return GiveUpOOM(why, cause, history)
     workers = max(1, current - policy.step_down_by)
     reason = f"stepped down from {current} to {workers} after: {cause}"
     if fitted is not None and fitted < workers:

@@ -1,12 +1,11 @@
 """What the manager already knows of a report this process did not see answered (pure).
 
-A report is written to the outbox before it is sent and removed after the answer is recorded.
-A crash between the manager applying it and our recording the answer leaves it queued, and the
-next process would send it again. That is safe but not free: ``/bench-done`` does not check the
-state, so a resend revives a killed instance to ``bench_done`` in the manager's records, and
-every resend shows twice in its history. So a report found queued at start is first looked up in
-the manager's ``GET /status`` record of this instance; only what the record does not show is
-sent again.
+A report is written to the outbox before it is sent and removed after the answer is recorded. A
+crash between the manager applying it and our recording the answer leaves it queued, and the next
+process would send it again. That is safe but not free: ``/bench-done`` does not check the state,
+so a resend revives a killed instance to ``bench_done`` in the manager's records, and every resend
+shows twice in its history. So a report found queued at start is first looked up in the manager's
+``GET /status`` record of this instance; only what the record does not show is sent again.
 """
 
 from __future__ import annotations
@@ -103,17 +102,14 @@ def listing_problem(listing: Any) -> str | None:
 
 
 def gone_reason(record: Mapping[str, Any] | None) -> str | None:
-    """Why the manager's ``record`` of this instance says it is finished, or None.
-
-    A kill is concluded only from positive evidence (docs/architecture.md, rule 7): the record in
-    state ``killed``. A record missing from one listing (``record`` None) is NOT evidence: a proxy,
-    a cache or a manager restarted on an empty database say that too, while the real manager may
-    still hold us as ``params_done`` and time us out if we stop. Whether the manager still
-    knows us is learnt from a call about this uuid instead (a 404 "instance not found" on a
-    report: ``InstanceGone``)."""
-    if record is None:
-        return None
-    if record.get("state") == KILLED:
+    """Why the manager's ``record`` of this instance says it is finished, or None. A kill is
+    concluded only from positive evidence (docs/architecture.md, rule 7): the record in state
+    ``killed``. A record missing from one listing (``record`` None) is NOT evidence: a proxy, a
+    cache or a manager restarted on an empty database say that too, while the real manager may still
+    hold us as ``params_done`` and time us out if we stop. Whether the manager still knows us is
+    learnt from a call about this uuid (a 404 "instance not found" on a report:
+    ``InstanceGone``)."""
+    if record is not None and record.get("state") == KILLED:
         return f"killed by the manager: {record.get('kill_reason') or 'no reason given'}"
     return None
 
@@ -132,14 +128,10 @@ def manager_time(value: Any) -> float | None:
     if not isinstance(value, str) or not value.strip():
         return None
     text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    stamp = _parse_stamp(text)
+    stamp = _parse_stamp(text[:-1] + "+00:00" if text.endswith("Z") else text)
     if stamp is None:
         return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
+    return (stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def _parse_stamp(text: str) -> datetime | None:
@@ -156,14 +148,13 @@ ROW_BYTES = 290
 
 
 def table_read_skipped(runner_id: int | None, max_rows: int) -> str | None:
-    """Why the whole table is not read before ``/bench-done`` (None: it is read).
-
-    The manager's ``runner_id`` is a global counter that survives its restarts: it bounds the
-    rows the table can hold, so it bounds what one read costs the manager and this machine's
-    phase (about :data:`ROW_BYTES` a row). Past ``max_rows`` the read would grow with the fleet
-    (2,000 machines: about 430 KB each, 47 KB/min over a bench phase, bench/fleet.py): the
-    report goes unchecked, and only a kill from the dashboard by uuid alone (one that leaves the
-    container running) goes unseen before it."""
+    """Why the whole table is not read before ``/bench-done`` (None: it is read). The manager's
+    ``runner_id`` is a global counter that survives its restarts: it bounds the rows the table can
+    hold, so it bounds what one read costs the manager and this machine's phase (about
+    :data:`ROW_BYTES` a row). Past ``max_rows`` the read would grow with the fleet (2,000 machines:
+    about 430 KB each, 47 KB/min over a bench phase, bench/fleet.py): the report goes unchecked, and
+    only a kill from the dashboard by uuid alone (one that leaves the container running) goes unseen
+    before it."""
     if max_rows <= 0:
         return "manager_status_read_max_rows is 0"
     if runner_id is None or runner_id <= max_rows:

@@ -7,12 +7,10 @@ Pure. The step-down itself (how many workers the new plan has) is the plan polic
   it) the warmup plan is retried; from the restart on, the full plan (the PCE is built, so a
   step-down in the bench settles and measures at once);
 - the fit measured from what the memory watch saw and the partitions the daemon had active
-  (``core.memfit.fit_workers``): as its status said, or, where it could not answer in time (a
-  daemon under memory pressure is slow to), estimated from the proofs the lifecycle had running
-  there (:func:`estimated_active_partitions`); or no fit (then the plan steps down by one
-  step); while memory was still growing at the sample, aimed at the partitions' plateau, not at
-  the mid-ramp sample (the model's partition figure, :func:`model_partition_bytes`, and the
-  peak measured at earlier step-downs, :func:`peak_partition_bytes`);
+  (:func:`measured_fit`): as its status said, or, where it could not answer in time (a daemon
+  under memory pressure is slow to), estimated (:func:`estimated_active_partitions`); while
+  memory still grew, aimed at the partitions' plateau, not at the mid-ramp sample
+  (:func:`model_partition_bytes`, :func:`peak_partition_bytes`); no fit: one step down;
 - the plateau the new plan's usage is expected to level off at, so that a ramp toward it is not
   taken for a march to OOM.
 """
@@ -59,20 +57,18 @@ def relaunch_workers(phase: str, *, full_workers: int, warmup_workers: int) -> i
 
 
 def model_partition_bytes(policy: MemoryPolicy, memory_scale: float) -> float:
-    """The plan's figure for one synthesizing partition, in measured bytes: what the daemon
-    reserves per PoRep partition (``budget_partition_gib``, 14 GiB, the low end of the 14-16 GiB
-    docs/daemon.md measured), over the plan's bytes per measured byte (the simulator's scale).
-
-    Not the rule of thumb's 20 GiB per worker: that is the whole pipeline's peak with the rule's
-    own error, and would overrule a partition that was measured to take less."""
+    """The plan's figure for one synthesizing partition, in measured bytes: what the daemon reserves
+    per PoRep partition (``budget_partition_gib``, 14 GiB, the low end of the 14-16 GiB
+    docs/daemon.md measured), over the plan's bytes per measured byte (the simulator's scale). Not
+    the rule of thumb's 20 GiB per worker: that is the whole pipeline's peak with the rule's own
+    error, and would overrule a partition that was measured to take less."""
     return policy.budget_partition_gib * GIB / memory_scale
 
 
 def peak_partition_bytes(peak: float | None, fit: MemoryFit | None, phase: str) -> float | None:
-    """The largest per-partition figure measured so far, with ``fit`` (taken in ``phase``).
-
-    A fit taken in the warmup does not count: the PCE is not resident at the base there and its
-    extraction is transient, so what it measured per partition is not a partition."""
+    """The largest per-partition figure measured so far, with ``fit`` (taken in ``phase``). A fit
+    taken in the warmup does not count: the PCE is not resident at the base there and its extraction
+    is transient, so what it measured per partition is not a partition."""
     if fit is None or phase in WARMUP_PHASES:
         return peak
     return max(peak or 0.0, fit.measured_per_partition) or None
@@ -91,14 +87,13 @@ def measured_fit(
     model_per_partition: float | None = None,
     proofs_running: int = 0,
 ) -> MemoryFit | None:
-    """What fits, from the memory the running plan was measured to use; None: one step down
-    (nothing active, neither the daemon's status nor ``proofs_running`` known, or no growth over
-    the base). ``active_partitions`` None (the daemon did not say) with ``proofs_running``: the
-    partitions those proofs can have had active (:func:`estimated_active_partitions`).
-
-    ``slope_bytes_per_s`` is the assessment's growth rate: above 0, memory was still growing at
-    the sample, and the fit plans with the plateau figure (the largest of the measurement,
-    ``peak_per_partition`` and ``model_per_partition``; ``core.memfit.plateau_per_partition``)."""
+    """What fits, from the memory the running plan was measured to use; None: one step down (nothing
+    active, neither the daemon's status nor ``proofs_running`` known, or no growth over the base).
+    ``active_partitions`` None (the daemon did not say) with ``proofs_running``: the partitions
+    those proofs can have had active (:func:`estimated_active_partitions`). ``slope_bytes_per_s`` is
+    the assessment's growth rate: above 0, memory was still growing at the sample, and the fit plans
+    with the plateau figure (the largest of the measurement, ``peak_per_partition`` and
+    ``model_per_partition``; ``core.memfit.plateau_per_partition``)."""
     estimated = active_partitions is None
     if active_partitions is None:
         active_partitions = estimated_active_partitions(proofs_running, running_workers)

@@ -4,8 +4,7 @@ The shape follows the kubelet's crash-loop backoff (exponential, capped, reset a
 run) with tenacity's habit of making the strategy a printable, comparable value. A crash loop
 (too many failures too close together) is a verdict, not a longer sleep: the caller reports it.
 
-Pure (docs/architecture.md, rule 1): the time (a monotonic clock reading, in seconds) and the random
-draw for the jitter are arguments, so every function can be tested without processes or clocks.
+The time (a monotonic clock reading, in seconds) and the jitter's random draw are arguments.
 """
 
 from __future__ import annotations
@@ -26,14 +25,12 @@ from cuzk_supervisor.core.checks import (
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """When to restart the daemon after a failure; a value you can print, compare and log.
-
-    The delay before the n-th consecutive restart (n = 1, 2, ...) is, before jitter,
-    ``min(max_backoff_s, initial_backoff_s * multiplier ** (n - 1))``. Jitter only ever shortens
-    it: the delay is drawn from ``(base * (1 - jitter), base]``, so ``jitter=1.0`` is "full
-    jitter" and the cap is never exceeded. After ``stable_after_s`` of health the count starts
-    over. ``crash_loop_failures`` failures within ``crash_loop_window_s`` mean give up.
-    """
+    """When to restart the daemon after a failure; a value you can print, compare and log. The delay
+    before the n-th consecutive restart (n = 1, 2, ...) is, before jitter,
+    ``min(max_backoff_s, initial_backoff_s * multiplier ** (n - 1))``. Jitter only ever shortens it:
+    the delay is drawn from ``(base * (1 - jitter), base]``, so ``jitter=1.0`` is "full jitter" and
+    the cap is never exceeded. After ``stable_after_s`` of health the count starts over.
+    ``crash_loop_failures`` failures within ``crash_loop_window_s`` mean give up."""
 
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
@@ -44,14 +41,7 @@ class RestartPolicy:
     crash_loop_window_s: float = 300.0
 
     def __post_init__(self) -> None:
-        floats = (
-            "initial_backoff_s",
-            "max_backoff_s",
-            "multiplier",
-            "jitter",
-            "stable_after_s",
-            "crash_loop_window_s",
-        )
+        floats = [n for n in self.__dataclass_fields__ if n != "crash_loop_failures"]
         require_fields(self, floats, FINITE)
         require_fields(self, ("initial_backoff_s",), POSITIVE)
         require_relation(self, "max_backoff_s", ">=", "initial_backoff_s")
@@ -79,8 +69,7 @@ class RestartHistory:
     still count towards a crash loop are kept (at most ``crash_loop_failures``, within the
     window), so the value stays small however long the supervisor runs.
     ``attempt``: consecutive failures since the last reset (the backoff exponent).
-    ``healthy_since``: when the daemon last became healthy; None while it is not.
-    """
+    ``healthy_since``: when the daemon last became healthy; None while it is not."""
 
     failures: tuple[Failure, ...] = ()
     attempt: int = 0
@@ -133,12 +122,9 @@ def jittered_backoff_s(policy: RestartPolicy, attempt: int, rand: float) -> floa
 def record_failure(
     policy: RestartPolicy, history: RestartHistory, now: float, reason: str
 ) -> RestartHistory:
-    """The history after the daemon failed at ``now`` for ``reason``.
-
-    The policy is needed here (not only in ``next_restart``) so the history can forget what no
-    longer matters: a stable run before this failure resets the count, and failures outside the
-    crash-loop window are dropped.
-    """
+    """The history after the daemon failed at ``now`` for ``reason``. It takes the policy so that it
+    can forget what no longer matters: a stable run before this failure resets the count, and
+    failures outside the crash-loop window are dropped."""
     _check_time(history, now)
     if _stable(policy, history, now):
         history = RestartHistory()
@@ -158,32 +144,26 @@ def record_healthy(history: RestartHistory, now: float) -> RestartHistory:
 def next_restart(
     policy: RestartPolicy, history: RestartHistory, now: float, rand: float
 ) -> RestartDecision:
-    """Restart (after how long) or give up, given the history at ``now``.
-
-    ``rand`` is a uniform draw from [0, 1) supplied by the caller (``random.random()``), which
-    keeps this function pure. Called after ``record_failure``; called while the daemon has been
-    healthy for the stable period (a restart for another reason) it answers the initial delay.
-    """
+    """Restart (after how long) or give up, given the history at ``now``. ``rand`` is a uniform draw
+    from [0, 1) (``random.random()``). Called after ``record_failure``; called after the stable
+    period of health (a restart for another reason) it answers the initial delay."""
     _check_time(history, now)
     _check_rand(rand)
     if _stable(policy, history, now):
         history = RestartHistory()
-    recent = [f for f in history.failures if now - f.at <= policy.crash_loop_window_s]
+    window = policy.crash_loop_window_s
+    recent = [f for f in history.failures if now - f.at <= window]
     if len(recent) >= policy.crash_loop_failures:
-        return GiveUp(
-            reason=recent[-1].reason, failures=len(recent), window_s=policy.crash_loop_window_s
-        )
+        return GiveUp(reason=recent[-1].reason, failures=len(recent), window_s=window)
     attempt = max(1, history.attempt)
     reason = history.failures[-1].reason if history.failures else ""
-    return Restart(
-        delay_s=jittered_backoff_s(policy, attempt, rand), attempt=attempt, reason=reason
-    )
+    delay = jittered_backoff_s(policy, attempt, rand)
+    return Restart(delay_s=delay, attempt=attempt, reason=reason)
 
 
 def _stable(policy: RestartPolicy, history: RestartHistory, now: float) -> bool:
-    return (
-        history.healthy_since is not None and now - history.healthy_since >= policy.stable_after_s
-    )
+    since = history.healthy_since
+    return since is not None and now - since >= policy.stable_after_s
 
 
 def _check_time(history: RestartHistory, now: float) -> None:

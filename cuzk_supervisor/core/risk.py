@@ -62,24 +62,20 @@ class MemorySample:
 
 @dataclass(frozen=True)
 class RiskPolicy:
-    """Thresholds of the OOM-risk levels; every enter threshold has an exit threshold."""
+    """Thresholds of the OOM-risk levels. A level entered is held until every signal is back past
+    its exit threshold (above it for headroom and seconds to the limit, below it for PSI)."""
 
     warn_enter_headroom: float = 0.15
     """Enter warn when headroom (free fraction of the limit) falls below this."""
     warn_exit_headroom: float = 0.20
-    """Leave warn only when headroom is back above this."""
     critical_enter_headroom: float = 0.05
-    """Enter critical when headroom falls below this."""
     critical_exit_headroom: float = 0.08
-    """Leave critical only when headroom is back above this."""
     warn_enter_seconds_to_limit: float = 30.0
     """Enter warn when the limit is this close at the recent growth rate."""
     warn_exit_seconds_to_limit: float = 60.0
     """Leave warn only when the limit is at least this far away (or memory is not growing)."""
     critical_enter_seconds_to_limit: float = 10.0
-    """Enter critical when the limit is this close at the recent growth rate."""
     critical_exit_seconds_to_limit: float = 20.0
-    """Leave critical only when the limit is at least this far away (or not growing)."""
     trend_max_headroom: float = 0.25
     """The trend counts only while headroom is below this: partitions allocate in bursts, and a
     burst far from the limit is a normal ramp, not a march to OOM. 1.0 always trusts the trend."""
@@ -90,42 +86,21 @@ class RiskPolicy:
     psi_warn_enter: float = 10.0
     """Enter warn when PSI some avg10 (% of time stalled on memory) rises above this."""
     psi_warn_exit: float = 5.0
-    """Leave warn only when PSI some avg10 is back below this."""
     psi_critical_enter: float = 40.0
     """Enter critical when PSI some avg10 rises above this: the host is reclaiming hard."""
     psi_critical_exit: float = 25.0
-    """Leave critical only when PSI some avg10 is back below this."""
     interval_s: float = 1.0
     """Seconds between samples while the level is ok."""
     fast_interval_s: float = 0.1
     """Seconds between samples while the level is warn or critical."""
 
     def __post_init__(self) -> None:
-        require_fields(self, self.__dataclass_fields__, FINITE)
-        require_fields(
-            self,
-            (
-                "warn_enter_headroom",
-                "warn_exit_headroom",
-                "critical_enter_headroom",
-                "critical_exit_headroom",
-                "trend_max_headroom",
-            ),
-            in_range(0, 1),
-        )
-        psi = ("psi_warn_enter", "psi_warn_exit", "psi_critical_enter", "psi_critical_exit")
-        require_fields(self, psi, in_range(0, 100))
+        fields = self.__dataclass_fields__
+        require_fields(self, fields, FINITE)
+        require_fields(self, [f for f in fields if f.endswith("_headroom")], in_range(0, 1))
+        require_fields(self, [f for f in fields if f.startswith("psi_")], in_range(0, 100))
         require_fields(self, ("trend_window_s", "interval_s", "fast_interval_s"), POSITIVE)
-        require_fields(
-            self,
-            (
-                "warn_enter_seconds_to_limit",
-                "warn_exit_seconds_to_limit",
-                "critical_enter_seconds_to_limit",
-                "critical_exit_seconds_to_limit",
-            ),
-            NON_NEGATIVE,
-        )
+        require_fields(self, [f for f in fields if f.endswith("_seconds_to_limit")], NON_NEGATIVE)
         require_fields(self, ("trend_min_samples",), int_at_least(2))
         # Hysteresis runs the right way: exits are easier to hold than entries to reach, and
         # critical is never easier to enter than warn. Headroom and seconds to the limit are
@@ -200,43 +175,29 @@ def _slope(samples: Sequence[MemorySample], policy: RiskPolicy) -> float | None:
 
 @dataclass(frozen=True)
 class _Thresholds:
-    """One side of one level: headroom and seconds-to-limit below, PSI above."""
+    """One side of one level: headroom and seconds-to-limit below, PSI above; the exit side
+    while ``holding`` the level, else the enter side."""
 
     headroom: float
     seconds_to_limit: float
     psi: float
+    holding: bool
 
 
 def _thresholds(policy: RiskPolicy, level: RiskLevel, *, holding: bool) -> _Thresholds:
-    if level is RiskLevel.CRITICAL:
-        if holding:
-            return _Thresholds(
-                policy.critical_exit_headroom,
-                policy.critical_exit_seconds_to_limit,
-                policy.psi_critical_exit,
-            )
-        return _Thresholds(
-            policy.critical_enter_headroom,
-            policy.critical_enter_seconds_to_limit,
-            policy.psi_critical_enter,
-        )
-    if holding:
-        return _Thresholds(
-            policy.warn_exit_headroom, policy.warn_exit_seconds_to_limit, policy.psi_warn_exit
-        )
+    side = "exit" if holding else "enter"  # the fields are named {level}_{side}_... (psi_...)
     return _Thresholds(
-        policy.warn_enter_headroom, policy.warn_enter_seconds_to_limit, policy.psi_warn_enter
+        getattr(policy, f"{level}_{side}_headroom"),
+        getattr(policy, f"{level}_{side}_seconds_to_limit"),
+        getattr(policy, f"psi_{level}_{side}"),
+        holding,
     )
 
 
-def _signals(
-    fraction: float, ttl: float | None, psi: float | None, th: _Thresholds, *, holding: bool
-) -> list[str]:
-    """The signals past these thresholds, as phrases for the reason.
-
-    Entering needs a value strictly past the enter threshold; a level is held while any value
-    is at or short of its exit threshold, i.e. leaving needs every value strictly back past it.
-    """
+def _signals(fraction: float, ttl: float | None, psi: float | None, th: _Thresholds) -> list[str]:
+    """The signals past these thresholds, as phrases for the reason: entering needs a value
+    strictly past the enter threshold, leaving needs every value strictly back past the exit one."""
+    holding = th.holding
     kind, below, above = ("exit", "≤", "≥") if holding else ("enter", "<", ">")
     out = []
     if fraction <= th.headroom if holding else fraction < th.headroom:
@@ -256,18 +217,13 @@ def assess_risk(
     plateau_bytes: int | None = None,
 ) -> RiskAssessment:
     """The OOM-risk level from the recent samples (oldest first) against the hard limit.
-
-    ``limit_bytes`` is where the kernel acts (``EffectiveLimit.bound_bytes``, in the same units
-    as the samples), not the planning limit: the margin is for planning, the thresholds here are
-    the margin while running. ``previous`` is the last assessment's level (``RiskLevel.OK`` at
-    start): with it the thresholds form a hysteresis loop. Critical is checked first, then warn;
-    a level is entered when any signal crosses its enter threshold, and held (only when the
-    previous level was at least as severe) while any signal is short of its exit threshold.
-
-    ``plateau_bytes`` is where the running plan's memory is measured to level off
-    (``core.memfit``); when that fits below the critical headroom, a trend toward the limit is a
-    ramp to that plateau, not a march to OOM, and does not count.
-    """
+    ``limit_bytes`` is where the kernel acts (``EffectiveLimit.bound_bytes``, in the same units as
+    the samples), not the planning limit: the margin is for planning, the thresholds here are the
+    margin while running. ``previous`` is the last assessment's level (``RiskLevel.OK`` at start),
+    for the hysteresis: critical is checked first, then warn, and a level is held only where the
+    previous one was at least as severe. ``plateau_bytes`` is where the running plan's memory is
+    measured to level off (``core.memfit``); when that fits below the critical headroom, a trend
+    toward the limit is a ramp to that plateau, not a march to OOM, and does not count."""
     if not samples:
         raise ValueError("assess_risk needs at least one sample")
     require_value("assess_risk", "limit_bytes", limit_bytes, int_above(0))
@@ -282,9 +238,8 @@ def assess_risk(
     # A trend far from the limit is a ramp (partitions start in bursts): do not act on it. Nor
     # on one that has stopped: after a step up to a plateau the window's slope stays positive
     # for a while, but memory is no longer growing toward the limit.
-    plateau_fits = plateau_bytes is not None and plateau_bytes <= limit_bytes * (
-        1 - policy.critical_enter_headroom
-    )
+    below_critical = limit_bytes * (1 - policy.critical_enter_headroom)
+    plateau_fits = plateau_bytes is not None and plateau_bytes <= below_critical
     trusted = fraction < policy.trend_max_headroom and not plateau_fits
     rising = len(samples) >= 2 and samples[-1].used_bytes > samples[-2].used_bytes
     trend = ttl if trusted and rising else None
@@ -292,17 +247,13 @@ def assess_risk(
 
     level, why, mode = RiskLevel.OK, [], ""
     for candidate in (RiskLevel.CRITICAL, RiskLevel.WARN):
-        entered = _signals(
-            fraction, trend, psi, _thresholds(policy, candidate, holding=False), holding=False
-        )
+        entered = _signals(fraction, trend, psi, _thresholds(policy, candidate, holding=False))
         if entered:
             mode = "entered" if previous != candidate else "still"
             level, why = candidate, entered
             break
         if previous.severity >= candidate.severity:
-            held = _signals(
-                fraction, trend, psi, _thresholds(policy, candidate, holding=True), holding=True
-            )
+            held = _signals(fraction, trend, psi, _thresholds(policy, candidate, holding=True))
             if held:
                 level, why, mode = candidate, held, "holding"
                 break

@@ -9,8 +9,7 @@ MIB = 1 << 20
 
 
 def gib_to_bytes(gib: float) -> int:
-    """GiB to bytes, rounded up: a figure is a need, and a need rounded down could plan one
-    worker too many."""
+    """GiB to bytes, rounded up: a need rounded down could plan one worker too many."""
     return math.ceil(gib * GIB)
 
 
@@ -30,9 +29,7 @@ def fmt_bytes(n_bytes: float) -> str:
 
 
 def planned_gib(measured_bytes: float, memory_scale: float, ndigits: int = 1) -> float:
-    """Measured bytes as the GiB the plan reads them in, rounded for a person.
-
-    ``memory_scale`` is ``plan_memory_scale``, planned bytes per measured byte: 1 on a real
-    machine; against the simulator the figure comes out in simulated GiB, as in the plan.
-    """
+    """Measured bytes as the GiB the plan reads them in, rounded for a person. ``memory_scale``
+    is ``plan_memory_scale``, planned bytes per measured byte: 1 on a real machine; against the
+    simulator the figure comes out in simulated GiB, as in the plan."""
     return round(measured_bytes * memory_scale / GIB, ndigits)
