@@ -16,10 +16,8 @@ story, whatever the calls:
 - the first answer after a told outage is one ``manager.back`` (info) saying how long it was
   away and how many attempts failed meanwhile.
 
-At most a line or two a minute, whatever the failures: every line is also shipped to the
-manager, so a line per retry was a backlog of its own. Each line names what answered (an
-answer that is not the manager's word: its status, ``Server`` header and first line of text).
-Weather that lasts (:class:`WeatherLines`) is told once more, as one episode.
+Each line names what answered (an answer that is not the manager's word: its status, ``Server``
+header and first line of text). Weather that lasts (:class:`WeatherLines`) is told once more.
 
 The counts are kept for the life of the client (:attr:`AwayWarnings.counts`: the fleet
 benchmark and the metrics read them); listeners hear of every failed attempt
@@ -72,12 +70,9 @@ class AwayWarnings:
     """Counts the failures of one manager and says, by the cadence above, that it is away."""
 
     def __init__(
-        self,
-        url: str | None,
-        *,
-        every_s: float = WARN_EVERY_S,
+        self, url: str | None, *, every_s: float = WARN_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if not every_s > 0:
             raise ValueError(f"every_s must be > 0, got {every_s!r}")
         self.url = url

@@ -99,8 +99,8 @@ class HttpTransport:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self.tls = url.scheme == "https"
         self.host = url.hostname
-        self.port = url.port or (443 if self.tls else 80)
         default = 443 if self.tls else 80
+        self.port = url.port or default
         name = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = name if self.port == default else f"{name}:{self.port}"
         self.prefix = url.path.rstrip("/")

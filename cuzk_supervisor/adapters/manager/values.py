@@ -55,11 +55,9 @@ class ManagerTimeouts:
 
 @dataclass(frozen=True, slots=True)
 class ManagerRetry:
-    """Backoff and, per kind of call, how long to keep retrying (settings).
-
-    The backoff is one state per manager, shared by every call
-    (:class:`cuzk_supervisor.core.backoff.SharedBackoff`): a call's stop bounds how long that
-    call keeps trying, never restarts the pauses."""
+    """Backoff and, per kind of call, how long to keep retrying (settings). The backoff is one
+    :class:`~cuzk_supervisor.core.backoff.SharedBackoff` per manager, shared by every call: a
+    call's stop bounds how long that call keeps trying, never restarts the pauses."""
 
     backoff_base_s: float = 0.5
     """First wait before a retry (full jitter, doubled at each consecutive failure)."""
@@ -85,10 +83,8 @@ class ManagerRetry:
         require_relation(self, "backoff_max_s", ">=", "backoff_base_s")
 
     def policy(self, call: str) -> HttpRetryPolicy:
-        stop = {
-            "register": self.register_stop_s,
-            "log_push": self.log_stop_s,
-        }.get(call, self.report_stop_s)
+        stops = {"register": self.register_stop_s, "log_push": self.log_stop_s}
+        stop = stops.get(call, self.report_stop_s)
         return HttpRetryPolicy(call, self.backoff_base_s, self.backoff_max_s, stop)
 
 
@@ -164,8 +160,7 @@ class BadAnswer(Weather):
 
 
 def is_transient(exc: BaseException) -> bool:
-    """No answer (refused, timed out, dropped), or an answer that is weather: worth another
-    attempt."""
+    """No answer (refused, timed out, dropped), or weather: worth another attempt."""
     return isinstance(exc, TransportError | Weather)
 
 

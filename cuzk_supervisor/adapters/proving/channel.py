@@ -55,8 +55,7 @@ async def until_listening(address: Address, budget_s: float) -> bool:
                 )
             else:
                 _, writer = await within(
-                    asyncio.open_connection(address.host, address.port),
-                    LISTEN_PROBE_INTERVAL_S * 4,
+                    asyncio.open_connection(address.host, address.port), LISTEN_PROBE_INTERVAL_S * 4
                 )
         except (OSError, TimeoutError):
             if time.monotonic() >= end:

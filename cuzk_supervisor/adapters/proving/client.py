@@ -25,13 +25,9 @@ The rules (docs/architecture.md, rule 3 and 5, incidents I1 and I3):
   lost or out-of-budget proof; it raises only for cancellation and programming errors.
 
 This module is the client: its channel, the watch on each call and the reconnect, the short
-calls and the readiness wait. The parts it is made of: the transport
-(:mod:`~cuzk_supervisor.adapters.proving.channel`), errors and call outcomes
-(:mod:`~cuzk_supervisor.adapters.proving.errors`), deadlines and retry policies
-(:mod:`~cuzk_supervisor.adapters.proving.policy`), one proof's loop
-(:mod:`~cuzk_supervisor.adapters.proving.run`), results
-(:mod:`~cuzk_supervisor.adapters.proving.results`) and batches
-(:mod:`~cuzk_supervisor.adapters.proving.batch`).
+calls and the readiness wait. Its parts are the sibling modules: ``channel`` (transport),
+``errors`` (call outcomes), ``policy`` (deadlines, retries), ``run`` (one proof's loop),
+``results`` and ``batch``.
 """
 
 from __future__ import annotations
@@ -94,8 +90,7 @@ class _Conn:
 
 
 class ProvingClient:
-    """Async client over one grpc.aio channel at a time. Use as ``async with
-    ProvingClient(...) as c``.
+    """Async client over one grpc.aio channel at a time. Use as ``async with ProvingClient(...)``.
 
     A channel whose last ``RECONNECT_AFTER_CUTS`` calls were all cut by our own deadline, with
     nothing received, is replaced before the next call: the new one dials a new connection
@@ -245,30 +240,22 @@ class ProvingClient:
             raise DaemonCallError(method, self.address, exc.code(), exc.details() or "") from exc
 
     async def status(self, budget_s: float | None = None) -> pb.GetStatusResponse:
-        """GetStatus with the short deadline; one more poll if the server cut it and the
-        budget (default ``call_deadline_s``) allows; raises DaemonCallError."""
-        response: pb.GetStatusResponse = await self._short_call(
-            "GetStatus", pb.GetStatusRequest(), budget_s
-        )
-        return response
+        """GetStatus, as ``_short_call``; raises DaemonCallError."""
+        return await self._short_call("GetStatus", pb.GetStatusRequest(), budget_s)
 
     async def metrics(self, budget_s: float | None = None) -> str:
         """The daemon's Prometheus text (GetMetrics, as ``status``); raises DaemonCallError."""
-        response: pb.GetMetricsResponse = await self._short_call(
-            "GetMetrics", pb.GetMetricsRequest(), budget_s
-        )
+        response = await self._short_call("GetMetrics", pb.GetMetricsRequest(), budget_s)
         return response.prometheus_text
 
     async def wait_ready(self, deadline_s: float | None = None) -> pb.GetStatusResponse:
         """Poll GetStatus until it answers; raise DaemonNotReady after ``deadline_s``.
 
         Calls are at least ``ready_poll_interval_s`` apart (the real daemon runs nvidia-smi for
-        each), backing off to ``ready_poll_max_s``; each call is cut by ``call_deadline_s``.
-        It gives up when the next poll would start past the deadline (tenacity's
-        ``stop_before_delay``), so it can end up to one poll interval before ``deadline_s``.
-        Only UNAVAILABLE and cuts (DEADLINE_EXCEEDED, or CANCELLED from the server) are retried;
-        any other answer is raised as DaemonNotReady at once (e.g. UNIMPLEMENTED: not a cuzk
-        daemon).
+        each), backing off to ``ready_poll_max_s``; each call is cut by ``call_deadline_s``. It
+        gives up when the next poll would start past the deadline (``stop_before_delay``): up to
+        one poll interval early. Only UNAVAILABLE and cuts are retried; any other answer is
+        DaemonNotReady at once (e.g. UNIMPLEMENTED: not a cuzk daemon).
         """
         deadline = self.timeouts.startup_deadline_s if deadline_s is None else deadline_s
         policy = ready_policy(self.timeouts)
@@ -286,14 +273,11 @@ class ProvingClient:
                 )
             remaining = deadline - (time.monotonic() - started)
             calls += 1
-            response: pb.GetStatusResponse = await self.call(
-                "GetStatus",
-                pb.GetStatusRequest(),
-                timeout=max(min(self.timeouts.call_deadline_s, remaining), 0.001),
-                # A channel still in reconnect backoff waits to connect instead of failing.
-                wait_for_ready=True,
+            # wait_for_ready: a channel still in reconnect backoff waits to connect, not fails.
+            timeout = max(min(self.timeouts.call_deadline_s, remaining), 0.001)
+            return await self.call(
+                "GetStatus", pb.GetStatusRequest(), timeout=timeout, wait_for_ready=True
             )
-            return response
 
         retrying = policy.retrying(
             deadline, log_retry("daemon.ready_retry", address=str(self.address))
@@ -316,10 +300,7 @@ class ProvingClient:
         self, request: pb.SubmitProofRequest, budget_s: float | None = None
     ) -> ProofResult:
         """Submit one proof and await its result within ``budget_s`` (default: the timeouts').
-
-        The caller's request is not changed; if it has no ``request_id`` a copy gets a uuid4,
-        and that id is the job id (the daemon uses the request id as job id).
-        """
+        A request without ``request_id`` is copied with a uuid4 (the daemon's job id) in it."""
         budget = self.timeouts.proof_budget_s if budget_s is None else budget_s
         if not budget > 0:
             raise ValueError(f"budget_s must be > 0, got {budget!r}")

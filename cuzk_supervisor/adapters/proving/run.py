@@ -25,12 +25,7 @@ from cuzk_supervisor.adapters.proving.errors import (
     is_connect_failure,
     is_cut,
 )
-from cuzk_supervisor.adapters.proving.policy import (
-    Attempt,
-    await_policy,
-    log_retry,
-    submit_policy,
-)
+from cuzk_supervisor.adapters.proving.policy import Attempt, await_policy, log_retry, submit_policy
 from cuzk_supervisor.adapters.proving.results import DaemonTimings, ProofResult, ProofStatus
 from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
 from cuzk_supervisor.proto import proving_pb2 as pb
@@ -113,9 +108,7 @@ class ProofRun:
                         self.uploads_cut += 1
                     self.landed_at = self.sent_at = None
                     log.info(
-                        "proof.submit_not_landed",
-                        job_id=self.job_id,
-                        uploads_cut=self.uploads_cut,
+                        "proof.submit_not_landed", job_id=self.job_id, uploads_cut=self.uploads_cut
                     )
                     confirmed = await self._submit()
                     continue

@@ -22,12 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from cuzk_supervisor.adapters.state.fields import (
-    Fields,
-    StateFormatError,
-    object_fields,
-    str_item,
-)
+from cuzk_supervisor.adapters.state.fields import Fields, StateFormatError, object_fields, str_item
 from cuzk_supervisor.core.reports import BENCH_DONE, REPORT_KINDS, REPORT_OUTCOMES
 
 STATE_VERSION = 1
