@@ -30,8 +30,8 @@ class ProcStat:
 
 
 def parse_proc_stat(text: str | None) -> ProcStat | None:
-    """``pid (comm) state ppid ... rss(24) ...``; ``comm`` may hold
-    spaces and parentheses, so fields are counted from the last ``)``."""
+    """``pid (comm) state ppid ... rss(24) ...``; fields counted from the last ``)`` (``comm``
+    may hold spaces and parentheses)."""
     if text is None:
         return None
     close = text.rfind(")")
