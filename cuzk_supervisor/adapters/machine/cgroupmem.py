@@ -2,9 +2,7 @@
 page cache, OOM counters and, on v2, its PSI. Pure functions turn the files' text into a
 :class:`CgroupMemory`; :class:`CgroupReader` resolves the file paths once and reads them on every
 sample; :func:`read_oom_kill_count` reads the one counter the daemon's exit classification needs.
-
-Why the cgroup and not only psutil: inside a container ``/proc/meminfo`` shows the host, while
-the kernel OOM-kills at the cgroup limit (incident I4, docs/architecture.md, rule 6).
+Why the cgroup: see :mod:`cuzk_supervisor.adapters.machine.resources`.
 """
 
 from __future__ import annotations
@@ -155,11 +153,11 @@ class CgroupReader:
     sample; the files that change seldom (the limits, the OOM counters) at most every
     ``slow_every_s`` (0: at every read), their last texts standing in between.
 
-    The memory policy reads the usage and the working set at every sample; a limit is set once
-    for a container's life, and the OOM counters are only the sample's record (the daemon's exit
-    is classified from a fresh read, :func:`read_oom_kill_count`). On v1 the limit that binds is
-    read at every sample anyway, as ``hierarchical_memory_limit`` in ``memory.stat``. Each file
-    read costs as much as the parsing of the others on an idle machine (issue 35).
+    The memory policy reads usage and working set at every sample; a limit is set once for a
+    container's life, and the OOM counters are only the sample's record (the daemon's exit is
+    classified from a fresh :func:`read_oom_kill_count`). On v1 the binding limit is read at every
+    sample anyway (``hierarchical_memory_limit`` in ``memory.stat``). Each file read costs as
+    much as parsing the others on an idle machine (issue 35).
     """
 
     def __init__(

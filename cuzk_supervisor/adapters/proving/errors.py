@@ -74,11 +74,9 @@ def describe(exc: BaseException) -> str:
 
 def is_connect_failure(exc: BaseException) -> bool:
     """True when a call failed because the channel could not connect: the server got nothing.
-
-    grpc-core reports a refused connection or a missing unix socket as UNAVAILABLE with
-    "failed to connect to all addresses". A connection dropped *during* a call (or a server that
-    aborts with UNAVAILABLE) has other details: the request may have arrived.
-    """
+    grpc-core reports a refused connection or a missing unix socket as UNAVAILABLE with "failed
+    to connect to all addresses"; a connection dropped *during* a call (or a server aborting with
+    UNAVAILABLE) has other details: the request may have arrived."""
     return (
         isinstance(exc, grpc.aio.AioRpcError)
         and exc.code() == grpc.StatusCode.UNAVAILABLE
