@@ -6,9 +6,8 @@ the daemon log and the pidfiles:
 - Folders are created ``0750`` and files ``0640`` (the state file ``0600``) whatever the umask:
   the mode is set with ``chmod``/``fchmod`` after creation, which the umask does not narrow.
 - A temp file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name in the
-  target's folder, so a file or a symlink planted at a temp path is never opened, let alone
-  written through; ``os.replace`` then puts it in place (the replace swaps a planted link at the
-  target itself, it never writes through it).
+  target's folder, so nothing planted at a temp path is opened; ``os.replace`` then puts it in
+  place (it swaps a planted link at the target itself, never writes through it).
 - Opening a file never blocks and never follows a link planted in our folders: ``O_NONBLOCK``
   (a FIFO where a file should be would otherwise hang the open) and a check with ``fstat`` that
   it is a regular file (:class:`NotARegularFile` when it is not).

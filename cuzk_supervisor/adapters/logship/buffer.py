@@ -7,8 +7,7 @@ The line bound is what the manager keeps of an instance (10,000 lines): a backlo
 be thrown away on arrival. Past either bound the OLDEST ROUTINE line (across sources) goes; only
 when no routine line waits does a milestone go, never one of a tab's first :data:`FIRST_KEPT`
 waiting (the start of its story) nor its newest (the end). A push takes what
-:func:`cuzk_supervisor.core.logselect.select` chooses. Every line left out is counted by kind
-(:meth:`LogBuffer.skipped`), and that tally is one line at the head of the source's next body.
+:func:`cuzk_supervisor.core.logselect.select` chooses; every line left out is counted by kind.
 """
 
 from __future__ import annotations

@@ -48,12 +48,7 @@ class CgroupMemory:
 def parse_limit(text: str | None) -> int | None:
     """A limit file (``memory.max``, ``memory.limit_in_bytes``): None for ``max``, for huge
     values (>= ``UNLIMITED_THRESHOLD``), for anything that is not a number, and for no file."""
-    if text is None:
-        return None
-    value = parse_int(text)
-    if value is None or value >= UNLIMITED_THRESHOLD or value < 0:
-        return None
-    return value
+    return _limit_value(parse_int(text))
 
 
 def cgroup_memory_v2(
@@ -100,11 +95,8 @@ def cgroup_memory_v1(
     ``hierarchical_memory_limit`` is the lowest limit up the tree, so no walk is needed."""
     st = parse_keyed(stat, _V1_STAT_KEYS)
     oc = parse_keyed(oom_control, ("oom_kill", "under_oom"))
-    limits = [
-        v
-        for v in (parse_limit(limit), _limit_value(st.get("hierarchical_memory_limit")))
-        if v is not None
-    ]
+    both = (parse_limit(limit), _limit_value(st.get("hierarchical_memory_limit")))
+    limits = [v for v in both if v is not None]
     used = parse_int(usage)
     inactive = st.get("total_inactive_file", st.get("inactive_file"))
     under = oc.get("under_oom")

@@ -54,8 +54,7 @@ takes the kernel's whole pid space to wrap; the full read is a stat file per pro
 machine."""
 
 
-# --------------------------------------------------------------------------------------------
-# Snapshots (plain frozen data)
+# --- snapshots (plain frozen data) ----------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,18 +163,14 @@ def _kib(line: str) -> int | None:
         return None
 
 
-# --------------------------------------------------------------------------------------------
-# The sampler
+# --- the sampler ----------------------------------------------------------------------------
 
 
 class MemorySampler:
-    """Reads one ``MemorySnapshot``; built once, sampled often.
-
-    ``proc_root`` and ``fs_root`` are where ``/proc`` and the cgroup mounts are read (fixture
-    folders in tests). ``cgroup`` pins the cgroup folder (skipping discovery); with
-    ``discover=False`` and no ``cgroup`` the sampler reports no cgroup. Discovery happens once,
-    here: the supervisor does not move between cgroups. ``host`` is the psutil edge, ``tree``
-    the daemon-tree reader, ``clock`` stamps snapshots (wall time by default, for logs).
+    """Reads one ``MemorySnapshot``; built once, sampled often. ``cgroup`` pins the cgroup
+    folder (skipping discovery); with ``discover=False`` and no ``cgroup``, no cgroup. Discovery
+    happens once, here: the supervisor does not move between cgroups. ``host`` is the psutil
+    edge, ``tree`` the daemon-tree reader, ``clock`` stamps snapshots (wall time, for logs).
     """
 
     def __init__(

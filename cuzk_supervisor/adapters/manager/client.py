@@ -13,25 +13,20 @@ Rules (docs/architecture.md, rule 3, 6 and 9, incidents I2 and I5):
   no answer (refused, timed out, dropped), HTML, plain-text or empty answers of any status (a
   proxy's 404 or 403 page, Go's ``404 page not found``), 401, 405, 413, 429, 5xx, and a 2xx
   that is not the API's answer.
-- One backoff per manager, shared by all calls (:mod:`cuzk_supervisor.adapters.manager.
-  attempts`): every failed attempt of any call lengthens the pause before the next request of
-  every call; a ``Retry-After`` (seconds or an HTTP-date) is a floor no request goes before;
-  while the manager is failing, one request at a time probes it. Failed attempts are counted
-  (:attr:`ManagerClient.failures`) and told in a line now and then naming what answered
-  (status, ``Server`` header, the body's first line: :mod:`cuzk_supervisor.adapters.manager.
-  away`); weather that lasts ``weather_s`` (10 min by default) is one ``manager.weather`` line.
+- One backoff per manager, shared by all calls (``attempts``): every failed attempt of any call
+  lengthens the pause before the next request of every call; a ``Retry-After`` (seconds or an
+  HTTP-date) is a floor; while the manager is failing, one request at a time probes it. Failed
+  attempts are counted (:attr:`ManagerClient.failures`) and told now and then, naming what
+  answered (``away``); weather lasting ``weather_s`` (10 min) is one ``manager.weather`` line.
 - No manager configured (``base_url=None``) is a local run: a report is logged once as
   ``manager.report_skipped`` (the same report again, e.g. the ``/running`` ping, only at debug)
   and answered locally. Nobody judges a rate there: a measured rate goes on, unjudged
   (``BenchVerdict(checked=False)``); a failure report (rate 0) is never called a pass.
-- Reports other than register go through the :class:`Outbox`, stored in the state file: a
-  report is written to disk before it is sent, and removed only after the manager acknowledged
-  it (or gave its final word). A crash in between leaves it queued: delivery is at least once.
-  That is safe with the real manager: ``/param-done`` and ``/running`` are idempotent, and
-  ``/bench-done`` applied twice with the same rate gives the same verdict. Still, a report found
-  queued at start is first looked up in the manager's ``GET /status``
-  (:mod:`cuzk_supervisor.core.reconcile`), because a ``/bench-done`` sent again would revive an
-  instance the manager killed meanwhile; only what the manager has not recorded is sent again.
+- Reports other than register go through the durable ``outbox`` (the state file): delivery is
+  at least once, safe with the real manager (``/param-done`` and ``/running`` are idempotent,
+  ``/bench-done`` twice with the same rate gives the same verdict). A report found queued at
+  start is first looked up in ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`): a
+  ``/bench-done`` sent again would revive an instance the manager killed meanwhile.
 - ``GET /status`` answers with the manager's whole table: it is read rarely (at a resume, before
   ``/bench-done``), never periodically. An empty list cannot be the manager's answer to a
   registered instance: it is a bad answer, retried and counted; a list without our record is
@@ -92,19 +87,14 @@ PATHS = {"register": "/register", PARAM_DONE: "/param-done", BENCH_DONE: "/bench
          RUNNING: "/running", "status": "/status", "log_push": "/api/log-push"}  # fmt: skip
 
 
-# --- the client ---------------------------------------------------------------------------------
-
-
 class ManagerClient:
     """Async client of the manager. Use as ``async with ManagerClient(url) as client``.
 
-    ``base_url=None`` is a local run (no manager). ``transport`` replaces the network (tests use
-    a :class:`~cuzk_supervisor.adapters.manager.http.FunctionTransport`; by default one
-    persistent :class:`~cuzk_supervisor.adapters.manager.http.HttpTransport`, with
-    ``ssl_context`` for https). ``clock`` is the one clock of the retries, the warnings and the
-    connection's idle expiry; ``rng`` draws the backoff's jitter; ``wall_clock`` reads a
-    ``Retry-After`` given as an HTTP-date and stamps the reports it finishes. Nothing is global:
-    the fleet benchmark runs a fleet of clients in one process.
+    ``transport`` replaces the network (tests: a ``FunctionTransport``; by default one persistent
+    ``HttpTransport``, with ``ssl_context`` for https). ``clock`` is the one clock of the retries,
+    the warnings and the connection's idle expiry; ``rng`` draws the backoff's jitter;
+    ``wall_clock`` reads a ``Retry-After`` given as an HTTP-date and stamps the reports it
+    finishes. Nothing is global: the fleet benchmark runs a fleet of clients in one process.
     """
 
     def __init__(

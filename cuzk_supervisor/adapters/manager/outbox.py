@@ -72,10 +72,9 @@ class Outbox:
     """Durable, ordered reports to the manager: written to the state file before any send.
 
     One report is in flight at a time, in queue order. A report leaves the queue after its first
-    acknowledgement, or after an answer that retrying cannot change (404: the instance is gone;
-    another 4xx: rejected); it then joins ``acked``, the last ``keep_acked`` finished reports,
-    kept in the state file too so that a verdict acknowledged just before a crash is not lost.
-    Its deadlines and stamps read the client's clocks (``client.clock``, ``client.wall_clock``).
+    acknowledgement, or after an answer that retrying cannot change (404: gone; another 4xx:
+    rejected); it then joins ``acked``, the last ``keep_acked`` finished reports, kept in the
+    state file too so that a verdict acknowledged just before a crash is not lost.
     """
 
     def __init__(
@@ -149,10 +148,9 @@ class Outbox:
         """Queue ``report`` (if new), send everything before it and then it; return it finished.
 
         For bench_done, ``.passed`` is the verdict. Raises InstanceGone (404), ManagerRejected
-        (another 4xx), ManagerUnavailable (the manager stayed away until the retry stop or
-        ``deadline_s``: the report stays queued for a later ``send_now`` or ``drain``), or
-        StateWriteError. A report already finished (e.g. acknowledged before a crash) is not
-        sent again: its recorded outcome is returned (or raised).
+        (another 4xx), ManagerUnavailable (away until the retry stop or ``deadline_s``: the report
+        stays queued), or StateWriteError. A report already finished (e.g. acknowledged before a
+        crash) is not sent again: its recorded outcome is returned (or raised).
         """
         await self.enqueue(report)
         deadline = None if deadline_s is None else self.client.clock() + deadline_s

@@ -119,11 +119,10 @@ class ManagerRejected(ManagerError):
 class ManagerUnavailable(ManagerError):
     """No word from the manager until the call's retry stop (or the caller's deadline) ran out:
     no answer at all, or only weather. ``weather``: the last attempt got an answer that was not
-    the manager's word (a proxy's page, an empty 404, a 5xx, a 2xx that is not the API's
-    answer), not a refused connection or a timeout. ``bad_answer``: that answer was one that
-    says something in front of the manager answers for it, not that the manager is down or
-    busy: a 2xx that is not the API's answer, or a 4xx page other than 408 and 429 (a 403 on
-    the dashboard's API, say)."""
+    the manager's word (a proxy's page, an empty 404, a 5xx), not a refused connection or a
+    timeout. ``bad_answer``: that answer says something in front of the manager answers for it,
+    not that it is down or busy: a 2xx that is not the API's answer, or a 4xx page other than
+    408 and 429 (a 403 on the dashboard's API, say)."""
 
     def __init__(
         self, call: str, attempts: int, reason: str, *, weather: bool = False,
@@ -140,8 +139,7 @@ class ManagerUnavailable(ManagerError):
 class Weather(Exception):
     """An answer that is not the manager's word (:mod:`cuzk_supervisor.core.answers`): retried,
     never final. ``described`` names what answered (status, ``Server`` header, the body's first
-    line); ``retry_after_s`` is what its ``Retry-After`` asked for (seconds, or an HTTP-date
-    read as seconds from now)."""
+    line); ``retry_after_s``: its ``Retry-After`` (an HTTP-date read as seconds from now)."""
 
     def __init__(self, status: int, described: str, retry_after_s: float | None = None) -> None:
         self.status = status
@@ -151,9 +149,9 @@ class Weather(Exception):
 
 
 class BadAnswer(Weather):
-    """A 2xx whose body is not the answer the API defines: a proxy's page (a maintenance page
-    is a 200 with HTML), not the manager's word. The report is not applied as far as we can
-    tell, so it is tried again (GET /status reconciles an answer that was only mangled)."""
+    """A 2xx whose body is not the answer the API defines: a proxy's page (a maintenance page is
+    a 200 with HTML). Not applied as far as we can tell, so tried again (GET /status reconciles
+    an answer that was only mangled)."""
 
     def __init__(self, status: int, detail: str, body: bytes) -> None:
         super().__init__(status, f"HTTP {status} {detail}: {body[:120]!r}")

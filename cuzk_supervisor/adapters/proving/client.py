@@ -13,14 +13,13 @@ The rules (docs/architecture.md, rule 3 and 5, incidents I1 and I3):
   deadline fires) is handled exactly like our own ``DEADLINE_EXCEEDED``. Only a cancellation our
   own code started (a cancelled task, the client closing) is final.
 - A submit whose fate is unknown (cut, or the connection dropped under it) is never retried
-  blind: the job is awaited first, and NOT_FOUND then means "it did not land" (counted apart, as
-  ``uploads_cut``, so ``submissions`` is what the daemon saw). A submit is retried directly only
-  when the channel could not connect at all, i.e. nothing was sent.
+  blind: the job is awaited first, and NOT_FOUND then means "it did not land" (counted apart,
+  ``uploads_cut``). A submit is retried directly only when nothing was sent (no connection).
 - No dead connection outlives two deadlines: after two calls in a row on one channel are cut
-  with nothing received, the client opens a new channel for the next call (a silent path, no
-  FIN and no RST, is otherwise noticed only by keepalive, minutes later).
-- Every retry goes through tenacity with a :class:`RetryPolicy` value: only codes known to be
-  transient, jittered exponential backoff, a stop at the remaining budget, each attempt logged.
+  with nothing received, the next call gets a new channel (a silent path, no FIN and no RST, is
+  otherwise noticed only by keepalive, minutes later).
+- Every retry goes through tenacity with a ``RetryPolicy`` value: only transient codes,
+  jittered exponential backoff, a stop at the remaining budget, each attempt logged.
 - Failures are values: :meth:`ProvingClient.prove` returns a :class:`ProofResult` for a failed,
   lost or out-of-budget proof; it raises only for cancellation and programming errors.
 
@@ -78,8 +77,7 @@ RECONNECT_AFTER_CUTS = 2
 
 @dataclass(eq=False, slots=True)
 class _Conn:
-    """One channel and what we know of it: calls in flight, and calls cut in a row with
-    nothing received from the server."""
+    """One channel, its calls in flight and its calls cut in a row with nothing received."""
 
     channel: grpc.aio.Channel
     stub: pb_grpc.ProvingEngineStub
@@ -93,9 +91,8 @@ class ProvingClient:
     """Async client over one grpc.aio channel at a time. Use as ``async with ProvingClient(...)``.
 
     A channel whose last ``RECONNECT_AFTER_CUTS`` calls were all cut by our own deadline, with
-    nothing received, is replaced before the next call: the new one dials a new connection
-    (``reconnect`` logged, ``on_reconnect`` called: the supervisor counts it in /metrics). The
-    old one is closed once its calls in flight have ended, so other proofs are not disturbed.
+    nothing received, is replaced before the next call (``on_reconnect``: counted in /metrics);
+    the old one is closed once its calls in flight have ended, so other proofs are not disturbed.
     """
 
     def __init__(
@@ -288,12 +285,8 @@ class ProvingClient:
             raise DaemonNotReady(
                 self.address, time.monotonic() - started, calls, describe(exc)
             ) from None
-        log.info(
-            "daemon.ready",
-            address=str(self.address),
-            calls=calls,
-            waited_s=round(time.monotonic() - started, 3),
-        )
+        log.info("daemon.ready", address=str(self.address), calls=calls,
+                 waited_s=round(time.monotonic() - started, 3))  # fmt: skip
         return response
 
     async def prove(

@@ -2,9 +2,7 @@
 the classifiers of a call's outcome (cut by a deadline, refused before anything was sent,
 cancelled by our own process, nothing received).
 
-The rules they serve are in :mod:`cuzk_supervisor.adapters.proving.client`: a cut call is a cut
-call, whoever cut it; only a cancellation our own code started is final; a submit is retried
-blind only when nothing was sent.
+The rules they serve are in :mod:`cuzk_supervisor.adapters.proving.client`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Every deadline and retry rule of the proving client, as plain values.
 
-:class:`ProvingTimeouts` (``timeouts``) holds the deadlines and budgets (they become settings);
-:class:`RetryPolicy` says what one kind of call retries and how it waits, and builds the tenacity
-controller for one series of attempts. The four policies (:func:`submit_policy`,
-:func:`await_policy`, :func:`ready_policy`, :func:`call_policy`) are values to print, compare and
-test; the client and the proof loop only run them.
+:class:`ProvingTimeouts` (``timeouts``) holds the deadlines and budgets; :class:`RetryPolicy`
+says what one kind of call retries and how it waits, and builds the tenacity controller for one
+series of attempts. The four ``*_policy`` values are to print, compare and test; the client and
+the proof loop only run them.
 """
 
 from __future__ import annotations

@@ -3,11 +3,9 @@ values, and its versioned JSON form.
 
 :class:`SupervisorState` holds the phase, the instance's identity at the manager, the plan, the
 benchmark records (:class:`BenchRecord`), a terminal verdict, the last failures and the reports
-to the manager (:class:`Report`: pending in the outbox, or finished). Change it with
-``dataclasses.replace`` (or the small ``with_*`` helpers). :meth:`SupervisorState.to_json` writes
-it; :meth:`SupervisorState.from_json` reads it back and raises :class:`StateFormatError`, saying
-what is wrong, for a document this build cannot read. No I/O here: the file is
-:mod:`cuzk_supervisor.adapters.state.store`.
+to the manager (:class:`Report`). Change it with ``dataclasses.replace`` (or the ``with_*``
+helpers); :meth:`SupervisorState.from_json` raises :class:`StateFormatError`, saying what is
+wrong, for a document this build cannot read. No I/O here: the file is ``state.store``.
 """
 
 from __future__ import annotations

@@ -7,16 +7,13 @@ Rules (docs/architecture.md, rule 4, "durable before visible"):
   itself survives a power cut. A crash at any point leaves either the old file or the new one.
 - A load never crashes the supervisor. A missing file is a fresh start; a file that cannot be
   read, is not JSON, has an unknown version or the wrong shape is moved aside
-  (``<name>.corrupt-<timestamp>``, kept for a person to look at) with one warning event, and a
-  fresh state is returned. Fresh is safe: params are verified again, the benchmark runs again,
-  and registering again is idempotent per label at the manager.
-- A failed write raises :class:`StateWriteError` (one line: the path and the OS error); the caller
-  decides what follows.
+  (``<name>.corrupt-<timestamp>``, for a person to look at) with one warning, and a fresh state
+  is returned. Fresh is safe: params are verified again, the benchmark runs again, and
+  registering again is idempotent per label at the manager.
+- A failed write raises :class:`StateWriteError` (one line: the path and the OS error).
 
 This module is the file: :class:`StateStore` loads and saves it, :class:`StateKeeper` owns the
-current state in the event loop and serialises writers. The document itself (the frozen
-:class:`~cuzk_supervisor.adapters.state.doc.SupervisorState` and its JSON form) is
-:mod:`cuzk_supervisor.adapters.state.doc`.
+current state in the event loop and serialises writers. The document is ``state.doc``.
 """
 
 from __future__ import annotations
