@@ -6,9 +6,8 @@ the daemon log and the pidfiles:
 - Folders are created ``0750`` and files ``0640`` (the state file ``0600``) whatever the umask:
   the mode is set with ``chmod``/``fchmod`` after creation, which the umask does not narrow.
 - A temp file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name in the
-  target's folder, so a file or a symlink planted at a temp path is never opened, let alone
-  written through; ``os.replace`` then puts it in place (the replace swaps a planted link at the
-  target itself, it never writes through it).
+  target's folder, so nothing planted at a temp path is opened; ``os.replace`` then puts it in
+  place (it swaps a planted link at the target itself, never writes through it).
 - Opening a file never blocks and never follows a link planted in our folders: ``O_NONBLOCK``
   (a FIFO where a file should be would otherwise hang the open) and a check with ``fstat`` that
   it is a regular file (:class:`NotARegularFile` when it is not).
@@ -52,9 +51,7 @@ class NotARegularFile(OSError):
 
 class WriteError(Exception):
     """A file the supervisor needs could not be written or opened; one line: what, path, why.
-
-    ``path`` and ``error`` (the :class:`OSError`) are kept for callers that decide by errno.
-    """
+    ``error`` (the :class:`OSError`) is kept for callers that decide by errno."""
 
     def __init__(self, what: str, path: Path | str, error: OSError) -> None:
         self.what = what
@@ -90,11 +87,8 @@ def _kind(mode: int) -> str:
 
 
 def make_folder(path: Path | str, mode: int = DIR_MODE) -> Path:
-    """Create ``path`` and any missing parents, each with ``mode`` whatever the umask.
-
-    Folders that already exist keep their mode (they may be the operator's). A file where a
-    folder should be raises ``NotADirectoryError``.
-    """
+    """Create ``path`` and any missing parents, each with ``mode`` whatever the umask. Folders
+    that exist keep their mode (they may be the operator's); a file there: NotADirectoryError."""
     folder = Path(path)
     missing: list[Path] = []
     probe = folder
@@ -121,12 +115,9 @@ def world_writable(path: Path | str) -> bool:
 
 
 def ensure_private_folder(path: Path | str) -> bool:
-    """Make sure an existing folder is not world-writable; True when its mode had to be fixed.
-
-    Anyone could otherwise plant files or links in it or replace what we wrote. The
-    world-write bit is taken away (``chmod``); a ``PermissionError`` (not our folder) is raised
-    when that is not possible, for the caller to refuse to start.
-    """
+    """Make sure an existing folder is not world-writable (anyone could plant links in it);
+    True when its mode had to be fixed. Raises ``PermissionError`` (not our folder) when the
+    ``chmod`` cannot do it, for the caller to refuse to start."""
     mode = os.stat(path).st_mode
     if not mode & stat.S_IWOTH:
         return False
@@ -179,12 +170,9 @@ def create_temp(folder: Path, name: str, mode: int = FILE_MODE) -> tuple[int, Pa
 def atomic_write(
     path: Path | str, data: bytes, mode: int = FILE_MODE, ops: FileOps | None = None
 ) -> None:
-    """Write ``data`` to ``path`` atomically and durably with ``mode``.
-
-    The folder is created (:func:`make_folder`); a temp file in it is written, fsynced and
-    renamed over ``path``; then the folder is fsynced so the rename survives a power cut. On
-    any error the temp file is removed and ``path`` is untouched; the ``OSError`` is raised.
-    """
+    """Write ``data`` to ``path`` atomically and durably with ``mode``: a temp file in the
+    (created) folder is written, fsynced and renamed over ``path``, then the folder is fsynced
+    so the rename survives a power cut. On error the temp file is removed, ``path`` untouched."""
     ops = ops if ops is not None else FileOps()
     target = Path(path)
     folder = make_folder(target.parent)

@@ -69,9 +69,7 @@ def read_toml(path: Path, *, what: str, max_bytes: int) -> dict[str, Any]:
     text = read_text(path, what=what, max_bytes=max_bytes)
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{what} {path} is not valid TOML: {exc}") from None
     except RecursionError:
         raise UsageError(f"{what} {path} is not valid TOML: nested too deep") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+    except ValueError as exc:  # TOMLDecodeError, or e.g. an integer of more than 4300 digits
         raise UsageError(f"{what} {path} is not valid TOML: {exc}") from None

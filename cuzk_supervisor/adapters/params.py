@@ -158,14 +158,11 @@ async def ensure_params(
     pidfile: Path | None = None,
     lock_wait_s: float = 60.0,
 ) -> ParamsOutcome:
-    """Skip when everything expected is present; else fetch with progress, then verify.
-
-    One writer at a time: the files are looked at, fetched and verified under the params lock
-    (:mod:`cuzk_supervisor.adapters.paramslock`), which the fetch holds for its lifetime, its
-    children too; what a killed supervisor left holding it, or running with its marks
-    (``pidfile``, the environment: :mod:`cuzk_supervisor.daemon.leftovers`), is stopped first,
-    a live supervisor's fetch waited for (``lock_wait_s``). Raises :class:`ParamsFailed` (also
-    when the folder cannot be made, or the lock is still held after the wait).
+    """Skip when everything expected is present; else fetch with progress, then verify; all of
+    it under the params lock, waited for ``lock_wait_s`` (see the module docstring). What a
+    killed supervisor left running with its marks (``pidfile``, the environment:
+    :mod:`cuzk_supervisor.daemon.leftovers`) is stopped first. Raises :class:`ParamsFailed`
+    (also when the folder cannot be made, or the lock is still held after the wait).
     """
     try:
         files.make_folder(folder)  # a quick metadata call: fine in the loop

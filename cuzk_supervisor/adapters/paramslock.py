@@ -3,20 +3,19 @@ releases with its last holder (issue 46).
 
 The lock is an exclusive ``flock`` on ``.cuzk-supervisor-fetch.lock`` in the params folder. A
 flock belongs to an open file description, not to a process: the supervisor takes it, hands the
-descriptor to the fetch (``pass_fds``), and the fetch and everything it starts inherit it, a
-grandchild that escaped with ``setsid`` too. As long as any process of a fetch holds it, no
-second fetch can take the lock, whatever became of the supervisor that started the first; when
-the last holder exits (or is killed) the kernel releases it. No mark that can fail (a pidfile
-written too late, an environment not yet visible, an owner check that takes a zombie for a
-live supervisor) decides whether two fetches write at once: the marks only find what to stop.
+descriptor to the fetch (``pass_fds``), and everything the fetch starts inherits it, a grandchild
+that escaped with ``setsid`` too. While any process of a fetch holds it, no second fetch takes
+the lock, whatever became of the supervisor that started the first; the kernel releases it with
+its last holder. No mark that can fail (a pidfile written too late, an environment not yet
+visible, a zombie taken for a live supervisor) decides whether two fetches write at once: the
+marks only find what to stop.
 
-Who holds it: the kernel keeps the pid of the process that took a flock with the lock
-(``/proc/locks``), and shows the lock in ``/proc/PID/fdinfo`` of every descriptor that holds it:
-the taker is the supervisor that took it, the holders are the processes with such a descriptor.
-What follows is ``core.fetchlock``'s decision: holders nobody else will stop (a dead supervisor's
-fetch, or ours once our fetch has ended) are stopped at once, with the leftovers their marks
-find; a live supervisor's fetch is waited for, with one line saying why and for whom, for at
-most ``params_lock_wait_s``; past that, :class:`LockUnavailable` (exit 8, the reason reported).
+Who holds it: ``/proc/locks`` names the pid that took the flock (the taker, a supervisor), and
+``/proc/PID/fdinfo`` shows it on every descriptor that holds it (the holders). Then
+``core.fetchlock`` decides: holders nobody else will stop (a dead supervisor's fetch, or ours
+once our fetch has ended) are stopped at once, with the leftovers their marks find; a live
+supervisor's fetch is waited for, with one line saying why and for whom, at most
+``params_lock_wait_s``; past that, :class:`LockUnavailable` (exit 8, the reason reported).
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ The line bound is what the manager keeps of an instance (10,000 lines): a backlo
 be thrown away on arrival. Past either bound the OLDEST ROUTINE line (across sources) goes; only
 when no routine line waits does a milestone go, never one of a tab's first :data:`FIRST_KEPT`
 waiting (the start of its story) nor its newest (the end). A push takes what
-:func:`cuzk_supervisor.core.logselect.select` chooses. Every line left out is counted by kind
-(:meth:`LogBuffer.skipped`), and that tally is one line at the head of the source's next body.
+:func:`cuzk_supervisor.core.logselect.select` chooses; every line left out is counted by kind.
 """
 
 from __future__ import annotations
@@ -48,28 +47,22 @@ class _Tab:
         return len(self.milestones) + len(self.routine)
 
     def oldest(self) -> int:
-        heads = [q[0].seq for q in (self.milestones, self.routine) if q]
-        return min(heads)
+        return min(q[0].seq for q in (self.milestones, self.routine) if q)
 
     def put(self, entry: Entry) -> None:
         (self.milestones if entry.milestone else self.routine).append(entry)
-        self._count(entry, 1)
-
-    def _count(self, entry: Entry, sign: int) -> None:
-        self.bytes += sign * entry.size
+        self.bytes += entry.size
         if entry.milestone:
-            self.milestone_bytes += sign * entry.size
+            self.milestone_bytes += entry.size
 
     def all(self) -> list[Entry]:
         return list(heapq.merge(self.milestones, self.routine))
 
 
 class LogBuffer:
-    """Lines waiting to be pushed, per source, bounded in lines and bytes.
-
-    Each line has a global sequence number, so "oldest" is across sources. Eviction looks at
-    the head of each source's queues: O(number of sources), a handful.
-    """
+    """Lines waiting to be pushed, per source, bounded in lines and bytes. Each line has a global
+    sequence number, so "oldest" is across sources. Eviction looks at the head of each source's
+    queues: O(number of sources), a handful."""
 
     def __init__(self, max_lines: int, max_bytes: int) -> None:
         self.max_lines = max_lines
@@ -87,8 +80,7 @@ class LogBuffer:
     def add(
         self, source: str, text: str, size: int, kind: str = "", milestone: bool = False
     ) -> int:
-        """Append one normalised line; return its sequence number. (The flood's path: kept
-        flat.)"""
+        """Append one normalised line; return its sequence number. (The flood's path: flat.)"""
         self._seq += 1
         self._put(source, Entry(self._seq, text, size, kind or "lines", milestone))
         if self.lines > self.max_lines or self.bytes > self.max_bytes:
@@ -140,8 +132,7 @@ class LogBuffer:
         return out
 
     def oldest_waiting(self, source: str) -> int:
-        """The sequence number of the oldest line of ``source`` waiting (past every line when
-        none waits)."""
+        """The sequence number of ``source``'s oldest waiting line (past every line: none)."""
         tab = self._tabs.get(source)
         return tab.oldest() if tab else self._seq + 1
 

@@ -1,7 +1,6 @@
-"""A child's output for its dashboard tab: each line classed as it comes
-(:func:`cuzk_supervisor.core.lineclass.child_line`: the first lines of a run, the ready line,
-error lines are milestones), and, when its output ends (the child exited), its last routine
-lines made milestones too. An :class:`~cuzk_supervisor.daemon.output.OutputPump` sink: one pump
+"""A child's output for its dashboard tab: each line classed as it comes (``lineclass.child_line``:
+the first lines of a run, the ready line, error lines are milestones), and, when its output ends
+(the child exited), its last routine lines made milestones too. An ``OutputPump`` sink: one pump
 is one run of the child, its line numbers start at 0 with each run.
 """
 

@@ -84,12 +84,9 @@ def shipping_processor(
     shipper: LineTaker, source: str = SUPERVISOR_SOURCE
 ) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
     """A structlog processor feeding every event but :data:`NOT_SHIPPED` to ``shipper``, a
-    milestone or a routine line by its level and name
-    (:func:`~cuzk_supervisor.core.lineclass.event_is_milestone`), its kind the event's name;
-    the event passes unchanged.
-
-    Put it after ``add_log_level`` and ``TimeStamper`` and before the renderer.
-    """
+    milestone or a routine line by its level and name (``lineclass.event_is_milestone``), its
+    kind the event's name; the event passes unchanged. Put it after ``add_log_level`` and
+    ``TimeStamper`` and before the renderer."""
 
     def processor(
         logger: Any, method_name: str, event_dict: MutableMapping[str, Any]

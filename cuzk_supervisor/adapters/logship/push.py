@@ -17,12 +17,9 @@ TRUNCATED_MARK = " …[truncated {n} bytes]"
 
 def normalize_line(line: str, max_bytes: int = MAX_BODY_BYTES - 1) -> tuple[str, int]:
     """One log line as the manager will store it, and its size in a body (newline included).
-
     Trailing line breaks go; inner ones become a visible ``\\n`` (the manager splits bodies on
-    newlines). A line over ``max_bytes`` UTF-8 bytes is cut, on a character boundary, and ends
-    with a marker saying how much was cut. The result is empty for an empty line (the manager
-    drops those anyway).
-    """
+    newlines). A line over ``max_bytes`` UTF-8 bytes is cut on a character boundary and ends with
+    a marker saying how much was cut. An empty line stays empty (the manager drops those)."""
     text = line.rstrip("\r\n")
     if "\n" in text or "\r" in text:
         text = text.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\n")

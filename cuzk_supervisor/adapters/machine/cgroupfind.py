@@ -2,8 +2,7 @@
 ``mountinfo``, the choice of hierarchy (v1 memory controller or the v2 unified one), and
 :func:`discover_memory_cgroup`, which reads those two files once.
 
-Every root (``/proc``, the filesystem root the cgroup mounts live under) is a parameter so tests
-feed fixture folders.
+Every root is a parameter so tests feed fixture folders.
 """
 
 from __future__ import annotations
@@ -129,12 +128,11 @@ def find_cgroup(
 ) -> CgroupPlace | None:
     """Locate the cgroup of ``controller`` from ``/proc/self/cgroup`` and ``mountinfo``.
 
-    A v1 hierarchy carrying the controller wins when it is listed and mounted (on a
-    hybrid host the unified ``0::`` line exists too but has no memory controller). Otherwise the
-    unified ``0::path`` line with a cgroup2 mount. The path is taken relative to the mount's
-    root; with a cgroup namespace (containers) both are usually ``/``. A path that is not below
-    any mount's root (a process moved out of its namespace's cgroup, shown as ``/..``) falls back
-    to the mount point itself, the closest cgroup we can see.
+    A v1 hierarchy carrying the controller wins when it is listed and mounted (on a hybrid host
+    the unified ``0::`` line exists too but has no memory controller); else the unified ``0::path``
+    line with a cgroup2 mount. The path is taken relative to the mount's root (with a cgroup
+    namespace both are usually ``/``); one below no mount's root (moved out of its namespace's
+    cgroup, shown as ``/..``) falls back to the mount point, the closest cgroup we can see.
     """
     cgroups, mounts = list(cgroups), list(mounts)
     v1 = [m for m in mounts if m.fstype == "cgroup" and controller in m.super_options]
@@ -172,13 +170,20 @@ def under(root: Path, path: PurePosixPath) -> Path:
 def discover_memory_cgroup(
     proc_root: Path = Path("/proc"), fs_root: Path = Path("/"), pid: int | Literal["self"] = "self"
 ) -> CgroupLocation | None:
-    """Find the memory cgroup of ``pid`` from ``<proc_root>/<pid>/cgroup`` and ``mountinfo``;
-    mount points are read below ``fs_root``. None when there is no memory cgroup to read."""
+    return discover_cgroup("memory", proc_root, fs_root, pid)
+
+
+def discover_cgroup(
+    controller: str, proc_root: Path, fs_root: Path, pid: int | Literal["self"] = "self"
+) -> CgroupLocation | None:
+    """Find the cgroup of ``controller`` for ``pid`` from ``<proc_root>/<pid>/cgroup`` and
+    ``mountinfo``; mount points are read below ``fs_root``. None when there is none to read."""
     base = proc_root / str(pid)
     cgroup_text, mountinfo_text = read_text(base / "cgroup"), read_text(base / "mountinfo")
     if cgroup_text is None or mountinfo_text is None:
         return None
-    place = find_memory_cgroup(parse_proc_cgroup(cgroup_text), parse_mountinfo(mountinfo_text))
+    cgroups, mounts = parse_proc_cgroup(cgroup_text), parse_mountinfo(mountinfo_text)
+    place = find_cgroup(cgroups, mounts, controller)
     if place is None:
         return None
     return CgroupLocation(

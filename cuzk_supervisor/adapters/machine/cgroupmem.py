@@ -2,9 +2,7 @@
 page cache, OOM counters and, on v2, its PSI. Pure functions turn the files' text into a
 :class:`CgroupMemory`; :class:`CgroupReader` resolves the file paths once and reads them on every
 sample; :func:`read_oom_kill_count` reads the one counter the daemon's exit classification needs.
-
-Why the cgroup and not only psutil: inside a container ``/proc/meminfo`` shows the host, while
-the kernel OOM-kills at the cgroup limit (incident I4, docs/architecture.md, rule 6).
+Why the cgroup: see :mod:`cuzk_supervisor.adapters.machine.resources`.
 """
 
 from __future__ import annotations
@@ -50,12 +48,7 @@ class CgroupMemory:
 def parse_limit(text: str | None) -> int | None:
     """A limit file (``memory.max``, ``memory.limit_in_bytes``): None for ``max``, for huge
     values (>= ``UNLIMITED_THRESHOLD``), for anything that is not a number, and for no file."""
-    if text is None:
-        return None
-    value = parse_int(text)
-    if value is None or value >= UNLIMITED_THRESHOLD or value < 0:
-        return None
-    return value
+    return _limit_value(parse_int(text))
 
 
 def cgroup_memory_v2(
@@ -102,11 +95,8 @@ def cgroup_memory_v1(
     ``hierarchical_memory_limit`` is the lowest limit up the tree, so no walk is needed."""
     st = parse_keyed(stat, _V1_STAT_KEYS)
     oc = parse_keyed(oom_control, ("oom_kill", "under_oom"))
-    limits = [
-        v
-        for v in (parse_limit(limit), _limit_value(st.get("hierarchical_memory_limit")))
-        if v is not None
-    ]
+    both = (parse_limit(limit), _limit_value(st.get("hierarchical_memory_limit")))
+    limits = [v for v in both if v is not None]
     used = parse_int(usage)
     inactive = st.get("total_inactive_file", st.get("inactive_file"))
     under = oc.get("under_oom")
@@ -155,11 +145,11 @@ class CgroupReader:
     sample; the files that change seldom (the limits, the OOM counters) at most every
     ``slow_every_s`` (0: at every read), their last texts standing in between.
 
-    The memory policy reads the usage and the working set at every sample; a limit is set once
-    for a container's life, and the OOM counters are only the sample's record (the daemon's exit
-    is classified from a fresh read, :func:`read_oom_kill_count`). On v1 the limit that binds is
-    read at every sample anyway, as ``hierarchical_memory_limit`` in ``memory.stat``. Each file
-    read costs as much as the parsing of the others on an idle machine (issue 35).
+    The memory policy reads usage and working set at every sample; a limit is set once for a
+    container's life, and the OOM counters are only the sample's record (the daemon's exit is
+    classified from a fresh :func:`read_oom_kill_count`). On v1 the binding limit is read at every
+    sample anyway (``hierarchical_memory_limit`` in ``memory.stat``). Each file read costs as
+    much as parsing the others on an idle machine (issue 35).
     """
 
     def __init__(

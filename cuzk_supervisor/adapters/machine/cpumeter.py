@@ -18,10 +18,7 @@ import psutil
 from cuzk_supervisor.adapters.machine.cgroupfind import (
     CgroupLocation,
     CgroupVersion,
-    find_cgroup,
-    parse_mountinfo,
-    parse_proc_cgroup,
-    under,
+    discover_cgroup,
 )
 from cuzk_supervisor.adapters.machine.kernelfiles import parse_int, parse_keyed, read_text
 from cuzk_supervisor.core import cpushare
@@ -32,15 +29,7 @@ def discover_cpu_cgroup(
 ) -> CgroupLocation | None:
     """The cgroup whose CPU accounting holds this process: the unified one (v2), or the v1
     hierarchy with ``cpuacct``."""
-    base = proc_root / "self"
-    cgroups, mounts = read_text(base / "cgroup"), read_text(base / "mountinfo")
-    if cgroups is None or mounts is None:
-        return None
-    place = find_cgroup(parse_proc_cgroup(cgroups), parse_mountinfo(mounts), "cpuacct")
-    if place is None:
-        return None
-    return CgroupLocation(place.version, under(fs_root, place.dir),
-                          under(fs_root, place.mount_point))  # fmt: skip
+    return discover_cgroup("cpuacct", proc_root, fs_root)
 
 
 def _threads_per_core() -> float:

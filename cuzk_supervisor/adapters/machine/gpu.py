@@ -1,15 +1,11 @@
 """The GPUs as the supervisor sees them: plain values, the probe's interface, fixed devices.
 
 Three probes stand behind one small interface (docs/architecture.md, rule 7: no GPU needed to
-test), each in a module of its own so that a run loads only the one its ``gpu_probe`` names (the
-composition root builds it, ``compose.host_gpu_probe``):
-
-- ``gpunvml.NvmlProbe``: the real thing, through NVML (the ``pynvml`` module of nvidia-ml-py,
-  imported when the probe is made). No library or no driver makes the probe unavailable with
-  one warning, never an exception.
-- ``gpusimstatus.SimStatusProbe``: the simulated daemon's ``GET /status`` JSON (``sim.gpus``),
-  for tests and demos on machines without a GPU.
-- ``StaticProbe`` (here): fixed devices, for tests and ``plan --gpus N --vram-gib G`` what-ifs.
+test), each in a module of its own so that a run loads only the one its ``gpu_probe`` names
+(``compose.host_gpu_probe``): ``gpunvml.NvmlProbe`` (the real thing, through NVML),
+``gpusimstatus.SimStatusProbe`` (the simulated daemon's ``GET /status``, for tests and demos
+without a GPU) and ``StaticProbe`` (here: fixed devices, for tests and ``plan --gpus N
+--vram-gib G`` what-ifs).
 
 A sample is plain data: the devices that answered, and a ``GpuFault`` for each one that did not.
 NVML calls can block (a GPU in a bad state can stall them), and ``SimStatusProbe`` does HTTP:

@@ -61,11 +61,10 @@ def _nobody_listens(exc: BaseException) -> bool:
 class SimStatusProbe:
     """GPUs as the simulated daemon reports them on ``[daemon] status_listen`` (loopback HTTP).
 
-    ``url`` is the status URL; a bare ``http://host:port`` gets ``/status`` appended. Only for
-    tests and demos: plain ``urllib`` with a short timeout, no retries (the next sample is the
-    retry). The probe is always available. Where nothing listens (no daemon running) the sample
-    is ``idle_devices`` when they are given (the simulated machine's GPUs, nothing on them),
-    else an ``error``; any other failure (a timeout, a bad answer) is an ``error``.
+    A bare ``http://host:port`` ``url`` gets ``/status`` appended. Plain ``urllib``, a short
+    timeout, no retries (the next sample is the retry); always available. Where nothing listens
+    the sample is ``idle_devices`` when given (the simulated machine's GPUs), else an ``error``;
+    any other failure (a timeout, a bad answer) is an ``error``.
     """
 
     def __init__(

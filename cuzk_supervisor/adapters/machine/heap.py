@@ -3,11 +3,9 @@ phase begin.
 
 The phases before the run phase leave the C heap with free space the allocator keeps for later
 (the proofs' inputs and answers, gRPC's buffers, the bound verdict's samples): glibc returns
-what lies at the top of its heap by itself, not what lies below live blocks.
-``release_free_memory`` collects the cycles the phases left, then asks glibc's
-``malloc_trim(0)`` to return every free page it can (bench/run.py: 1.6 MiB of the supervisor's
-RSS in the run phase). Where the C library has no ``malloc_trim`` (musl) only the collection is
-done.
+only what lies at the top of its heap by itself. glibc's ``malloc_trim(0)`` returns every free
+page it can (bench/run.py: 1.6 MiB of the supervisor's RSS in the run phase); without it (musl)
+only the garbage collection is done.
 """
 
 from __future__ import annotations

@@ -31,14 +31,11 @@ class KernelFile:
     its start with ``pread``, which makes the kernel render it afresh. An open and a close less
     per read: the sampler's files are most of the idle supervisor's system calls (issue 35).
 
-    Only the kernel's own files are kept open: those of size 0, which the kernel renders on each
-    read (``/proc``, cgroup and PSI files). A regular file (a test's fixture, the simulator's
-    cgroup-like folder, whose files it replaces by a rename) is opened anew at every read, or
-    the descriptor would go on reading the replaced file.
-
-    ``read`` answers None when the file is absent or unreadable, as :func:`read_text`; after a
-    failed read the descriptor is closed and the next read opens the path again (a cgroup
-    removed and made again). The descriptor is not inherited by children (``O_CLOEXEC``).
+    Only the kernel's own files (size 0: ``/proc``, cgroup and PSI files) are kept open. A
+    regular file (a test's fixture, the simulator's cgroup-like folder, whose files it replaces
+    by a rename) is opened anew at every read, or the descriptor would read the replaced file.
+    ``read`` answers None as :func:`read_text`; after a failed read the descriptor is closed and
+    the next read opens the path again (a cgroup removed and made again). ``O_CLOEXEC``.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:

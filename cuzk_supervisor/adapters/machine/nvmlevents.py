@@ -3,21 +3,18 @@
 One :class:`NvmlHealth` reads, at each observation and for each device, a
 :class:`~cuzk_supervisor.core.healthevidence.GpuView`:
 
-- the **XID events** since the previous read, through an NVML event set per device (registered
-  for critical XID errors, and double-bit ECC errors where the device supports them, read as
-  XID 48), drained with a zero timeout: nothing waits, the set keeps what came between reads;
+- the **XID events** since the previous read, from an NVML event set per device (critical XIDs,
+  and double-bit ECC errors where supported, read as XID 48), drained with a zero timeout;
 - the **ECC** counters: uncorrected errors since the driver loaded, pages retired for double-bit
   errors and whether a retirement waits for a reset (None where the GPU has no ECC);
-- the **clocks**: utilisation, SM clock against its maximum, the slowdown reasons
-  (:func:`~cuzk_supervisor.adapters.machine.gpunvml.nvml_activity`);
-- whether the device **answers** at all: a device NVML cannot read (``GPU is lost`` after it
-  fell off the bus, any error on its handle or memory) is a view with ``answering`` False and
-  the error's text; its handle is looked up again at the next read.
+- the **clocks**: utilisation, SM clock against its maximum, the slowdown reasons (``gpunvml``);
+- whether the device **answers** at all: one NVML cannot read (``GPU is lost`` after it fell
+  off the bus, any error on its handle or memory) is ``answering`` False with the error's text;
+  its handle is looked up again at the next read.
 
-``nvml`` is the module (default ``import pynvml``); tests and the simulator pass a fake with the
-same names (``sim.machine.fakenvml``). No library or no driver: ``available`` is False with the
-reason, never an exception. NVML calls can block on a GPU in a bad state: call :meth:`read` through
-``asyncio.to_thread``.
+``nvml`` is the module (default ``import pynvml``); tests and the simulator pass a fake
+(``sim.machine.fakenvml``). No library or no driver: ``available`` is False with the reason,
+never an exception. NVML calls can block on a GPU in a bad state: :meth:`read` in a thread.
 """
 
 from __future__ import annotations
@@ -129,11 +126,9 @@ class NvmlHealth:
             return GpuView(index, answering=False, error=_error_text(exc), xids=xids)
         try:
             code = self._code
-            unc = self._optional(
-                lambda: nvml.nvmlDeviceGetTotalEccErrors(
-                    handle, code["NVML_MEMORY_ERROR_TYPE_UNCORRECTED"], code["NVML_VOLATILE_ECC"]
-                )
-            )
+            unc = self._optional(lambda: nvml.nvmlDeviceGetTotalEccErrors(
+                handle, code["NVML_MEMORY_ERROR_TYPE_UNCORRECTED"], code["NVML_VOLATILE_ECC"],
+            ))  # fmt: skip
             pages = self._optional(lambda: nvml.nvmlDeviceGetRetiredPages(
                 handle, code["NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"]))  # fmt: skip
             pending = self._optional(lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle))
@@ -141,7 +136,7 @@ class NvmlHealth:
             rows = self._optional(lambda: nvml.nvmlDeviceGetRemappedRows(handle))
         except _Lost as lost:
             self._handles[index] = None
-            return GpuView(index, answering=False, error=lost.text, xids=xids)
+            return GpuView(index, answering=False, error=str(lost), xids=xids)
         activity = nvml_activity(nvml, index, handle)
         if rows is not None:
             pages = [*(pages or ()), *range(int(rows[1]))]
@@ -202,6 +197,4 @@ class NvmlHealth:
 
 
 class _Lost(Exception):
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
+    """A device NVML says is lost; the message is NVML's error text."""

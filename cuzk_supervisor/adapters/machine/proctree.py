@@ -30,8 +30,8 @@ class ProcStat:
 
 
 def parse_proc_stat(text: str | None) -> ProcStat | None:
-    """``pid (comm) state ppid ... rss(24) ...``; ``comm`` may hold
-    spaces and parentheses, so fields are counted from the last ``)``."""
+    """``pid (comm) state ppid ... rss(24) ...``; fields counted from the last ``)`` (``comm``
+    may hold spaces and parentheses)."""
     if text is None:
         return None
     close = text.rfind(")")
@@ -48,19 +48,15 @@ def parse_proc_stat(text: str | None) -> ProcStat | None:
 class ProcessTree:
     """RSS of a process and all its descendants, read from ``<proc_root>/<pid>/stat``.
 
-    Not psutil's ``children(recursive=True)``: that reads the stat file of every process on each
-    call (1.3 ms of CPU for 90 processes on the development VM, where /proc reads cost ~8 µs
-    each). Instead the parent of each pid is cached: a sample lists ``/proc`` (one getdents),
-    reads the stat file of pids it has not seen before and of the tree's members (for their
-    RSS). A member whose fresh parent is not in the tree (reparented, or a recycled pid) is
-    dropped. A non-member's parent only changes by reparenting to a subreaper or init, which
-    never puts it into the daemon's tree; the one case the cache can miss (a pid recycled
+    Not psutil's ``children(recursive=True)``: that reads every process's stat file on each call
+    (1.3 ms of CPU for 90 processes on the development VM). Instead each pid's parent is cached:
+    a sample lists ``/proc`` (one getdents) and reads the stat files of new pids and of the
+    tree's members (their RSS). A member whose fresh parent is not in the tree (reparented, or a
+    recycled pid) is dropped. A non-member's parent only changes by reparenting to a subreaper
+    or init, never into the daemon's tree; the one case the cache can miss (a pid recycled
     between two samples as a new child of the tree) is bounded by a full re-read every
-    ``full_rescan_s``.
-
-    ``list_every_s`` spaces the listings: between two, a sample reads only the stat files of the
-    members it knows (one file for a daemon without children), and a new child is counted from
-    the next listing on. A root not seen before is always listed at once.
+    ``full_rescan_s``. ``list_every_s`` spaces the listings: between two, only the known
+    members' files are read, and a new child counts from the next listing (a new root: at once).
 
     Processes that vanish mid-scan are skipped. RSS counts shared pages once per process (an
     upper bound, like summing ``ps`` RSS). Zombies hold no memory and are not counted.

@@ -3,15 +3,11 @@ supervisor's own memory cgroup (v1 or v2), PSI, and the daemon's process-tree RS
 
 This module holds the snapshot (:class:`MemorySnapshot`, plain frozen data), the host's RAM
 (:class:`HostMemoryReader`, ``/proc/meminfo``; psutil where that cannot say) and
-:class:`MemorySampler`, which discovers the cgroup once at
-construction and then reads a handful of small files per sample. The readers it is built from:
-:mod:`~cuzk_supervisor.adapters.machine.cgroupfind` (where the memory cgroup is),
-:mod:`~cuzk_supervisor.adapters.machine.cgroupmem` (what it holds),
-:mod:`~cuzk_supervisor.adapters.machine.psi` (pressure stall files),
-:mod:`~cuzk_supervisor.adapters.machine.proctree` (the daemon tree's RSS) and
-:mod:`~cuzk_supervisor.adapters.machine.kernelfiles`. Every root (``/proc``, the filesystem root the
-cgroup mounts live under) is a parameter so tests feed fixture folders. GPUs live in
-``cuzk_supervisor.adapters.machine.gpu``.
+:class:`MemorySampler`, which discovers the cgroup once at construction and then reads a handful
+of small files per sample. It is built from the sibling readers ``cgroupfind`` (where the memory
+cgroup is), ``cgroupmem`` (what it holds), ``psi``, ``proctree`` (the daemon tree's RSS) and
+``kernelfiles``. Every root (``/proc``, the filesystem root the cgroup mounts live under) is a
+parameter so tests feed fixture folders. GPUs live in ``gpu``.
 
 Why the cgroup and not only psutil: inside a container ``/proc/meminfo`` shows the host, while
 the kernel OOM-kills at the cgroup limit (incident I4, docs/architecture.md, rule 6).
@@ -58,8 +54,7 @@ takes the kernel's whole pid space to wrap; the full read is a stat file per pro
 machine."""
 
 
-# --------------------------------------------------------------------------------------------
-# Snapshots (plain frozen data)
+# --- snapshots (plain frozen data) ----------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +119,11 @@ def read_host_memory() -> HostMemory:
 
 
 class HostMemoryReader:
-    """Host RAM from ``/proc/meminfo`` kept open (:class:`KernelFile`): its ``MemTotal`` and
-    ``MemAvailable``, the figures psutil's ``virtual_memory`` reports as ``total`` and
-    ``available`` on a kernel that has ``MemAvailable`` (3.14 and later), at a fifth of its
-    cost: psutil parses all fifty lines of the file into a dict at each call, and this one is
-    read every memory sample (issue 35: the idle supervisor's CPU). ``used`` is ``total -
-    available``, as psutil 6 and later have it. Without ``MemAvailable`` (or with a file that
-    does not parse), psutil answers: it estimates what is available from the other lines.
+    """Host RAM from ``/proc/meminfo`` kept open (:class:`KernelFile`): ``MemTotal`` and
+    ``MemAvailable``, psutil's ``total`` and ``available`` on kernels 3.14 and later, at a fifth
+    of its cost (psutil parses all fifty lines at each call; this is read every memory sample:
+    issue 35, the idle supervisor's CPU). ``used`` is ``total - available``, as in psutil 6.
+    Without ``MemAvailable`` (or a file that does not parse) psutil answers, from the other lines.
     """
 
     def __init__(self, path: str | os.PathLike[str] = "/proc/meminfo") -> None:
@@ -170,18 +163,14 @@ def _kib(line: str) -> int | None:
         return None
 
 
-# --------------------------------------------------------------------------------------------
-# The sampler
+# --- the sampler ----------------------------------------------------------------------------
 
 
 class MemorySampler:
-    """Reads one ``MemorySnapshot``; built once, sampled often.
-
-    ``proc_root`` and ``fs_root`` are where ``/proc`` and the cgroup mounts are read (fixture
-    folders in tests). ``cgroup`` pins the cgroup folder (skipping discovery); with
-    ``discover=False`` and no ``cgroup`` the sampler reports no cgroup. Discovery happens once,
-    here: the supervisor does not move between cgroups. ``host`` is the psutil edge, ``tree``
-    the daemon-tree reader, ``clock`` stamps snapshots (wall time by default, for logs).
+    """Reads one ``MemorySnapshot``; built once, sampled often. ``cgroup`` pins the cgroup
+    folder (skipping discovery); with ``discover=False`` and no ``cgroup``, no cgroup. Discovery
+    happens once, here: the supervisor does not move between cgroups. ``host`` is the psutil
+    edge, ``tree`` the daemon-tree reader, ``clock`` stamps snapshots (wall time, for logs).
     """
 
     def __init__(
@@ -202,13 +191,11 @@ class MemorySampler:
         )
         self._system_psi = KernelFile(proc_root / "pressure" / "memory")
         self._host = host if host is not None else HostMemoryReader()
-        self._tree = (
-            tree
-            if tree is not None
-            else ProcessTree(
+        if tree is None:
+            tree = ProcessTree(
                 proc_root, list_every_s=TREE_LISTING_S, full_rescan_s=TREE_FULL_RESCAN_S
             )
-        )
+        self._tree = tree
         self._clock = clock
 
     @property

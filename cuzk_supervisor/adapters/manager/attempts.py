@@ -4,13 +4,10 @@ shared backoff, with its counts, its away warnings and its weather episodes.
 - An attempt's answer is read by :func:`cuzk_supervisor.adapters.manager.answers.read_answer`:
   the manager's answer, its final word (InstanceGone, ManagerRejected: raised at once), or
   weather (retried). No answer at all (refused, timed out, dropped) is retried too.
-- Every failed attempt of any call lengthens the one :class:`SharedBackoff`; a ``Retry-After``
-  is a floor no request goes before; while the manager is failing one request at a time probes
-  it. A call ends when it is answered or its stop (or the caller's ``stop_s``) has run out:
-  :class:`ManagerUnavailable`, its work kept by the caller.
-- ``once``: one attempt at most, and none while the backoff holds requests back (the log push:
-  its lines stay buffered for its next turn, so a failed push never brings the next one
-  sooner).
+- The one :class:`SharedBackoff` paces every call (see the client's rules). A call ends when it
+  is answered or its stop (or the caller's ``stop_s``) has run out: :class:`ManagerUnavailable`,
+  its work kept by the caller.
+- ``once``: one attempt at most, and none while the backoff holds requests back (the log push).
 - Time is the injected ``clock`` (waits are the event loop's): the fleet benchmark drives
   these through virtual time.
 """

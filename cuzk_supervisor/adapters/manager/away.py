@@ -6,24 +6,17 @@ back, a backlog made of our own retry lines (every line is shipped to it). One o
 story, whatever the calls:
 
 - the first failed request after the manager last answered (or since start) is one
-  ``manager.away`` warning that names the URL, the call and why — at once, unless a line was
-  said less than ``ManagerRetry.warn_every_s`` (60 s) ago: a proxy that flaps (fails, answers,
-  fails) is then counted and told at that cadence, not a line per failure;
+  ``manager.away`` warning naming the URL, the call and why — at once, unless a line was said
+  less than ``ManagerRetry.warn_every_s`` (60 s) ago (a flapping proxy: told at that cadence);
 - while it stays away, failures are only counted (:class:`FailureCounts`: by call and by
-  reason), and one ``manager.still_away`` warning at most every ``warn_every_s`` sums them up
-  (failed attempts since the last line, by call, the last reason);
+  reason), and one ``manager.still_away`` warning at most every ``warn_every_s`` sums them up;
 - a call that ran out of its retry stop is counted too (``gave_up``), not logged above debug;
-- the first answer after a told outage is one ``manager.back`` (info) saying how long it was
-  away and how many attempts failed meanwhile.
+- the first answer after a told outage is one ``manager.back`` (info): how long, how many failed.
 
-At most a line or two a minute, whatever the failures: every line is also shipped to the
-manager, so a line per retry was a backlog of its own. Each line names what answered (an
-answer that is not the manager's word: its status, ``Server`` header and first line of text).
-Weather that lasts (:class:`WeatherLines`) is told once more, as one episode.
-
-The counts are kept for the life of the client (:attr:`AwayWarnings.counts`: the fleet
-benchmark and the metrics read them); listeners hear of every failed attempt
-(``(call, attempt, pause_s)``: the status line shows the register wait).
+Each line names what answered (an answer that is not the manager's word: its status, ``Server``
+header and first line of text). Weather that lasts (:class:`WeatherLines`) is told once more.
+The counts last the client's life (the fleet benchmark and the metrics read them); listeners
+hear of every failed attempt (``(call, attempt, pause_s)``: the status line's register wait).
 """
 
 from __future__ import annotations
@@ -72,12 +65,9 @@ class AwayWarnings:
     """Counts the failures of one manager and says, by the cadence above, that it is away."""
 
     def __init__(
-        self,
-        url: str | None,
-        *,
-        every_s: float = WARN_EVERY_S,
+        self, url: str | None, *, every_s: float = WARN_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if not every_s > 0:
             raise ValueError(f"every_s must be > 0, got {every_s!r}")
         self.url = url
@@ -159,11 +149,9 @@ class AwayWarnings:
 
 
 class WeatherLines:
-    """Weather answers (not the manager's word: :mod:`cuzk_supervisor.core.answers`) grouped
-    into episodes (:class:`cuzk_supervisor.core.weather.WeatherEpisodes`); a sustained episode
-    is one ``manager.weather`` warning (the ``setup`` tab, the terminal view) and its end one
-    ``manager.weather_over`` line; listeners hear ``(sustained, last answer)`` when that
-    changes (``/metrics``)."""
+    """Weather answers grouped into episodes (``core.weather.WeatherEpisodes``): a sustained
+    one is one ``manager.weather`` warning (the ``setup`` tab, the terminal view), its end one
+    ``manager.weather_over`` line; listeners hear ``(sustained, last answer)`` (``/metrics``)."""
 
     def __init__(
         self, url: str | None, sustained_s: float, clock: Callable[[], float] = time.monotonic

@@ -13,25 +13,20 @@ Rules (docs/architecture.md, rule 3, 6 and 9, incidents I2 and I5):
   no answer (refused, timed out, dropped), HTML, plain-text or empty answers of any status (a
   proxy's 404 or 403 page, Go's ``404 page not found``), 401, 405, 413, 429, 5xx, and a 2xx
   that is not the API's answer.
-- One backoff per manager, shared by all calls (:mod:`cuzk_supervisor.adapters.manager.
-  attempts`): every failed attempt of any call lengthens the pause before the next request of
-  every call; a ``Retry-After`` (seconds or an HTTP-date) is a floor no request goes before;
-  while the manager is failing, one request at a time probes it. Failed attempts are counted
-  (:attr:`ManagerClient.failures`) and told in a line now and then naming what answered
-  (status, ``Server`` header, the body's first line: :mod:`cuzk_supervisor.adapters.manager.
-  away`); weather that lasts ``weather_s`` (10 min by default) is one ``manager.weather`` line.
+- One backoff per manager, shared by all calls (``attempts``): every failed attempt of any call
+  lengthens the pause before the next request of every call; a ``Retry-After`` (seconds or an
+  HTTP-date) is a floor; while the manager is failing, one request at a time probes it. Failed
+  attempts are counted (:attr:`ManagerClient.failures`) and told now and then, naming what
+  answered (``away``); weather lasting ``weather_s`` (10 min) is one ``manager.weather`` line.
 - No manager configured (``base_url=None``) is a local run: a report is logged once as
   ``manager.report_skipped`` (the same report again, e.g. the ``/running`` ping, only at debug)
   and answered locally. Nobody judges a rate there: a measured rate goes on, unjudged
   (``BenchVerdict(checked=False)``); a failure report (rate 0) is never called a pass.
-- Reports other than register go through the :class:`Outbox`, stored in the state file: a
-  report is written to disk before it is sent, and removed only after the manager acknowledged
-  it (or gave its final word). A crash in between leaves it queued: delivery is at least once.
-  That is safe with the real manager: ``/param-done`` and ``/running`` are idempotent, and
-  ``/bench-done`` applied twice with the same rate gives the same verdict. Still, a report found
-  queued at start is first looked up in the manager's ``GET /status``
-  (:mod:`cuzk_supervisor.core.reconcile`), because a ``/bench-done`` sent again would revive an
-  instance the manager killed meanwhile; only what the manager has not recorded is sent again.
+- Reports other than register go through the durable ``outbox`` (the state file): delivery is
+  at least once, safe with the real manager (``/param-done`` and ``/running`` are idempotent,
+  ``/bench-done`` twice with the same rate gives the same verdict). A report found queued at
+  start is first looked up in ``GET /status`` (:mod:`cuzk_supervisor.core.reconcile`): a
+  ``/bench-done`` sent again would revive an instance the manager killed meanwhile.
 - ``GET /status`` answers with the manager's whole table: it is read rarely (at a resume, before
   ``/bench-done``), never periodically. An empty list cannot be the manager's answer to a
   registered instance: it is a bad answer, retried and counted; a list without our record is
@@ -55,7 +50,6 @@ from typing import Any, Self
 import structlog
 
 from cuzk_supervisor.adapters.logship.push import (
-    MAX_BODY_BYTES,
     clean_source,
     encode_body,
     normalize_line,
@@ -65,19 +59,12 @@ from cuzk_supervisor.adapters.manager.answers import json_list, json_object
 from cuzk_supervisor.adapters.manager.attempts import Attempts
 from cuzk_supervisor.adapters.manager.away import FailureCounts
 from cuzk_supervisor.adapters.manager.http import HttpTransport
-from cuzk_supervisor.adapters.manager.outbox import DrainResult, Outbox, SaveOutbox
 from cuzk_supervisor.adapters.manager.values import (
     BadAnswer,
     BenchVerdict,
-    HttpRetryPolicy,
-    InstanceGone,
-    ManagerError,
-    ManagerRejected,
     ManagerRetry,
     ManagerTimeouts,
-    ManagerUnavailable,
     Registration,
-    is_transient,
 )
 from cuzk_supervisor.adapters.manager.wire import (
     FunctionTransport,
@@ -90,29 +77,8 @@ from cuzk_supervisor.core.backoff import SharedBackoff
 from cuzk_supervisor.core.reconcile import find_record, listing_problem
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, PARAM_DONE, RUNNING
 
-# The client's own names, and (re-exported) the values, the wire format and the outbox that
-# importers have always found here.
-__all__ = [
-    "MAX_BODY_BYTES",
-    "BenchVerdict",
-    "DrainResult",
-    "HttpRetryPolicy",
-    "InstanceGone",
-    "ManagerClient",
-    "ManagerError",
-    "ManagerRejected",
-    "ManagerRetry",
-    "ManagerTimeouts",
-    "ManagerUnavailable",
-    "Outbox",
-    "Registration",
-    "Report",
-    "SaveOutbox",
-    "encode_body",
-    "is_transient",
-    "normalize_line",
-    "split_bodies",
-]
+# Re-exported: tests import the log push's wire pieces and the retry stop from here.
+__all__ = ["ManagerClient", "ManagerRetry", "encode_body", "normalize_line", "split_bodies"]
 
 log = structlog.get_logger("supervisor.manager")
 
@@ -121,21 +87,14 @@ PATHS = {"register": "/register", PARAM_DONE: "/param-done", BENCH_DONE: "/bench
          RUNNING: "/running", "status": "/status", "log_push": "/api/log-push"}  # fmt: skip
 
 
-# --- the client ---------------------------------------------------------------------------------
-
-
 class ManagerClient:
     """Async client of the manager. Use as ``async with ManagerClient(url) as client``.
 
-    ``base_url=None`` is a local run (no manager): reports are logged and answered locally.
-    ``transport`` replaces the network (tests use a
-    :class:`~cuzk_supervisor.adapters.manager.http.FunctionTransport`; by default one
-    persistent connection, :class:`~cuzk_supervisor.adapters.manager.http.HttpTransport`, with
-    ``ssl_context`` for https). ``clock`` is the one clock of the retries, the warnings and the
-    connection's idle expiry; ``rng`` draws the backoff's jitter (a seeded ``random.Random``
-    in tests); ``wall_clock`` reads a ``Retry-After`` given as an HTTP-date and stamps the
-    reports it finishes. Nothing is global: a process may hold many clients (the fleet
-    benchmark runs a fleet of them).
+    ``transport`` replaces the network (tests: a ``FunctionTransport``; by default one persistent
+    ``HttpTransport``, with ``ssl_context`` for https). ``clock`` is the one clock of the retries,
+    the warnings and the connection's idle expiry; ``rng`` draws the backoff's jitter;
+    ``wall_clock`` reads a ``Retry-After`` given as an HTTP-date and stamps the reports it
+    finishes. Nothing is global: the fleet benchmark runs a fleet of clients in one process.
     """
 
     def __init__(
@@ -161,7 +120,6 @@ class ManagerClient:
         self.clock = clock
         """The one clock of this manager's calls (the outbox's deadlines read it too)."""
         self.wall_clock = wall_clock
-        self._wall = wall_clock
         self._headers = tuple((headers or {}).items())  # e.g. a token for a proxy; never logged
         self.transport: Transport | None = None
         if self.base_url is not None:
@@ -273,9 +231,7 @@ class ManagerClient:
 
     async def send(self, report: Report, *, stop_s: float | None = None) -> Report:
         """Send one outbox report; return it finished with ``outcome="ok"`` (and the verdict).
-
-        Raises InstanceGone, ManagerRejected or ManagerUnavailable.
-        """
+        Raises InstanceGone, ManagerRejected or ManagerUnavailable."""
         passed: bool | None = None
         if report.kind == PARAM_DONE:
             await self.param_done(report.uuid, stop_s=stop_s)
@@ -286,7 +242,7 @@ class ManagerClient:
             passed = (await self.bench_done(report.uuid, report.rate, stop_s=stop_s)).passed
         else:  # pragma: no cover - Report validates kinds
             raise ValueError(f"unknown report kind {report.kind!r}")
-        finished = utc_now_iso(self._wall)
+        finished = utc_now_iso(self.wall_clock)
         return dataclasses.replace(report, outcome=OUTCOME_OK, passed=passed, finished_at=finished)
 
     async def instance_record(
@@ -294,11 +250,9 @@ class ManagerClient:
     ) -> Mapping[str, Any] | None:
         """This instance's record in ``GET /status`` (None: not listed, or no manager).
 
-        The manager answers with its whole table: call this rarely (a resume, before
-        ``/bench-done``). An answer that cannot be the manager's (not a list, or an empty list:
-        we registered, so it lists us) is a bad answer, retried like an outage and counted;
-        a list without our record is returned as None and counted (:attr:`unlisted`): it is
-        no evidence of a kill (:func:`cuzk_supervisor.core.reconcile.gone_reason`)."""
+        An answer that cannot be the manager's (not a list, or an empty list: we registered, so
+        it lists us) is a bad answer, retried like an outage and counted; a list without our
+        record is None and counted (:attr:`unlisted`), no evidence of a kill (module docstring)."""
         if self.transport is None:
             return None
         request = HttpRequest("GET", "/status", self._headers)
@@ -316,12 +270,8 @@ class ManagerClient:
         self, uuid: str, source: str, lines: Sequence[str], *, stop_s: float | None = None
     ) -> int:
         """``POST /api/log-push``, one attempt a body (none while the shared backoff holds
-        requests back: ManagerUnavailable, the caller keeps the lines); return the number of
-        bodies sent.
-
-        Lines are normalised and split so that no body exceeds 256 KiB (the manager would drop
-        the rest silently). A no-op without a manager.
-        """
+        requests back: ManagerUnavailable, the caller keeps the lines); return the bodies sent.
+        No body exceeds 256 KiB (the manager would drop the rest silently)."""
         if self.transport is None:
             return 0
         headers = (

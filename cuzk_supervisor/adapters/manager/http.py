@@ -17,10 +17,7 @@ minute; httpx and its dependencies cost about 7 MiB of RSS and 119 modules for t
   reading the whole answer. A timeout, a refused connection or a dropped one raises a
   :class:`TransportError`: no answer.
 - An answer is read by its ``Content-Length``, as chunks, or to the end of the connection, at
-  most ``max_body`` bytes.
-
-The values it sends and reads, and the seam the manager client takes (``transport=``, as
-httpx's transports are), are in :mod:`cuzk_supervisor.adapters.manager.wire`.
+  most ``max_body`` bytes. The values and the ``transport=`` seam are in ``wire``.
 """
 
 from __future__ import annotations
@@ -99,8 +96,8 @@ class HttpTransport:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self.tls = url.scheme == "https"
         self.host = url.hostname
-        self.port = url.port or (443 if self.tls else 80)
         default = 443 if self.tls else 80
+        self.port = url.port or default
         name = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = name if self.port == default else f"{name}:{self.port}"
         self.prefix = url.path.rstrip("/")

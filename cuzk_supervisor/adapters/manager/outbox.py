@@ -27,7 +27,7 @@ from cuzk_supervisor.adapters.manager.values import (
 )
 from cuzk_supervisor.adapters.state.doc import Report, utc_now_iso
 from cuzk_supervisor.adapters.state.store import StateKeeper
-from cuzk_supervisor.core.reconcile import RECONCILED_KINDS, Recorded, recorded_outcome
+from cuzk_supervisor.core.reconcile import RECONCILED_KINDS, recorded_outcome
 from cuzk_supervisor.core.reports import OUTCOME_GONE, OUTCOME_REJECTED
 
 __all__ = ["DrainResult", "Outbox", "SaveOutbox"]
@@ -72,10 +72,9 @@ class Outbox:
     """Durable, ordered reports to the manager: written to the state file before any send.
 
     One report is in flight at a time, in queue order. A report leaves the queue after its first
-    acknowledgement, or after an answer that retrying cannot change (404: the instance is gone;
-    another 4xx: rejected); it then joins ``acked``, the last ``keep_acked`` finished reports,
-    kept in the state file too so that a verdict acknowledged just before a crash is not lost.
-    Its deadlines and stamps read the client's clocks (``client.clock``, ``client.wall_clock``).
+    acknowledgement, or after an answer that retrying cannot change (404: gone; another 4xx:
+    rejected); it then joins ``acked``, the last ``keep_acked`` finished reports, kept in the
+    state file too so that a verdict acknowledged just before a crash is not lost.
     """
 
     def __init__(
@@ -94,11 +93,9 @@ class Outbox:
         self._pending: list[Report] = [r for r in pending if r.pending]
         self._acked: list[Report] = list(acked)[-keep_acked:]
         self._keep_acked = keep_acked
-        # Reports loaded from the state file are on disk already.
+        # Reports loaded from the state file are on disk already, and may have been applied by
+        # the manager just before the crash that left them queued: looked up before a resend.
         self._durable: set[str] = {r.id for r in self._pending}
-        # ... and may have been applied by the manager just before the crash that left them
-        # queued: looked up in its records before they are sent again
-        # (cuzk_supervisor.core.reconcile).
         self._unverified: set[str] = {r.id for r in self._pending if r.kind in RECONCILED_KINDS}
         # Everything finished by this process, even once pruned from ``acked`` (a handful).
         self._finished: dict[str, Report] = {r.id: r for r in self._acked}
@@ -132,11 +129,8 @@ class Outbox:
         return None
 
     async def enqueue(self, report: Report) -> None:
-        """Queue ``report`` and write the state file; only then may it be sent.
-
-        Idempotent by id. Raises what the save raises (StateWriteError); the report is then not
-        queued.
-        """
+        """Queue ``report`` and write the state file; only then may it be sent. Idempotent by id.
+        Raises what the save raises (StateWriteError); the report is then not queued."""
         if self.find(report.id) is not None:
             return
         if not report.pending:
@@ -153,12 +147,10 @@ class Outbox:
     async def send_now(self, report: Report, deadline_s: float | None = None) -> Report:
         """Queue ``report`` (if new), send everything before it and then it; return it finished.
 
-        For bench_done, ``.passed`` is the verdict. Raises InstanceGone (404),
-        ManagerRejected (another 4xx), ManagerUnavailable (the manager stayed away until the
-        retry stop or ``deadline_s``: the report stays queued, durable, for a later
-        ``send_now`` with the same report or a ``drain``), or StateWriteError.
-        A report already finished (e.g. acknowledged before a crash) is not sent again: its
-        recorded outcome is returned (or raised).
+        For bench_done, ``.passed`` is the verdict. Raises InstanceGone (404), ManagerRejected
+        (another 4xx), ManagerUnavailable (away until the retry stop or ``deadline_s``: the report
+        stays queued), or StateWriteError. A report already finished (e.g. acknowledged before a
+        crash) is not sent again: its recorded outcome is returned (or raised).
         """
         await self.enqueue(report)
         deadline = None if deadline_s is None else self.client.clock() + deadline_s
@@ -227,35 +219,24 @@ class Outbox:
             return None
         try:
             record = await self.client.instance_record(report.uuid, stop_s=budget_s)
-        except ManagerUnavailable as exc:
-            if not exc.bad_answer:
+        except (ManagerUnavailable, ManagerRejected) as exc:
+            if isinstance(exc, ManagerUnavailable) and not exc.bad_answer:
                 raise  # away, down or busy: the report stays queued, looked up when it is back
-            # Something answers for the manager, never with a listing that can be its own (an
-            # empty list, a 403 page on the dashboard's API): no evidence either way, so
-            # at-least-once delivery, which is safe. Nothing is switched off: the next report
-            # queued by an earlier process is looked up again.
-            log.warning(
-                "manager.reconcile_skipped", kind=report.kind, id=report.id, reason=str(exc)
-            )
-            record = None
-        except ManagerRejected as exc:
-            # A manager without a usable /status: at-least-once delivery, which is safe.
+            # A manager without a usable /status, or something answering for it never with a
+            # listing that can be its own (an empty list, a 403 page on the dashboard's API): no
+            # evidence either way, so at-least-once delivery, which is safe. Nothing is switched
+            # off: the next report queued by an earlier process is looked up again.
             log.warning(
                 "manager.reconcile_skipped", kind=report.kind, id=report.id, reason=str(exc)
             )
             record = None
         self._unverified.discard(report.id)
         found = recorded_outcome(report, record)
-        done = None if found is None else self._reconciled(report, found)
-        if done is not None:
-            log.info(
-                "manager.report_reconciled",
-                kind=report.kind,
-                id=report.id,
-                outcome=done.outcome,
-                passed=done.passed,
-                detail=done.detail,
-            )
+        if found is None:
+            return None
+        done = self._ended(report, found.outcome, found.detail, passed=found.passed)
+        log.info("manager.report_reconciled", kind=report.kind, id=report.id,
+                 outcome=done.outcome, passed=done.passed, detail=done.detail)  # fmt: skip
         return done
 
     async def _persist(self) -> None:
@@ -264,16 +245,11 @@ class Outbox:
     def _remaining(self, deadline: float | None) -> float | None:
         return None if deadline is None else deadline - self.client.clock()
 
-    def _ended(self, report: Report, outcome: str, detail: str) -> Report:
+    def _ended(self, report: Report, outcome: str, detail: str, **more: Any) -> Report:
         stamp = utc_now_iso(self.client.wall_clock)
-        return dataclasses.replace(report, outcome=outcome, detail=detail, finished_at=stamp)
-
-    def _reconciled(self, report: Report, found: Recorded) -> Report:
-        """``report`` finished as the manager's records show (:func:`recorded_outcome`)."""
         return dataclasses.replace(
-            report, outcome=found.outcome, passed=found.passed, detail=found.detail,
-            finished_at=utc_now_iso(self.client.wall_clock),
-        )  # fmt: skip
+            report, outcome=outcome, detail=detail, finished_at=stamp, **more
+        )
 
 
 def _raise_for(report: Report) -> Report:

@@ -55,11 +55,9 @@ class ManagerTimeouts:
 
 @dataclass(frozen=True, slots=True)
 class ManagerRetry:
-    """Backoff and, per kind of call, how long to keep retrying (settings).
-
-    The backoff is one state per manager, shared by every call
-    (:class:`cuzk_supervisor.core.backoff.SharedBackoff`): a call's stop bounds how long that
-    call keeps trying, never restarts the pauses."""
+    """Backoff and, per kind of call, how long to keep retrying (settings). The backoff is one
+    :class:`~cuzk_supervisor.core.backoff.SharedBackoff` per manager, shared by every call: a
+    call's stop bounds how long that call keeps trying, never restarts the pauses."""
 
     backoff_base_s: float = 0.5
     """First wait before a retry (full jitter, doubled at each consecutive failure)."""
@@ -85,10 +83,8 @@ class ManagerRetry:
         require_relation(self, "backoff_max_s", ">=", "backoff_base_s")
 
     def policy(self, call: str) -> HttpRetryPolicy:
-        stop = {
-            "register": self.register_stop_s,
-            "log_push": self.log_stop_s,
-        }.get(call, self.report_stop_s)
+        stops = {"register": self.register_stop_s, "log_push": self.log_stop_s}
+        stop = stops.get(call, self.report_stop_s)
         return HttpRetryPolicy(call, self.backoff_base_s, self.backoff_max_s, stop)
 
 
@@ -123,11 +119,10 @@ class ManagerRejected(ManagerError):
 class ManagerUnavailable(ManagerError):
     """No word from the manager until the call's retry stop (or the caller's deadline) ran out:
     no answer at all, or only weather. ``weather``: the last attempt got an answer that was not
-    the manager's word (a proxy's page, an empty 404, a 5xx, a 2xx that is not the API's
-    answer), not a refused connection or a timeout. ``bad_answer``: that answer was one that
-    says something in front of the manager answers for it, not that the manager is down or
-    busy: a 2xx that is not the API's answer, or a 4xx page other than 408 and 429 (a 403 on
-    the dashboard's API, say)."""
+    the manager's word (a proxy's page, an empty 404, a 5xx), not a refused connection or a
+    timeout. ``bad_answer``: that answer says something in front of the manager answers for it,
+    not that it is down or busy: a 2xx that is not the API's answer, or a 4xx page other than
+    408 and 429 (a 403 on the dashboard's API, say)."""
 
     def __init__(
         self, call: str, attempts: int, reason: str, *, weather: bool = False,
@@ -144,8 +139,7 @@ class ManagerUnavailable(ManagerError):
 class Weather(Exception):
     """An answer that is not the manager's word (:mod:`cuzk_supervisor.core.answers`): retried,
     never final. ``described`` names what answered (status, ``Server`` header, the body's first
-    line); ``retry_after_s`` is what its ``Retry-After`` asked for (seconds, or an HTTP-date
-    read as seconds from now)."""
+    line); ``retry_after_s``: its ``Retry-After`` (an HTTP-date read as seconds from now)."""
 
     def __init__(self, status: int, described: str, retry_after_s: float | None = None) -> None:
         self.status = status
@@ -155,17 +149,16 @@ class Weather(Exception):
 
 
 class BadAnswer(Weather):
-    """A 2xx whose body is not the answer the API defines: a proxy's page (a maintenance page
-    is a 200 with HTML), not the manager's word. The report is not applied as far as we can
-    tell, so it is tried again (GET /status reconciles an answer that was only mangled)."""
+    """A 2xx whose body is not the answer the API defines: a proxy's page (a maintenance page is
+    a 200 with HTML). Not applied as far as we can tell, so tried again (GET /status reconciles
+    an answer that was only mangled)."""
 
     def __init__(self, status: int, detail: str, body: bytes) -> None:
         super().__init__(status, f"HTTP {status} {detail}: {body[:120]!r}")
 
 
 def is_transient(exc: BaseException) -> bool:
-    """No answer (refused, timed out, dropped), or an answer that is weather: worth another
-    attempt."""
+    """No answer (refused, timed out, dropped), or weather: worth another attempt."""
     return isinstance(exc, TransportError | Weather)
 
 

@@ -28,13 +28,10 @@ async def run_batch(
     budget_s: float | None = None,
     on_result: Callable[[int, ProofResult], None] | None = None,
 ) -> BatchResult:
-    """Run ``count`` proofs of ``template``, at most ``concurrency`` at once.
-
-    Each proof is a copy of the template with its own uuid4 ``request_id`` (the template's is
-    ignored: the daemon does not de-duplicate, and every proof must be a distinct job). The next
-    proof starts as soon as one finishes. ``on_result(index, result)`` is called as each ends.
-    ``budget_s`` applies to each proof.
-    """
+    """Run ``count`` proofs of ``template``, at most ``concurrency`` at once, the next as soon
+    as one finishes; ``budget_s`` applies to each, ``on_result(index, result)`` as each ends.
+    Each is a copy with its own uuid4 ``request_id`` (the template's is ignored: the daemon does
+    not de-duplicate, and every proof must be a distinct job)."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
     if concurrency < 1:

@@ -1,10 +1,8 @@
 """How the proving client reaches the daemon: the grpc channel arguments and the plain
 connect probe that waits for something to listen.
 
-Both are about the transport only (no RPC, no retry rule):
-:mod:`cuzk_supervisor.adapters.proving.client`
-opens its channels with :func:`channel_options` and calls :func:`until_listening` before the first
-GetStatus while the daemon starts.
+Transport only (no RPC, no retry rule): :mod:`cuzk_supervisor.adapters.proving.client` opens its
+channels with :func:`channel_options` and calls :func:`until_listening` before its first GetStatus.
 """
 
 from __future__ import annotations
@@ -50,14 +48,10 @@ async def until_listening(address: Address, budget_s: float) -> bool:
     while True:
         try:
             if address.path is not None:
-                _, writer = await within(
-                    asyncio.open_unix_connection(str(address.path)), LISTEN_PROBE_INTERVAL_S * 4
-                )
+                connect = asyncio.open_unix_connection(str(address.path))
             else:
-                _, writer = await within(
-                    asyncio.open_connection(address.host, address.port),
-                    LISTEN_PROBE_INTERVAL_S * 4,
-                )
+                connect = asyncio.open_connection(address.host, address.port)
+            _, writer = await within(connect, LISTEN_PROBE_INTERVAL_S * 4)
         except (OSError, TimeoutError):
             if time.monotonic() >= end:
                 return False
@@ -79,12 +73,9 @@ def channel_options(keepalive: Keepalive = DEFAULT_KEEPALIVE) -> list[tuple[str,
     Keepalive is only a backstop: our short per-call deadlines are what notice a dead daemon.
 
     Reconnect backoff: grpc-core's default grows to 120 s, so after a daemon restart the channel
-    could sit in backoff long after the daemon answers. Capping it at 2 s keeps readiness
-    detection close to the daemon's real start.
-
-    A channel of ours never shares its connection with another channel
-    (``use_local_subchannel_pool``): a replaced channel must get a new connection, not the
-    frozen one the old channel still holds.
+    could sit in backoff long after the daemon answers; capped at 2 s. A channel of ours never
+    shares its connection (``use_local_subchannel_pool``): a replaced channel must get a new
+    connection, not the frozen one the old channel still holds.
     """
     return [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

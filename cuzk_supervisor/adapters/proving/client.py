@@ -13,25 +13,20 @@ The rules (docs/architecture.md, rule 3 and 5, incidents I1 and I3):
   deadline fires) is handled exactly like our own ``DEADLINE_EXCEEDED``. Only a cancellation our
   own code started (a cancelled task, the client closing) is final.
 - A submit whose fate is unknown (cut, or the connection dropped under it) is never retried
-  blind: the job is awaited first, and NOT_FOUND then means "it did not land" (counted apart, as
-  ``uploads_cut``, so ``submissions`` is what the daemon saw). A submit is retried directly only
-  when the channel could not connect at all, i.e. nothing was sent.
+  blind: the job is awaited first, and NOT_FOUND then means "it did not land" (counted apart,
+  ``uploads_cut``). A submit is retried directly only when nothing was sent (no connection).
 - No dead connection outlives two deadlines: after two calls in a row on one channel are cut
-  with nothing received, the client opens a new channel for the next call (a silent path, no
-  FIN and no RST, is otherwise noticed only by keepalive, minutes later).
-- Every retry goes through tenacity with a :class:`RetryPolicy` value: only codes known to be
-  transient, jittered exponential backoff, a stop at the remaining budget, each attempt logged.
+  with nothing received, the next call gets a new channel (a silent path, no FIN and no RST, is
+  otherwise noticed only by keepalive, minutes later).
+- Every retry goes through tenacity with a ``RetryPolicy`` value: only transient codes,
+  jittered exponential backoff, a stop at the remaining budget, each attempt logged.
 - Failures are values: :meth:`ProvingClient.prove` returns a :class:`ProofResult` for a failed,
   lost or out-of-budget proof; it raises only for cancellation and programming errors.
 
 This module is the client: its channel, the watch on each call and the reconnect, the short
-calls and the readiness wait. The parts it is made of: the transport
-(:mod:`~cuzk_supervisor.adapters.proving.channel`), errors and call outcomes
-(:mod:`~cuzk_supervisor.adapters.proving.errors`), deadlines and retry policies
-(:mod:`~cuzk_supervisor.adapters.proving.policy`), one proof's loop
-(:mod:`~cuzk_supervisor.adapters.proving.run`), results
-(:mod:`~cuzk_supervisor.adapters.proving.results`) and batches
-(:mod:`~cuzk_supervisor.adapters.proving.batch`).
+calls and the readiness wait. Its parts are the sibling modules: ``channel`` (transport),
+``errors`` (call outcomes), ``policy`` (deadlines, retries), ``run`` (one proof's loop),
+``results`` and ``batch``.
 """
 
 from __future__ import annotations
@@ -82,8 +77,7 @@ RECONNECT_AFTER_CUTS = 2
 
 @dataclass(eq=False, slots=True)
 class _Conn:
-    """One channel and what we know of it: calls in flight, and calls cut in a row with
-    nothing received from the server."""
+    """One channel, its calls in flight and its calls cut in a row with nothing received."""
 
     channel: grpc.aio.Channel
     stub: pb_grpc.ProvingEngineStub
@@ -94,13 +88,11 @@ class _Conn:
 
 
 class ProvingClient:
-    """Async client over one grpc.aio channel at a time. Use as ``async with
-    ProvingClient(...) as c``.
+    """Async client over one grpc.aio channel at a time. Use as ``async with ProvingClient(...)``.
 
     A channel whose last ``RECONNECT_AFTER_CUTS`` calls were all cut by our own deadline, with
-    nothing received, is replaced before the next call: the new one dials a new connection
-    (``reconnect`` logged, ``on_reconnect`` called: the supervisor counts it in /metrics). The
-    old one is closed once its calls in flight have ended, so other proofs are not disturbed.
+    nothing received, is replaced before the next call (``on_reconnect``: counted in /metrics);
+    the old one is closed once its calls in flight have ended, so other proofs are not disturbed.
     """
 
     def __init__(
@@ -245,30 +237,22 @@ class ProvingClient:
             raise DaemonCallError(method, self.address, exc.code(), exc.details() or "") from exc
 
     async def status(self, budget_s: float | None = None) -> pb.GetStatusResponse:
-        """GetStatus with the short deadline; one more poll if the server cut it and the
-        budget (default ``call_deadline_s``) allows; raises DaemonCallError."""
-        response: pb.GetStatusResponse = await self._short_call(
-            "GetStatus", pb.GetStatusRequest(), budget_s
-        )
-        return response
+        """GetStatus, as ``_short_call``; raises DaemonCallError."""
+        return await self._short_call("GetStatus", pb.GetStatusRequest(), budget_s)
 
     async def metrics(self, budget_s: float | None = None) -> str:
         """The daemon's Prometheus text (GetMetrics, as ``status``); raises DaemonCallError."""
-        response: pb.GetMetricsResponse = await self._short_call(
-            "GetMetrics", pb.GetMetricsRequest(), budget_s
-        )
+        response = await self._short_call("GetMetrics", pb.GetMetricsRequest(), budget_s)
         return response.prometheus_text
 
     async def wait_ready(self, deadline_s: float | None = None) -> pb.GetStatusResponse:
         """Poll GetStatus until it answers; raise DaemonNotReady after ``deadline_s``.
 
         Calls are at least ``ready_poll_interval_s`` apart (the real daemon runs nvidia-smi for
-        each), backing off to ``ready_poll_max_s``; each call is cut by ``call_deadline_s``.
-        It gives up when the next poll would start past the deadline (tenacity's
-        ``stop_before_delay``), so it can end up to one poll interval before ``deadline_s``.
-        Only UNAVAILABLE and cuts (DEADLINE_EXCEEDED, or CANCELLED from the server) are retried;
-        any other answer is raised as DaemonNotReady at once (e.g. UNIMPLEMENTED: not a cuzk
-        daemon).
+        each), backing off to ``ready_poll_max_s``; each call is cut by ``call_deadline_s``. It
+        gives up when the next poll would start past the deadline (``stop_before_delay``): up to
+        one poll interval early. Only UNAVAILABLE and cuts are retried; any other answer is
+        DaemonNotReady at once (e.g. UNIMPLEMENTED: not a cuzk daemon).
         """
         deadline = self.timeouts.startup_deadline_s if deadline_s is None else deadline_s
         policy = ready_policy(self.timeouts)
@@ -286,14 +270,11 @@ class ProvingClient:
                 )
             remaining = deadline - (time.monotonic() - started)
             calls += 1
-            response: pb.GetStatusResponse = await self.call(
-                "GetStatus",
-                pb.GetStatusRequest(),
-                timeout=max(min(self.timeouts.call_deadline_s, remaining), 0.001),
-                # A channel still in reconnect backoff waits to connect instead of failing.
-                wait_for_ready=True,
+            # wait_for_ready: a channel still in reconnect backoff waits to connect, not fails.
+            timeout = max(min(self.timeouts.call_deadline_s, remaining), 0.001)
+            return await self.call(
+                "GetStatus", pb.GetStatusRequest(), timeout=timeout, wait_for_ready=True
             )
-            return response
 
         retrying = policy.retrying(
             deadline, log_retry("daemon.ready_retry", address=str(self.address))
@@ -304,22 +285,15 @@ class ProvingClient:
             raise DaemonNotReady(
                 self.address, time.monotonic() - started, calls, describe(exc)
             ) from None
-        log.info(
-            "daemon.ready",
-            address=str(self.address),
-            calls=calls,
-            waited_s=round(time.monotonic() - started, 3),
-        )
+        log.info("daemon.ready", address=str(self.address), calls=calls,
+                 waited_s=round(time.monotonic() - started, 3))  # fmt: skip
         return response
 
     async def prove(
         self, request: pb.SubmitProofRequest, budget_s: float | None = None
     ) -> ProofResult:
         """Submit one proof and await its result within ``budget_s`` (default: the timeouts').
-
-        The caller's request is not changed; if it has no ``request_id`` a copy gets a uuid4,
-        and that id is the job id (the daemon uses the request id as job id).
-        """
+        A request without ``request_id`` is copied with a uuid4 (the daemon's job id) in it."""
         budget = self.timeouts.proof_budget_s if budget_s is None else budget_s
         if not budget > 0:
             raise ValueError(f"budget_s must be > 0, got {budget!r}")

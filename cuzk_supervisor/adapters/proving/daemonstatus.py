@@ -1,14 +1,12 @@
 """The one reader of the daemon's HTTP status (``[daemon] status_listen``, ``GET /status``).
 
-Used by the bench's sampler (:mod:`~cuzk_supervisor.adapters.proving.statussampler`), ``prove``'s
-live line and its verdict, and the step-down's count of partitions synthesizing. One transport:
-a short HTTP/1.0 request on the event loop (no thread, no retries: the caller's next read is the
-retry), one size cap (:data:`MAX_BODY_BYTES`), one timeout. The document is read as the daemon
-means it by :func:`cuzk_supervisor.core.boundsample.parse_status`.
-
-The daemon binds its status listener on TCP only (cuzk-daemon's ``main.rs``: a
-``TcpListener`` on the configured ``ip:port``; a unix path cannot bind, it logs an error and runs
-on without it): a ``unix://`` address is no status (:func:`status_address`).
+Used by the bench's sampler (``statussampler``), ``prove``'s live line and its verdict, and the
+step-down's count of partitions synthesizing. One transport: a short HTTP/1.0 request on the
+event loop (no thread, no retries: the caller's next read is the retry), one size cap
+(:data:`MAX_BODY_BYTES`), one timeout; the document is read by
+:func:`cuzk_supervisor.core.boundsample.parse_status`. The daemon binds its status listener on
+TCP only (cuzk-daemon's ``main.rs``: a unix path cannot bind, it logs an error and runs on
+without it): a ``unix://`` address is no status (:func:`status_address`).
 """
 
 from __future__ import annotations
@@ -70,10 +68,9 @@ async def fetch_status(
     if len(status_line) < 2 or status_line[1] != b"200":
         return None
     try:
-        document: object = json.loads(body)
+        return json.loads(body)
     except ValueError:
         return None
-    return document
 
 
 async def read_sample(

@@ -2,9 +2,7 @@
 the classifiers of a call's outcome (cut by a deadline, refused before anything was sent,
 cancelled by our own process, nothing received).
 
-The rules they serve are in :mod:`cuzk_supervisor.adapters.proving.client`: a cut call is a cut
-call, whoever cut it; only a cancellation our own code started is final; a submit is retried
-blind only when nothing was sent.
+The rules they serve are in :mod:`cuzk_supervisor.adapters.proving.client`.
 """
 
 from __future__ import annotations
@@ -74,11 +72,9 @@ def describe(exc: BaseException) -> str:
 
 def is_connect_failure(exc: BaseException) -> bool:
     """True when a call failed because the channel could not connect: the server got nothing.
-
-    grpc-core reports a refused connection or a missing unix socket as UNAVAILABLE with
-    "failed to connect to all addresses". A connection dropped *during* a call (or a server that
-    aborts with UNAVAILABLE) has other details: the request may have arrived.
-    """
+    grpc-core reports a refused connection or a missing unix socket as UNAVAILABLE with "failed
+    to connect to all addresses"; a connection dropped *during* a call (or a server aborting with
+    UNAVAILABLE) has other details: the request may have arrived."""
     return (
         isinstance(exc, grpc.aio.AioRpcError)
         and exc.code() == grpc.StatusCode.UNAVAILABLE

@@ -1,10 +1,9 @@
 """Every deadline and retry rule of the proving client, as plain values.
 
-:class:`ProvingTimeouts` (``timeouts``) holds the deadlines and budgets (they become settings);
-:class:`RetryPolicy` says what one kind of call retries and how it waits, and builds the tenacity
-controller for one series of attempts. The four policies (:func:`submit_policy`,
-:func:`await_policy`, :func:`ready_policy`, :func:`call_policy`) are values to print, compare and
-test; the client and the proof loop only run them.
+:class:`ProvingTimeouts` (``timeouts``) holds the deadlines and budgets; :class:`RetryPolicy`
+says what one kind of call retries and how it waits, and builds the tenacity controller for one
+series of attempts. The four ``*_policy`` values are to print, compare and test; the client and
+the proof loop only run them.
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ from cuzk_supervisor.adapters.proving.errors import (
 from cuzk_supervisor.adapters.proving.timeouts import MIN_READY_POLL_INTERVAL_S, ProvingTimeouts
 
 log = structlog.get_logger("supervisor.proving")
+
+_CUT_OR_UNAVAILABLE = CUT_CODES | {grpc.StatusCode.UNAVAILABLE}
 
 
 @dataclass(slots=True)
@@ -78,10 +79,8 @@ class _PolicyWait(wait_base):
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """What one kind of call retries and how it waits: a value to print, compare and test.
-
-    Only the listed status codes are retried; everything else ends the retrying at once.
-    """
+    """What one kind of call retries and how it waits: a value to print, compare and test. Only
+    the listed status codes are retried; everything else ends the retrying at once."""
 
     name: str
     codes: frozenset[grpc.StatusCode]
@@ -140,9 +139,8 @@ class RetryPolicy:
 
 
 def submit_policy(t: ProvingTimeouts) -> RetryPolicy:
-    """SubmitProof: retried only when nothing was sent (connection refused, no socket).
-
-    A cut (our deadline or the server's CANCELLED) or UNAVAILABLE from a connection dropped
+    """SubmitProof: retried only when nothing was sent (connection refused, no socket). A cut
+    (our deadline or the server's CANCELLED) or UNAVAILABLE from a connection dropped
     mid-upload leaves us not knowing whether the job landed (``unknown_fate``): not retried
     here but resolved by awaiting the job (NOT_FOUND = not submitted). Risk, noted on purpose:
     a submit still being processed by the server when that await arrives could be proven
@@ -154,13 +152,7 @@ def submit_policy(t: ProvingTimeouts) -> RetryPolicy:
         base_s=t.backoff_base_s,
         max_s=t.backoff_max_s,
         before_send_only=True,
-        unknown_fate=frozenset(
-            {
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.CANCELLED,
-                grpc.StatusCode.UNAVAILABLE,
-            }
-        ),
+        unknown_fate=_CUT_OR_UNAVAILABLE,
     )
 
 
@@ -169,13 +161,7 @@ def await_policy(t: ProvingTimeouts) -> RetryPolicy:
     "await the same job again"."""
     return RetryPolicy(
         name="await",
-        codes=frozenset(
-            {
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.CANCELLED,
-                grpc.StatusCode.UNAVAILABLE,
-            }
-        ),
+        codes=_CUT_OR_UNAVAILABLE,
         base_s=t.backoff_base_s,
         max_s=t.backoff_max_s,
         immediate=CUT_CODES,
@@ -187,13 +173,7 @@ def ready_policy(t: ProvingTimeouts) -> RetryPolicy:
     or the server's); never too often."""
     return RetryPolicy(
         name="ready",
-        codes=frozenset(
-            {
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.CANCELLED,
-                grpc.StatusCode.UNAVAILABLE,
-            }
-        ),
+        codes=_CUT_OR_UNAVAILABLE,
         base_s=t.ready_poll_interval_s,
         max_s=t.ready_poll_max_s,
         min_s=t.ready_poll_interval_s,
@@ -219,13 +199,8 @@ def log_retry(event: str, **context: Any) -> Callable[[RetryCallState], None]:
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
         code = code_of(exc) if exc is not None else None
-        log.info(
-            event,
-            attempt=state.attempt_number,
-            code=code.name if code is not None else None,
-            reason=describe(exc) if exc is not None else None,
-            sleep_s=round(state.upcoming_sleep, 3),
-            **context,
-        )
+        log.info(event, attempt=state.attempt_number, code=code.name if code is not None else None,
+                 reason=describe(exc) if exc is not None else None,
+                 sleep_s=round(state.upcoming_sleep, 3), **context)  # fmt: skip
 
     return before_sleep

@@ -5,6 +5,7 @@ daemon's own :class:`DaemonTimings`) for one proof, :class:`BatchSummary` and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,13 +39,8 @@ class DaemonTimings:
 
     @classmethod
     def of(cls, response: pb.AwaitProofResponse) -> DaemonTimings:
-        return cls(
-            queue_wait_ms=response.queue_wait_ms,
-            srs_load_ms=response.srs_load_ms,
-            synthesis_ms=response.synthesis_ms,
-            gpu_compute_ms=response.gpu_compute_ms,
-            total_ms=response.total_ms,
-        )
+        """The response's fields of the same names."""
+        return cls(**{f.name: getattr(response, f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +92,7 @@ class ProofResult:
             "submissions": self.submissions,
             "uploads_cut": self.uploads_cut,
             "await_attempts": self.await_attempts,
-            "queue_wait_ms": self.timings.queue_wait_ms,
-            "srs_load_ms": self.timings.srs_load_ms,
-            "synthesis_ms": self.timings.synthesis_ms,
-            "gpu_compute_ms": self.timings.gpu_compute_ms,
-            "total_ms": self.timings.total_ms,
+            **dataclasses.asdict(self.timings),
         }
 
 

@@ -2,12 +2,9 @@
 resubmit (the same ``request_id``) only on NOT_FOUND, and once; a submit whose fate is unknown is
 awaited before anything is submitted again.
 
-:class:`ProofRun` is the state of one :meth:`ProvingClient.prove
-<cuzk_supervisor.adapters.proving.client.ProvingClient.prove>`: its counters, its clock and the
-loop. Its calls go through the client
-(:meth:`~cuzk_supervisor.adapters.proving.client.ProvingClient.call`),
-which watches them for a dead connection; its retries are the values of
-:mod:`cuzk_supervisor.adapters.proving.policy`.
+:class:`ProofRun` is the state of one ``ProvingClient.prove``: its counters, its clock and the
+loop. Its calls go through ``ProvingClient.call``, which watches them for a dead connection; its
+retries are the values of :mod:`cuzk_supervisor.adapters.proving.policy`.
 """
 
 from __future__ import annotations
@@ -25,12 +22,7 @@ from cuzk_supervisor.adapters.proving.errors import (
     is_connect_failure,
     is_cut,
 )
-from cuzk_supervisor.adapters.proving.policy import (
-    Attempt,
-    await_policy,
-    log_retry,
-    submit_policy,
-)
+from cuzk_supervisor.adapters.proving.policy import Attempt, await_policy, log_retry, submit_policy
 from cuzk_supervisor.adapters.proving.results import DaemonTimings, ProofResult, ProofStatus
 from cuzk_supervisor.adapters.proving.timeouts import ProvingTimeouts
 from cuzk_supervisor.proto import proving_pb2 as pb
@@ -113,9 +105,7 @@ class ProofRun:
                         self.uploads_cut += 1
                     self.landed_at = self.sent_at = None
                     log.info(
-                        "proof.submit_not_landed",
-                        job_id=self.job_id,
-                        uploads_cut=self.uploads_cut,
+                        "proof.submit_not_landed", job_id=self.job_id, uploads_cut=self.uploads_cut
                     )
                     confirmed = await self._submit()
                     continue
@@ -126,11 +116,9 @@ class ProofRun:
                     )
                 resubmits_left -= 1
                 log.warning(
-                    "proof.resubmitted",
-                    job_id=self.job_id,
-                    attempt=self.submissions + 1,
+                    "proof.resubmitted", job_id=self.job_id, attempt=self.submissions + 1,
                     reason="AwaitProof NOT_FOUND: the daemon lost the job (restart?)",
-                )
+                )  # fmt: skip
                 confirmed = await self._submit()
                 continue
             return self._from_response(response)
@@ -147,15 +135,12 @@ class ProofRun:
             self.last_call = "SubmitProof"
             self.attempt_started = time.monotonic()
             try:
-                response: pb.SubmitProofResponse = await self.client.call(
-                    "SubmitProof", self.request, timeout=timeout
-                )
+                return await self.client.call("SubmitProof", self.request, timeout=timeout)
             except grpc.aio.AioRpcError as exc:
                 self.last_error = describe(exc)
                 if is_connect_failure(exc):
                     self.submissions -= 1  # nothing reached the daemon
                 raise
-            return response
 
         retrying = policy.retrying(
             self.remaining(), log_retry("proof.submit_retry", job_id=self.job_id)
@@ -169,27 +154,17 @@ class ProofRun:
             self.submit_cut = is_cut(exc)
             # If the await then finds the job, this attempt carried it: the daemon had it by now.
             self.landed_at, self.sent_at = time.monotonic(), self.attempt_started
-            log.warning(
-                "proof.submit_uncertain",
-                job_id=self.job_id,
-                attempt=self.submissions,
-                code=code.name,
-                reason=describe(exc),
-                action="await the job first; NOT_FOUND means it did not land",
-            )
+            log.warning("proof.submit_uncertain", job_id=self.job_id, attempt=self.submissions,
+                        code=code.name, reason=describe(exc),
+                        action="await the job first; NOT_FOUND means it did not land")  # fmt: skip
             return False
         self.landed_at, self.sent_at = time.monotonic(), self.attempt_started
         if response.job_id and response.job_id != self.job_id:
             # The daemon names the job after the request id; follow it if it ever differs.
             self.job_id = response.job_id
-        log.info(
-            "proof.submitted",
-            job_id=self.job_id,
-            attempt=self.submissions,
-            queue_position=response.queue_position,
-            assigned_gpu=response.assigned_gpu,
-            input_bytes=self.request.ByteSize(),
-        )
+        log.info("proof.submitted", job_id=self.job_id, attempt=self.submissions,
+                 queue_position=response.queue_position, assigned_gpu=response.assigned_gpu,
+                 input_bytes=self.request.ByteSize())  # fmt: skip
         return True
 
     async def _await(self) -> pb.AwaitProofResponse:
@@ -272,12 +247,8 @@ class ProofRun:
             "await_attempts": result.await_attempts,
         }
         if result.ok:
-            log.info(
-                "proof.completed",
-                **fields,
-                proof_len=result.proof_len,
-                total_ms=result.timings.total_ms,
-            )
+            log.info("proof.completed", **fields, proof_len=result.proof_len,
+                     total_ms=result.timings.total_ms)  # fmt: skip
         else:
             log.warning("proof.failed", **fields, status=str(status), error=error)
         return result

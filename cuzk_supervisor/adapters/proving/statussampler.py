@@ -1,17 +1,14 @@
 """The daemon's HTTP status sampled while the bench measures (issues 25 and 33): the evidence of
 :mod:`cuzk_supervisor.core.bound`.
 
-Every ``interval_s`` one ``GET /status`` through the one reader
-(:mod:`~cuzk_supervisor.adapters.proving.daemonstatus`; the daemon's own comment: built for
-polling every 500 ms), parsed into a :class:`~cuzk_supervisor.core.boundsample.StatusSample`
-stamped with the clock the bench stamps its completions with. Cheap by construction: answers
-that do not parse are skipped, and a sample that takes longer than the interval only delays the
-next one. The CPU's busy share is the container's against its quota and physical cores
-(:class:`~cuzk_supervisor.adapters.machine.cpumeter.CpuMeter`), or the simulated machine's
-when the daemon is the simulator (``sim.cpu_busy_share``); each GPU's utilisation, clocks and
-slowdown reasons come from ``gpus`` (NVML's
-:meth:`~cuzk_supervisor.adapters.machine.gpunvml.NvmlProbe.activity` where ``gpu_probe`` is nvml),
-or the simulator's ``sim.gpus``.
+Every ``interval_s`` one ``GET /status`` through the one reader (``daemonstatus``; the
+daemon's own comment: built for polling every 500 ms), parsed into a
+:class:`~cuzk_supervisor.core.boundsample.StatusSample` stamped with the clock the bench stamps
+its completions with. Cheap by construction: answers that do not parse are skipped, and a slow
+sample only delays the next one. The CPU's busy share is the container's against its quota and
+physical cores (``cpumeter.CpuMeter``), or the simulator's ``sim.cpu_busy_share``; each GPU's
+utilisation, clocks and slowdown reasons come from ``gpus`` (NVML's ``NvmlProbe.activity``
+where ``gpu_probe`` is nvml), or the simulator's ``sim.gpus``.
 """
 
 from __future__ import annotations

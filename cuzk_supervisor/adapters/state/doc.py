@@ -3,11 +3,9 @@ values, and its versioned JSON form.
 
 :class:`SupervisorState` holds the phase, the instance's identity at the manager, the plan, the
 benchmark records (:class:`BenchRecord`), a terminal verdict, the last failures and the reports
-to the manager (:class:`Report`: pending in the outbox, or finished). Change it with
-``dataclasses.replace`` (or the small ``with_*`` helpers). :meth:`SupervisorState.to_json` writes
-it; :meth:`SupervisorState.from_json` reads it back and raises :class:`StateFormatError`, saying
-what is wrong, for a document this build cannot read. No I/O here: the file is
-:mod:`cuzk_supervisor.adapters.state.store`.
+to the manager (:class:`Report`). Change it with ``dataclasses.replace`` (or the ``with_*``
+helpers); :meth:`SupervisorState.from_json` raises :class:`StateFormatError`, saying what is
+wrong, for a document this build cannot read. No I/O here: the file is ``state.store``.
 """
 
 from __future__ import annotations
@@ -22,12 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from cuzk_supervisor.adapters.state.fields import (
-    Fields,
-    StateFormatError,
-    object_fields,
-    str_item,
-)
+from cuzk_supervisor.adapters.state.fields import Fields, StateFormatError, object_fields, str_item
 from cuzk_supervisor.core.reports import BENCH_DONE, REPORT_KINDS, REPORT_OUTCOMES
 
 STATE_VERSION = 1
@@ -76,11 +69,9 @@ class BenchRecord:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """One report to the manager, pending in the outbox or finished (``outcome`` set).
-
-    ``id`` is stable across restarts: the lifecycle finds a report it queued before a crash by
-    it (or by kind, :meth:`cuzk_supervisor.adapters.manager.outbox.Outbox.latest`).
-    """
+    """One report to the manager, pending in the outbox or finished (``outcome`` set). ``id`` is
+    stable across restarts: the lifecycle finds a report it queued before a crash by it (or by
+    kind, :meth:`cuzk_supervisor.adapters.manager.outbox.Outbox.latest`)."""
 
     kind: str
     """One of :data:`REPORT_KINDS`."""
@@ -117,25 +108,13 @@ class Report:
         return self.outcome is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "uuid": self.uuid,
-            "rate": self.rate,
-            "id": self.id,
-            "created_at": self.created_at,
-            "outcome": self.outcome,
-            "passed": self.passed,
-            "detail": self.detail,
-            "finished_at": self.finished_at,
-        }
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True, slots=True)
 class SupervisorState:
-    """Everything the supervisor must remember across a container restart.
-
-    ``plan`` is opaque here (the policy module owns its shape); treat it as read-only.
-    """
+    """Everything the supervisor must remember across a container restart. ``plan`` is opaque
+    here (the policy module owns its shape); treat it as read-only."""
 
     phase: str = "start"
     uuid: str | None = None
@@ -214,6 +193,10 @@ class SupervisorState:
         # Missing keys take their defaults (an older v1 writer); present keys must be well typed.
         # Unknown keys are ignored.
         d = Fields(data, "state")
+
+        def each(key: str, parse: Callable[[Any, str], Any]) -> tuple[Any, ...]:
+            return tuple(parse(item, f"{key}[{i}]") for i, item in enumerate(d.items(key)))
+
         return cls(
             phase=d.text("phase", required=True),
             uuid=d.opt_str("uuid"),
@@ -224,23 +207,17 @@ class SupervisorState:
             params_verified=d.flag("params_verified", False),
             params_done_at=d.opt_float("params_done_at"),
             bench_clock_start=d.opt_float("bench_clock_start"),
-            bench=tuple(_bench_from(item, i) for i, item in enumerate(d.items("bench"))),
+            bench=each("bench", _bench_from),
             verdict=d.opt_obj("verdict"),
-            failures=tuple(
-                str_item(item, f"failures[{i}]") for i, item in enumerate(d.items("failures"))
-            ),
-            outbox=tuple(
-                _report_from(item, f"outbox[{i}]") for i, item in enumerate(d.items("outbox"))
-            ),
-            acked=tuple(
-                _report_from(item, f"acked[{i}]") for i, item in enumerate(d.items("acked"))
-            ),
+            failures=each("failures", str_item),
+            outbox=each("outbox", _report_from),
+            acked=each("acked", _report_from),
             updated_at=d.opt_str("updated_at"),
         )
 
 
-def _bench_from(value: Any, index: int) -> BenchRecord:
-    d = object_fields(value, f"bench[{index}]")
+def _bench_from(value: Any, where: str) -> BenchRecord:
+    d = object_fields(value, where)
     return BenchRecord(
         rate=d.number("rate"),
         completed=d.integer("completed"),

@@ -7,16 +7,13 @@ Rules (docs/architecture.md, rule 4, "durable before visible"):
   itself survives a power cut. A crash at any point leaves either the old file or the new one.
 - A load never crashes the supervisor. A missing file is a fresh start; a file that cannot be
   read, is not JSON, has an unknown version or the wrong shape is moved aside
-  (``<name>.corrupt-<timestamp>``, kept for a person to look at) with one warning event, and a
-  fresh state is returned. Fresh is safe: params are verified again, the benchmark runs again,
-  and registering again is idempotent per label at the manager.
-- A failed write raises :class:`StateWriteError` (one line: the path and the OS error); the caller
-  decides what follows.
+  (``<name>.corrupt-<timestamp>``, for a person to look at) with one warning, and a fresh state
+  is returned. Fresh is safe: params are verified again, the benchmark runs again, and
+  registering again is idempotent per label at the manager.
+- A failed write raises :class:`StateWriteError` (one line: the path and the OS error).
 
 This module is the file: :class:`StateStore` loads and saves it, :class:`StateKeeper` owns the
-current state in the event loop and serialises writers. The document itself (the frozen
-:class:`~cuzk_supervisor.adapters.state.doc.SupervisorState` and its JSON form) is
-:mod:`cuzk_supervisor.adapters.state.doc`.
+current state in the event loop and serialises writers. The document is ``state.doc``.
 """
 
 from __future__ import annotations
@@ -47,7 +44,6 @@ MAX_STATE_BYTES = 16 * 1024 * 1024
 
 class StateFolderUnsafe(UsageError):
     """The state folder is world-writable and its mode cannot be fixed: refuse to start (exit 2).
-
     Anyone could plant a state file (a uuid, reports) or replace ours."""
 
 
@@ -73,11 +69,8 @@ class Loaded:
 
 
 class StateStore:
-    """Load and save the state file at ``path``; see the module docstring for the rules.
-
-    ``save`` is synchronous and thread-safe (one writer at a time); in the event loop use
-    :class:`StateKeeper`, which runs it in a thread.
-    """
+    """Load and save the state file at ``path``. ``save`` is synchronous and thread-safe (one
+    writer at a time); in the event loop use :class:`StateKeeper`, which runs it in a thread."""
 
     def __init__(
         self,
@@ -145,43 +138,30 @@ class StateStore:
         except OSError as exc:
             # Never crash on load; the next save will say clearly if the folder is unwritable.
             moved_to, move_error = None, str(exc)
-        log.warning(
-            "state.corrupt",
-            path=str(self.path),
-            problem=problem,
-            moved_to=str(moved_to) if moved_to else None,
-            move_error=move_error,
-            action="starting from a fresh state",
-        )
+        log.warning("state.corrupt", path=str(self.path), problem=problem,
+                    moved_to=str(moved_to) if moved_to else None, move_error=move_error,
+                    action="starting from a fresh state")  # fmt: skip
         return Loaded(SupervisorState(), "recovered", problem, moved_to)
 
     def save(self, state: SupervisorState) -> SupervisorState:
-        """Write ``state`` atomically and durably; return it with ``updated_at`` stamped.
-
-        Raises :class:`StateWriteError` on any OS error; the old file is then untouched.
-        """
+        """Write ``state`` atomically and durably (:func:`files.atomic_write`); return it with
+        ``updated_at`` stamped. Raises :class:`StateWriteError`; the old file is then untouched."""
         stamped = dataclasses.replace(state, updated_at=utc_now_iso(self.clock))
         data = stamped.to_json().encode("utf-8")
         with self._lock:
             try:
-                self._write(data)
+                files.atomic_write(self.path, data, files.PRIVATE_MODE, self.ops)
             except OSError as exc:
                 raise StateWriteError(self.path, exc) from exc
         return stamped
-
-    def _write(self, data: bytes) -> None:
-        # A temp file in the same folder (os.replace is atomic only within one filesystem),
-        # fsynced, renamed, then the folder fsynced: see files.atomic_write.
-        files.atomic_write(self.path, data, files.PRIVATE_MODE, self.ops)
 
 
 class StateKeeper:
     """Owns the current state in the event loop: one writer at a time, in call order.
 
     ``update`` applies a change to the latest state, saves it (in a thread: fsync can take
-    milliseconds) and only then makes it current (durable before visible). Calls are applied in
-    the order they were made (asyncio.Lock is FIFO), so concurrent writers never lose each
-    other's changes as long as each change only touches its own fields.
+    milliseconds) and only then makes it current (durable before visible). asyncio.Lock is FIFO,
+    so concurrent writers never lose each other's changes if each touches only its own fields.
     """
 
     def __init__(self, store: StateStore, state: SupervisorState | None = None) -> None:
@@ -201,7 +181,6 @@ class StateKeeper:
             return self._state
 
     async def save_outbox(self, pending: Iterable[Report], acked: Iterable[Report]) -> None:
-        """The outbox's save callback
-        (:data:`cuzk_supervisor.adapters.manager.outbox.SaveOutbox`)."""
+        """The outbox's save callback (:data:`.outbox.SaveOutbox` of the manager adapter)."""
         pending_t, acked_t = tuple(pending), tuple(acked)
         await self.update(lambda s: dataclasses.replace(s, outbox=pending_t, acked=acked_t))
