@@ -151,9 +151,6 @@ class SignalForwarder:
     def add(self, pid: int) -> None:
         self._children.add(pid)
 
-    def discard(self, pid: int) -> None:
-        self._children.discard(pid)
-
     async def wait(self) -> int:
         """Wait for the first terminating signal; returns its number."""
         assert self._stopping is not None, "start() first"

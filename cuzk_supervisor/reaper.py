@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,10 +53,8 @@ class Reaper:
     ``asyncio.to_thread``). Claimed pids are forgotten once their waiter has collected them.
     """
 
-    def __init__(self, on_reap: Callable[[Reaped], None] | None = None, keep: int = 256) -> None:
+    def __init__(self, keep: int = 256) -> None:
         self.reaped: collections.deque[Reaped] = collections.deque(maxlen=keep)  # latest, for logs
-        self.reaped_total = 0
-        self._on_reap = on_reap
         self._owned: set[int] = set()
         # holding() and own() may be used from another thread; a reaping pass runs under the lock,
         # so no spawn can begin in the middle of one. Passes are short: no call in them blocks.
@@ -81,10 +79,6 @@ class Reaper:
         """Leave ``pid`` to the code that started it and will wait for it."""
         with self._lock:
             self._owned.add(pid)
-
-    def disown(self, pid: int) -> None:
-        with self._lock:
-            self._owned.discard(pid)
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
@@ -153,10 +147,7 @@ class Reaper:
             return None  # still running
         reaped = Reaped(pid, os.waitstatus_to_exitcode(status))
         self.reaped.append(reaped)
-        self.reaped_total += 1
         log.info("pid1.orphan_reaped", pid=pid, returncode=reaped.returncode)
-        if self._on_reap is not None:
-            self._on_reap(reaped)
         return reaped
 
 

@@ -37,13 +37,9 @@ log = structlog.get_logger()
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """What a body gets: the reaper (spawn children through it) and the signal forwarder
-    (register children that should hear our stop signals as they are)."""
+    """What a body gets: the reaper (spawn children through it)."""
 
     reaper: Reaper
-    signals: pid1.SignalForwarder
-    as_pid1: bool
-    subreaper: bool
 
 
 # A coroutine function: its call is handed to asyncio.create_task.
@@ -73,8 +69,7 @@ async def _supervised(body: Body, cleanup_grace_s: float, keep: tuple[int, ...])
     signals = pid1.SignalForwarder()
     signals.start()
     log.info("supervisor.started", as_pid1=as_pid1, subreaper=subreaper)
-    runtime = Runtime(reaper, signals, as_pid1, subreaper)
-    work = asyncio.create_task(body(runtime))
+    work = asyncio.create_task(body(Runtime(reaper)))
     stop = asyncio.create_task(signals.wait())
     try:
         await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)

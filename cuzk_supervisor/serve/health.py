@@ -115,7 +115,6 @@ class HealthServer:
         self.heartbeat = Heartbeat(heartbeat_interval_s, clock)
         # Connections dropped without an answer, by reason (also in /metrics).
         self.dropped: Counter[str] = Counter()
-        self.answered = 0
         # After answering, how long to read what the client still sends before closing.
         self.linger_s = 1.0
         self._refresh = refresh
@@ -274,7 +273,6 @@ class HealthServer:
             self._drop("disconnect")
             writer.transport.abort()
             return
-        self.answered += 1
         # Lingering close: read what the client still sends (a body we did not want) until it
         # closes, briefly, so our close does not reset the connection before it read the answer.
         # A client gone by now got its answer (or does not care): OSError is the end, not news.
