@@ -31,10 +31,8 @@ class Settings(PhaseFields, MachineFields, EdgeFields):
     # --- health server ------------------------------------------------------------------------
     health_enabled: bool = setting(True, "serve /healthz /readyz /metrics", group="health")
     health_listen: str = setting(
-        "127.0.0.1:9822",
-        "health server address, ip:port",
-        form="health_listen", group="health",
-    )  # fmt: skip
+        "127.0.0.1:9822", "health server address, ip:port", form="health_listen", group="health"
+    )
     health_allow_public: bool = setting(
         False,
         "allow a non-loopback health_listen (e.g. 0.0.0.0 in a pod, for the kubelet's probes)",
