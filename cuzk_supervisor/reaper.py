@@ -1,16 +1,13 @@
 """Reap exited children nobody else waits for, without stealing anyone's status (PID-1 duty).
 
-Reaping and asyncio's child watcher. asyncio waits for each child it started by that child's pid:
-on Python 3.11 the default ThreadedChildWatcher runs ``waitpid(pid, 0)`` in a thread per child;
-from 3.12 the default is PidfdChildWatcher (``waitpid(pid)`` once the pidfd is readable). Both only
-ever wait on their own pids, which is what this module relies on; we install no watcher of our
-own (that API is deprecated in 3.12 and gone in 3.14). The Reaper, in turn, never calls
-``waitpid(-1)``: it peeks with ``waitid(P_ALL, WNOWAIT)`` (which does not consume the status) and
-reaps only pids nobody has claimed. Whoever starts a child and will wait for it claims the pid
-while spawning (``Reaper.spawn``, or ``Reaper.holding`` + ``Reaper.own``); while a spawn is in
-flight reaping is deferred, so a child that exits before it is claimed is not taken either.
-A child started any other way (a bare ``subprocess.run``) can lose its status to the Reaper, and
-subprocess then reports 0: every spawner in the process goes through one of those two doors.
+asyncio waits for each child it started by that child's pid (3.11's ThreadedChildWatcher:
+``waitpid(pid, 0)`` in a thread per child; from 3.12 PidfdChildWatcher), which is what this module
+relies on; we install no watcher of our own (that API is deprecated in 3.12 and gone in 3.14). The
+Reaper, in turn, never calls ``waitpid(-1)``: it peeks with ``waitid(P_ALL, WNOWAIT)`` (which does
+not consume the status) and reaps only pids nobody has claimed (``Reaper.spawn``, or
+``Reaper.holding`` + ``Reaper.own``). A child started any other way (a bare ``subprocess.run``)
+can lose its status to the Reaper, and subprocess then reports 0: every spawner in the process
+goes through one of those two doors.
 """
 
 from __future__ import annotations

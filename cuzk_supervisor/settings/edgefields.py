@@ -1,8 +1,4 @@
-"""The settings of the supervisor's edges: the manager, its own log lines, its folders, the daemon.
-
-``EdgeFields`` declares the groups manager, logging, folders and daemon (``declare.setting``);
-``fields.Settings`` assembles it with the machine's and the phases' fields.
-"""
+"""The settings of the edges: the manager, the supervisor's log lines, its folders, the daemon."""
 
 from __future__ import annotations
 

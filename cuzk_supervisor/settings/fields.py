@@ -1,12 +1,9 @@
 """``Settings``: every setting of the supervisor, one frozen object, assembled from its groups.
 
-Each field is declared once (``declare.setting``) with its default, help text, limits and group;
-the flags, the environment variables, the TOML keys, the ``config`` dump and the table of
-docs/configuration.md are derived from these declarations. The fields are declared by role: the
-edges' (``edgefields``: manager, logging, folders, daemon), the machine's (``machinefields``:
-supervision, memory), the phases' (``phasefields``: proving, params, bench, run), and here the
-health server's. Here too: the checks that span settings (``__post_init__``) and the daemon
-addresses' public check.
+The fields are declared by role: the edges' (``edgefields``: manager, logging, folders, daemon),
+the machine's (``machinefields``: supervision, memory), the phases' (``phasefields``: proving,
+params, bench, run), and here the health server's. Here too: the checks that span settings
+(``__post_init__``) and the daemon addresses' public check.
 """
 
 from __future__ import annotations

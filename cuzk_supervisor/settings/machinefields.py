@@ -1,8 +1,4 @@
-"""The settings of the machine: how the daemon is supervised, memory, the plan and the GPUs.
-
-``MachineFields`` declares the groups supervision and memory (``declare.setting``);
-``fields.Settings`` assembles it with the edges' and the phases' fields.
-"""
+"""The settings of the machine: how the daemon is supervised, memory, the plan and the GPUs."""
 
 from __future__ import annotations
 

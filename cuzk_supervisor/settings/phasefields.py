@@ -1,8 +1,4 @@
-"""The settings of the phases: the proofs, the parameters' fetch, the bench and the run phase.
-
-``PhaseFields`` declares the groups proving, params, bench and run (``declare.setting``);
-``fields.Settings`` assembles it with the edges' and the machine's fields.
-"""
+"""The settings of the phases: the proofs, the parameters' fetch, the bench and the run phase."""
 
 from __future__ import annotations
 

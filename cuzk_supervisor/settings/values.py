@@ -22,12 +22,7 @@ from urllib.parse import urlsplit
 
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.settings.declare import (
-    ENV_PREFIX,
-    MAX_LIST_ITEMS,
-    MAX_RAW_CHARS,
-    REDACTED,
-)
+from cuzk_supervisor.settings.declare import ENV_PREFIX, MAX_LIST_ITEMS, MAX_RAW_CHARS, REDACTED
 from cuzk_supervisor.settings.fields import Settings
 
 
