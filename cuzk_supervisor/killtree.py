@@ -33,11 +33,10 @@ def kill_tree(root_pids: Iterable[int], grace_s: float, kill_wait_s: float = 5.0
     """Stop the roots, all their descendants and their process groups; wait until all exited.
 
     SIGTERM to everyone, SIGKILL to whatever is still running after ``grace_s``. Descendants that
-    were orphaned earlier are still found through the roots' process groups. Exited children of
-    ours stay as zombies for their waiter (or the Reaper) to collect: this never reaps. It
-    blocks; from async code call it through ``asyncio.to_thread``. Logged only when it found
-    something to stop (``pid1.tree_stopped``, or ``pid1.tree_killed`` when SIGKILL was needed):
-    a tree that is already gone is the usual case after a clean exit and says nothing.
+    were orphaned earlier are still found through the roots' process groups. It blocks; from async
+    code call it through ``asyncio.to_thread``. Logged only when it found something to stop
+    (``pid1.tree_stopped``, or ``pid1.tree_killed`` when SIGKILL was needed): a tree that is
+    already gone is the usual case after a clean exit and says nothing.
     """
     me, my_group = os.getpid(), os.getpgrp()
     # Never ourselves, nor an ancestor: its tree would contain us and our siblings.
@@ -66,14 +65,12 @@ def kill_tree(root_pids: Iterable[int], grace_s: float, kill_wait_s: float = 5.0
     return report
 
 
-def kill_descendants(
-    grace_s: float, kill_wait_s: float = 5.0, spare: Iterable[int] = ()
-) -> KillReport:
+def kill_descendants(grace_s: float, spare: Iterable[int] = ()) -> KillReport:
     """``kill_tree`` of all our children but ``spare`` (children their starter stops itself,
     after us): the last step on every exit path."""
     kept = set(spare)
     children = [child.pid for child in psutil.Process().children() if child.pid not in kept]
-    return kill_tree(children, grace_s, kill_wait_s)
+    return kill_tree(children, grace_s)
 
 
 def _processes(roots: list[int], groups: set[int]) -> dict[int, psutil.Process]:

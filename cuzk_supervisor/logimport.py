@@ -83,9 +83,3 @@ def install() -> None:
 def uninstall() -> None:
     if _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
-
-
-def import_structlog() -> None:
-    """Import structlog now (once) so that it does not load rich."""
-    install()
-    import structlog  # noqa: F401

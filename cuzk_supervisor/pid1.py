@@ -3,7 +3,6 @@
 Small and boring on purpose (tini is the model). The supervisor may run as the container's PID 1
 or as a background process started by a platform hook (incidents I7); either way it reaps the
 orphans its children leave, passes stop signals on, and leaves nothing it started running.
-
 Reaping lives in :mod:`cuzk_supervisor.reaper`, stopping whole process trees in
 :mod:`cuzk_supervisor.killtree`.
 """
@@ -125,9 +124,7 @@ class SignalForwarder:
     """
 
     def __init__(
-        self,
-        signals: Iterable[int] = FORWARDED_SIGNALS,
-        terminating: Iterable[int] | None = None,
+        self, signals: Iterable[int] = FORWARDED_SIGNALS, terminating: Iterable[int] | None = None
     ) -> None:
         self.signals = tuple(signals)
         self.terminating = frozenset(self.signals if terminating is None else terminating)
@@ -150,9 +147,6 @@ class SignalForwarder:
 
     def add(self, pid: int) -> None:
         self._children.add(pid)
-
-    def discard(self, pid: int) -> None:
-        self._children.discard(pid)
 
     async def wait(self) -> int:
         """Wait for the first terminating signal; returns its number."""

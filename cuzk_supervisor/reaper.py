@@ -1,16 +1,13 @@
 """Reap exited children nobody else waits for, without stealing anyone's status (PID-1 duty).
 
-Reaping and asyncio's child watcher. asyncio waits for each child it started by that child's pid:
-on Python 3.11 the default ThreadedChildWatcher runs ``waitpid(pid, 0)`` in a thread per child;
-from 3.12 the default is PidfdChildWatcher (``waitpid(pid)`` once the pidfd is readable). Both only
-ever wait on their own pids, which is what this module relies on; we install no watcher of our
-own (that API is deprecated in 3.12 and gone in 3.14). The Reaper, in turn, never calls
-``waitpid(-1)``: it peeks with ``waitid(P_ALL, WNOWAIT)`` (which does not consume the status) and
-reaps only pids nobody has claimed. Whoever starts a child and will wait for it claims the pid
-while spawning (``Reaper.spawn``, or ``Reaper.holding`` + ``Reaper.own``); while a spawn is in
-flight reaping is deferred, so a child that exits before it is claimed is not taken either.
-A child started any other way (a bare ``subprocess.run``) can lose its status to the Reaper, and
-subprocess then reports 0: every spawner in the process goes through one of those two doors.
+asyncio waits for each child it started by that child's pid (3.11's ThreadedChildWatcher:
+``waitpid(pid, 0)`` in a thread per child; from 3.12 PidfdChildWatcher), which is what this module
+relies on; we install no watcher of our own (that API is deprecated in 3.12 and gone in 3.14). The
+Reaper, in turn, never calls ``waitpid(-1)``: it peeks with ``waitid(P_ALL, WNOWAIT)`` (which does
+not consume the status) and reaps only pids nobody has claimed (``Reaper.spawn``, or
+``Reaper.holding`` + ``Reaper.own``). A child started any other way (a bare ``subprocess.run``)
+can lose its status to the Reaper, and subprocess then reports 0: every spawner in the process
+goes through one of those two doors.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,10 +50,8 @@ class Reaper:
     ``asyncio.to_thread``). Claimed pids are forgotten once their waiter has collected them.
     """
 
-    def __init__(self, on_reap: Callable[[Reaped], None] | None = None, keep: int = 256) -> None:
+    def __init__(self, keep: int = 256) -> None:
         self.reaped: collections.deque[Reaped] = collections.deque(maxlen=keep)  # latest, for logs
-        self.reaped_total = 0
-        self._on_reap = on_reap
         self._owned: set[int] = set()
         # holding() and own() may be used from another thread; a reaping pass runs under the lock,
         # so no spawn can begin in the middle of one. Passes are short: no call in them blocks.
@@ -81,10 +76,6 @@ class Reaper:
         """Leave ``pid`` to the code that started it and will wait for it."""
         with self._lock:
             self._owned.add(pid)
-
-    def disown(self, pid: int) -> None:
-        with self._lock:
-            self._owned.discard(pid)
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
@@ -153,10 +144,7 @@ class Reaper:
             return None  # still running
         reaped = Reaped(pid, os.waitstatus_to_exitcode(status))
         self.reaped.append(reaped)
-        self.reaped_total += 1
         log.info("pid1.orphan_reaped", pid=pid, returncode=reaped.returncode)
-        if self._on_reap is not None:
-            self._on_reap(reaped)
         return reaped
 
 

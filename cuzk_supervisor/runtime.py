@@ -37,13 +37,9 @@ log = structlog.get_logger()
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """What a body gets: the reaper (spawn children through it) and the signal forwarder
-    (register children that should hear our stop signals as they are)."""
+    """What a body gets: the reaper (spawn children through it)."""
 
     reaper: Reaper
-    signals: pid1.SignalForwarder
-    as_pid1: bool
-    subreaper: bool
 
 
 # A coroutine function: its call is handed to asyncio.create_task.
@@ -73,8 +69,7 @@ async def _supervised(body: Body, cleanup_grace_s: float, keep: tuple[int, ...])
     signals = pid1.SignalForwarder()
     signals.start()
     log.info("supervisor.started", as_pid1=as_pid1, subreaper=subreaper)
-    runtime = Runtime(reaper, signals, as_pid1, subreaper)
-    work = asyncio.create_task(body(runtime))
+    work = asyncio.create_task(body(Runtime(reaper)))
     stop = asyncio.create_task(signals.wait())
     try:
         await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -108,7 +103,7 @@ async def _supervised(body: Body, cleanup_grace_s: float, keep: tuple[int, ...])
 def unsettled() -> str | None:
     """What still runs that the interpreter's teardown would wait for or tidy, or None: another
     thread (a writer the teardown would join), or a child process, running or not yet reaped."""
-    others = other_threads()
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if others:
         return f"threads still running: {', '.join(others)}"
     if child_left():
@@ -116,13 +111,8 @@ def unsettled() -> str | None:
     return None
 
 
-def other_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-
-
 def child_left() -> bool:
-    """Whether this process has a child, running or a zombie (looked at, not reaped:
-    ``WNOWAIT``)."""
+    """Whether this process has a child, running or a zombie (looked at with ``WNOWAIT``)."""
     try:
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -153,16 +143,13 @@ def _flush(stream: Any) -> None:
 
 
 def end_settled(code: int) -> None:
-    """End the process with ``code`` now, without the interpreter's teardown, if nothing is left
-    to settle (``unsettled``); else return, and the caller exits as usual.
+    """End the process with ``code`` now, without the interpreter's teardown (see the module),
+    if nothing is left to settle (``unsettled``); else return, and the caller exits as usual.
 
     Only for the very end of a command (``run``, ``sim``): the lifecycle's loop has closed, so the
     state file is written and fsynced, the log shipper drained or given up and the children
     reaped (``run_supervised``). The exit callbacks run as at any exit (``atexit``: logging's
-    shutdown, the terminal view's tidy-up, weakref finalisers), then every file is flushed
-    (``flush_files``). What is skipped is the module cleanup and the garbage collection of the
-    whole heap and the C libraries' own exit work (grpc's, after a used channel): about 0.1 s
-    after the last log line."""
+    shutdown, the terminal view's tidy-up, weakref finalisers), then every file is flushed."""
     if unsettled() is not None:
         return
     atexit._run_exitfuncs()

@@ -15,11 +15,9 @@ starve the probes:
   ``cuzk_supervisor_health_connections_dropped_total{reason}``, never logged with a traceback.
 
 The answers come from a ``HealthSource`` (phase, daemon readiness, last failure) and a
-``SupervisorMetrics``, so the server is tested without a lifecycle; ``LifecycleSource`` adapts the
-real one. This module is the server (connections, deadlines, eviction, routes); what the probes
-report is :mod:`~cuzk_supervisor.serve.probes`, the HTTP framing
-:mod:`~cuzk_supervisor.serve.httpwire`, the listen address and route names
-:mod:`~cuzk_supervisor.serve.endpoint`.
+``SupervisorMetrics``, so the server is tested without a lifecycle. What the probes report is
+:mod:`~cuzk_supervisor.serve.probes`, the HTTP framing :mod:`~cuzk_supervisor.serve.httpwire`, the
+listen address and route names :mod:`~cuzk_supervisor.serve.endpoint`.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from types import TracebackType
 from typing import Any
 
 import structlog
@@ -47,12 +44,7 @@ from cuzk_supervisor.serve.httpwire import (
     read_head,
 )
 from cuzk_supervisor.serve.metrics import CONTENT_TYPE, SupervisorMetrics
-from cuzk_supervisor.serve.probes import (
-    HEARTBEAT_INTERVAL_S,
-    HealthSource,
-    Heartbeat,
-    StartupLatch,
-)
+from cuzk_supervisor.serve.probes import HEARTBEAT_INTERVAL_S, HealthSource, Heartbeat, StartupLatch
 
 log = structlog.get_logger()
 
@@ -115,7 +107,6 @@ class HealthServer:
         self.heartbeat = Heartbeat(heartbeat_interval_s, clock)
         # Connections dropped without an answer, by reason (also in /metrics).
         self.dropped: Counter[str] = Counter()
-        self.answered = 0
         # After answering, how long to read what the client still sends before closing.
         self.linger_s = 1.0
         self._refresh = refresh
@@ -191,12 +182,7 @@ class HealthServer:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # --- one connection ------------------------------------------------------------------------
@@ -274,7 +260,6 @@ class HealthServer:
             self._drop("disconnect")
             writer.transport.abort()
             return
-        self.answered += 1
         # Lingering close: read what the client still sends (a body we did not want) until it
         # closes, briefly, so our close does not reset the connection before it read the answer.
         # A client gone by now got its answer (or does not care): OSError is the end, not news.

@@ -1,10 +1,8 @@
 """The supervisor's Prometheus metrics (``/metrics``), each instance with its own families.
 
 Tests build as many ``SupervisorMetrics`` as they like; nothing is registered process-wide.
-Updates are small typed methods the lifecycle calls where things happen; each is a dict lookup
-and a float store (label children are bound once, up front), so the hot paths pay nothing more
-than that. Rendering happens only when ``/metrics`` is scraped, by ``serve.exposition`` (the
-text format, as prometheus_client wrote it before: the library is no longer loaded).
+Updates are small typed methods the lifecycle calls where things happen (label children are bound
+once, up front); ``serve.exposition`` renders the text format when ``/metrics`` is scraped.
 
 Names follow the Prometheus conventions: a counter counts what its name says (daemon *exits*, by
 kind; a restart is what may follow one), ``_bytes`` gauges say what they measure (capacity, used),
@@ -105,7 +103,8 @@ class SupervisorMetrics:
             ["kind"],
             registry=r,
         )
-        self._exit_kinds = {kind.value: self._exits.labels(kind=kind.value) for kind in ExitKind}
+        for kind in ExitKind:  # every kind's series up front, at 0
+            self._exits.labels(kind=kind.value)
 
         self._completed = Counter(
             "cuzk_supervisor_proofs_completed", "Proofs that completed", registry=r
@@ -258,11 +257,7 @@ class SupervisorMetrics:
         self._current_phase = name
 
     def daemon_exit(self, kind: ExitKind | str) -> None:
-        key = str(kind)  # ExitKind is a StrEnum: str() is its value
-        child = self._exit_kinds.get(key)
-        if child is None:
-            child = self._exit_kinds[key] = self._exits.labels(kind=key)
-        child.inc()
+        self._exits.labels(kind=str(kind)).inc()  # ExitKind is a StrEnum: str() is its value
 
     def proof_finished(self, ok: bool, seconds: float) -> None:
         """One proof attempt ended. Only completed proofs go into the duration histogram: a

@@ -23,31 +23,18 @@ class MetricsSink(Protocol):
     """The updates the lifecycle makes where things happen (see ``SupervisorMetrics``)."""
 
     def set_phase(self, name: str) -> None: ...
-
     def daemon_exit(self, kind: ExitKind | str) -> None: ...
-
     def proof_finished(self, ok: bool, seconds: float) -> None: ...
-
     def bench_rate(self, rate: float, uncertainty: float | None = None) -> None: ...
-
     def bench_bound(self, verdict: Verdict | None) -> None: ...
-
     def memory(self, headroom_bytes: int, level: RiskLevel) -> None: ...
-
     def gpus(self, devices: Iterable[GpuDevice]) -> None: ...
-
     def grpc_reconnect(self) -> None: ...
-
     def outbox_depth(self, n: int) -> None: ...
-
     def manager_request_failed(self, call: str) -> None: ...
-
     def manager_weather(self, sustained: bool, answer: str) -> None: ...
-
     def health_connection_dropped(self, reason: str) -> None: ...
-
     def health(self, level: int, kinds: Iterable[str]) -> None: ...
-
     def health_action(self, step: str) -> None: ...
 
     @property
@@ -63,44 +50,19 @@ class NoMetrics:
     def set_phase(self, name: str) -> None:
         self._phase = str(name)
 
-    def daemon_exit(self, kind: ExitKind | str) -> None:
-        pass
-
-    def proof_finished(self, ok: bool, seconds: float) -> None:
-        pass
-
-    def bench_rate(self, rate: float, uncertainty: float | None = None) -> None:
-        pass
-
-    def bench_bound(self, verdict: Verdict | None) -> None:
-        pass
-
-    def memory(self, headroom_bytes: int, level: RiskLevel) -> None:
-        pass
-
-    def gpus(self, devices: Iterable[GpuDevice]) -> None:
-        pass
-
-    def grpc_reconnect(self) -> None:
-        pass
-
-    def outbox_depth(self, n: int) -> None:
-        pass
-
-    def manager_request_failed(self, call: str) -> None:
-        pass
-
-    def manager_weather(self, sustained: bool, answer: str) -> None:
-        pass
-
-    def health_connection_dropped(self, reason: str) -> None:
-        pass
-
-    def health(self, level: int, kinds: Iterable[str]) -> None:
-        pass
-
-    def health_action(self, step: str) -> None:
-        pass
+    def daemon_exit(self, kind: ExitKind | str) -> None: ...
+    def proof_finished(self, ok: bool, seconds: float) -> None: ...
+    def bench_rate(self, rate: float, uncertainty: float | None = None) -> None: ...
+    def bench_bound(self, verdict: Verdict | None) -> None: ...
+    def memory(self, headroom_bytes: int, level: RiskLevel) -> None: ...
+    def gpus(self, devices: Iterable[GpuDevice]) -> None: ...
+    def grpc_reconnect(self) -> None: ...
+    def outbox_depth(self, n: int) -> None: ...
+    def manager_request_failed(self, call: str) -> None: ...
+    def manager_weather(self, sustained: bool, answer: str) -> None: ...
+    def health_connection_dropped(self, reason: str) -> None: ...
+    def health(self, level: int, kinds: Iterable[str]) -> None: ...
+    def health_action(self, step: str) -> None: ...
 
     @property
     def phase(self) -> str:

@@ -44,10 +44,8 @@ class StartupLatch:
 
     def __init__(self) -> None:
         self.passed = False
-        self.phase = "start"
 
     def on_phase(self, phase: str) -> None:
-        self.phase = phase
         if phase in STARTUP_PASSED_PHASES:
             self.passed = True
 

@@ -1,12 +1,9 @@
 """``Settings``: every setting of the supervisor, one frozen object, assembled from its groups.
 
-Each field is declared once (``declare.setting``) with its default, help text, limits and group;
-the flags, the environment variables, the TOML keys, the ``config`` dump and the table of
-docs/configuration.md are derived from these declarations. The fields are declared by role: the
-edges' (``edgefields``: manager, logging, folders, daemon), the machine's (``machinefields``:
-supervision, memory), the phases' (``phasefields``: proving, params, bench, run), and here the
-health server's. Here too: the checks that span settings (``__post_init__``) and the daemon
-addresses' public check.
+The fields are declared by role: the edges' (``edgefields``: manager, logging, folders, daemon),
+the machine's (``machinefields``: supervision, memory), the phases' (``phasefields``: proving,
+params, bench, run), and here the health server's. Here too: the checks that span settings
+(``__post_init__``) and the daemon addresses' public check.
 """
 
 from __future__ import annotations
@@ -31,10 +28,8 @@ class Settings(PhaseFields, MachineFields, EdgeFields):
     # --- health server ------------------------------------------------------------------------
     health_enabled: bool = setting(True, "serve /healthz /readyz /metrics", group="health")
     health_listen: str = setting(
-        "127.0.0.1:9822",
-        "health server address, ip:port",
-        form="health_listen", group="health",
-    )  # fmt: skip
+        "127.0.0.1:9822", "health server address, ip:port", form="health_listen", group="health"
+    )
     health_allow_public: bool = setting(
         False,
         "allow a non-loopback health_listen (e.g. 0.0.0.0 in a pod, for the kubelet's probes)",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from cuzk_supervisor.settings.declare import CONFIG_FILE_ENV, GROUPS
 from cuzk_supervisor.settings.show import format_value
@@ -110,10 +111,7 @@ def add_flags(
     quiet = [decl for decl in select((), unlisted) if decl.name not in listed_names]
     sources = parser.add_argument_group(SOURCES_TITLE, SOURCES_HELP if listed else None)
     sources.add_argument(
-        "--config-file",
-        default=argparse.SUPPRESS,
-        metavar="FILE",
-        help="TOML settings file",
+        "--config-file", default=argparse.SUPPRESS, metavar="FILE", help="TOML settings file"
     )
     sections: dict[str, argparse._ArgumentGroup] = {}
     if leading:
@@ -131,18 +129,7 @@ def add_flags(
 
 def _add(container: argparse._ActionsContainer, decl: Declared, shown: str) -> None:
     if decl.kind == "bool":
-        container.add_argument(
-            decl.flag,
-            dest=decl.name,
-            action=argparse.BooleanOptionalAction,
-            default=argparse.SUPPRESS,
-            help=shown,
-        )
+        how: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
     else:
-        container.add_argument(
-            decl.flag,
-            dest=decl.name,
-            default=argparse.SUPPRESS,
-            metavar=metavar(decl),
-            help=shown,
-        )
+        how = {"metavar": metavar(decl)}
+    container.add_argument(decl.flag, dest=decl.name, default=argparse.SUPPRESS, help=shown, **how)

@@ -1,8 +1,4 @@
-"""The settings of the machine: how the daemon is supervised, memory, the plan and the GPUs.
-
-``MachineFields`` declares the groups supervision and memory (``declare.setting``);
-``fields.Settings`` assembles it with the edges' and the phases' fields.
-"""
+"""The settings of the machine: how the daemon is supervised, memory, the plan and the GPUs."""
 
 from __future__ import annotations
 
@@ -16,17 +12,14 @@ from cuzk_supervisor.settings.declare import DAY_S, HOUR_S, setting
 class MachineFields:
     # --- supervision --------------------------------------------------------------------------
     daemon_startup_deadline_s: float = setting(
-        900.0,
-        "time the daemon may take to answer GetStatus (the SRS load comes first)",
+        900.0, "time the daemon may take to answer GetStatus (the SRS load comes first)",
         minimum=1, maximum=DAY_S, group="supervision",
     )  # fmt: skip
     daemon_stop_grace_s: float = setting(
-        10.0, "seconds between SIGTERM and SIGKILL", minimum=0, maximum=HOUR_S,
-        group="supervision",
-    )  # fmt: skip
+        10.0, "seconds between SIGTERM and SIGKILL", minimum=0, maximum=HOUR_S, group="supervision"
+    )
     daemon_liveness_interval_s: float = setting(
-        30.0,
-        "GetStatus liveness probe cadence once ready (the daemon runs nvidia-smi for each)",
+        30.0, "GetStatus liveness probe cadence once ready (the daemon runs nvidia-smi for each)",
         minimum=0.1, maximum=HOUR_S, group="supervision",
     )  # fmt: skip
     daemon_liveness_timeout_s: float = setting(
@@ -43,9 +36,8 @@ class MachineFields:
         60.0, "restart delay cap", minimum=0.01, maximum=DAY_S, group="supervision"
     )
     restart_stable_after_s: float = setting(
-        600.0, "healthy this long resets the backoff", minimum=1, maximum=DAY_S,
-        group="supervision",
-    )  # fmt: skip
+        600.0, "healthy this long resets the backoff", minimum=1, maximum=DAY_S, group="supervision"
+    )
     crash_loop_failures: int = setting(
         5, "failures within the window that mean a crash loop", minimum=1, maximum=1000,
         group="supervision",
@@ -57,13 +49,11 @@ class MachineFields:
         True, "stop and step down before the kernel's OOM killer acts", group="supervision"
     )
     memory_sample_interval_s: float = setting(
-        1.0,
-        "seconds between memory samples while memory is ok (shorter than a proof's climb)",
+        1.0, "seconds between memory samples while memory is ok (shorter than a proof's climb)",
         minimum=0.01, maximum=60, group="supervision",
     )  # fmt: skip
     memory_alert_sample_interval_s: float = setting(
-        0.1,
-        "seconds between memory samples while memory is at warn or critical",
+        0.1, "seconds between memory samples while memory is at warn or critical",
         minimum=0.01, maximum=60, group="supervision",
     )  # fmt: skip
 
@@ -84,16 +74,14 @@ class MachineFields:
         20.0, "peak RSS added by each partition worker", minimum=1, maximum=4096, group="memory"
     )
     memory_margin_fraction: float = setting(
-        0.25,
-        "share of the memory limit kept free (the rule's error at high worker counts)",
+        0.25, "share of the memory limit kept free (the rule's error at high worker counts)",
         minimum=0, maximum=0.9, group="memory",
     )  # fmt: skip
     memory_margin_min_gib: float = setting(
         4.0, "least memory kept free below the limit", minimum=0, maximum=65_536, group="memory"
     )
     plan_memory_scale: float = setting(
-        1.0,
-        "planned bytes per measured byte (1024 against the simulator's 1 MiB per GiB)",
+        1.0, "planned bytes per measured byte (1024 against the simulator's 1 MiB per GiB)",
         minimum=0.001, maximum=1_000_000, group="memory",
     )  # fmt: skip
     proc_root: Path = setting(

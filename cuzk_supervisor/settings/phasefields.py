@@ -1,8 +1,4 @@
-"""The settings of the phases: the proofs, the parameters' fetch, the bench and the run phase.
-
-``PhaseFields`` declares the groups proving, params, bench and run (``declare.setting``);
-``fields.Settings`` assembles it with the edges' and the machine's fields.
-"""
+"""The settings of the phases: the proofs, the parameters' fetch, the bench and the run phase."""
 
 from __future__ import annotations
 
@@ -37,13 +33,11 @@ class PhaseFields:
 
     # --- parameters ---------------------------------------------------------------------------
     params_fetch_command: str = setting(
-        "",
-        "shell command that downloads the proof parameters; empty: none",
+        "", "shell command that downloads the proof parameters; empty: none",
         form="command", group="params",
     )  # fmt: skip
     params_expected: tuple[str, ...] = setting(
-        (),
-        "expected parameter files as NAME:BYTES (a file name in daemon_param_cache, at most "
+        (), "expected parameter files as NAME:BYTES (a file name in daemon_param_cache, at most "
         "1 TiB); all present: fetch skipped",
         form="expected_file", group="params", metavar="NAME:BYTES...",
     )  # fmt: skip
@@ -52,14 +46,12 @@ class PhaseFields:
         group="params",
     )  # fmt: skip
     params_timeout_s: float = setting(
-        5400.0,
-        "longest the fetch command may run (the manager kills at 90 min in registered)",
+        5400.0, "longest the fetch command may run (the manager kills at 90 min in registered)",
         minimum=1, maximum=DAY_S, group="params",
     )  # fmt: skip
     params_lock_wait_s: float = setting(
-        900.0,
-        "longest the params phase waits for a running supervisor's fetch into the same folder "
-        "to release the params lock (a dead one's is stopped at once); then exit 8",
+        900.0, "longest the params phase waits for a running supervisor's fetch into the same "
+        "folder to release the params lock (a dead one's is stopped at once); then exit 8",
         minimum=0, maximum=DAY_S, group="params",
     )  # fmt: skip
 
@@ -71,8 +63,7 @@ class PhaseFields:
         2, "benchmark proofs in flight", minimum=1, maximum=256, group="bench"
     )
     bench_queue_ahead: int = setting(
-        2,
-        "benchmark proofs kept submitted beyond bench_concurrency, queued in the daemon so the "
+        2, "benchmark proofs kept submitted beyond bench_concurrency, queued in the daemon so the "
         "next is there when one ends (our late answer or reconnect never leaves it idle); the "
         "daemon starts partitions by its workers, not by jobs queued: each costs only its input",
         minimum=0, maximum=64, group="bench",
@@ -82,43 +73,35 @@ class PhaseFields:
         group="bench",
     )  # fmt: skip
     bench_min_proofs: int = setting(
-        3,
-        "completions a measurement needs; a bench interrupted with less reports a short rate",
+        3, "completions a measurement needs; a bench interrupted with less reports a short rate",
         minimum=2, maximum=1000, group="bench",
     )  # fmt: skip
     bench_safety: float = setting(
-        1.25,
-        "estimated times are stretched by this before they are held against the budget",
+        1.25, "estimated times are stretched by this before they are held against the budget",
         minimum=1, maximum=10, group="bench", metavar="FACTOR",
     )  # fmt: skip
     bench_precision: float = setting(
-        0.01,
-        "adaptive stop: the rate reported must be known within this fraction (its 95 % interval, "
-        "from batch means of its completions): the batch ends "
-        "early once it is, its verdict against min_rate certain, after bench_min_soak_s on a "
-        "machine that holds still, never before bench_min_proofs (and 5) completions; it goes "
-        "on past bench_count, up to bench_max_proofs, while it is not; 0 = off: the whole "
-        "bench_count batch",
+        0.01, "adaptive stop: the rate reported must be known within this fraction (its 95 % "
+        "interval, from batch means of its completions): the batch ends early once it is, its "
+        "verdict against min_rate certain, after bench_min_soak_s on a machine that holds still, "
+        "never before bench_min_proofs (and 5) completions; it goes on past bench_count, up to "
+        "bench_max_proofs, while it is not; 0 = off: the whole bench_count batch",
         minimum=0, maximum=0.5, group="bench", metavar="FRACTION",
     )  # fmt: skip
     bench_min_soak_s: float = setting(
-        600.0,
-        "adaptive stop: daemon seconds from the batch's start before it may end early (a GPU "
-        "reaching its power cap, a CPU warming into its throttle, slow down after minutes)",
+        600.0, "adaptive stop: daemon seconds from the batch's start before it may end early (a "
+        "GPU reaching its power cap, a CPU warming into its throttle, slow down after minutes)",
         minimum=0, maximum=DAY_S, group="bench",
     )  # fmt: skip
     bench_max_proofs: int = setting(
-        36,
-        "adaptive stop: most proofs the batch goes on to, past bench_count, while the rate it "
-        "would report is not known within bench_precision (99 %) or too close to min_rate to "
-        "tell (the budget still bounds it; never fewer than bench_count)",
+        36, "adaptive stop: most proofs the batch goes on to, past bench_count, while the rate it "
+        "would report is not known within bench_precision (99 %) or too close to min_rate to tell "
+        "(the budget still bounds it; never fewer than bench_count)",
         minimum=1, maximum=10_000, group="bench",
     )  # fmt: skip
     bench_status_sample_s: float = setting(
-        0.5,
-        "seconds between samples of the daemon's HTTP status while the bench measures (what "
-        "bounds the rate: bench.result's bound); 0 = off",
-        minimum=0, maximum=60, group="bench",
+        0.5, "seconds between samples of the daemon's HTTP status while the bench measures (what "
+        "bounds the rate: bench.result's bound); 0 = off", minimum=0, maximum=60, group="bench",
     )  # fmt: skip
     restart_after_warmup: bool = setting(
         True,
@@ -126,8 +109,7 @@ class PhaseFields:
         group="bench",
     )
     rate_time_scale: float = setting(
-        1.0,
-        "daemon seconds per wall second: rates are reported in the daemon's clock (the "
+        1.0, "daemon seconds per wall second: rates are reported in the daemon's clock (the "
         "simulator's --time-scale; 1 on real hardware)",
         minimum=0.001, maximum=1_000_000, group="bench",
     )  # fmt: skip

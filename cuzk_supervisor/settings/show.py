@@ -17,19 +17,15 @@ JsonValue = str | int | float | bool | list[str] | None
 
 
 def format_value(decl: Declared, value: Any) -> str:
-    if decl.secret and value:
-        return REDACTED
-    if value is None:
+    """The value on one line, as ``config`` and help show it (redacted as ``json_value``)."""
+    shown = json_value(decl, value)
+    if shown is None:
         return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return shlex.join(value)
-    if decl.name.endswith("_url") and value:
-        return redact_url(str(value))
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    if isinstance(shown, bool):
+        return "true" if shown else "false"
+    if isinstance(shown, list):
+        return shlex.join(shown)
+    return f"{shown:g}" if isinstance(shown, float) else str(shown)
 
 
 def json_value(decl: Declared, value: Any) -> JsonValue:

@@ -75,8 +75,7 @@ class Loaded:
 
 
 def load(
-    flags: Mapping[str, Any] | None = None,
-    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
 ) -> Loaded:
     """Resolve every setting: flag > environment > file > image file > default; validate the
     whole."""

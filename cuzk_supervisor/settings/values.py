@@ -22,12 +22,7 @@ from urllib.parse import urlsplit
 
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.errors import UsageError
-from cuzk_supervisor.settings.declare import (
-    ENV_PREFIX,
-    MAX_LIST_ITEMS,
-    MAX_RAW_CHARS,
-    REDACTED,
-)
+from cuzk_supervisor.settings.declare import ENV_PREFIX, MAX_LIST_ITEMS, MAX_RAW_CHARS, REDACTED
 from cuzk_supervisor.settings.fields import Settings
 
 
@@ -78,21 +73,9 @@ def declarations() -> list[Declared]:
 @functools.cache
 def _declarations() -> tuple[Declared, ...]:
     hints = typing.get_type_hints(Settings)
+    # A field's metadata is the rest of its Declared (``declare.setting``).
     return tuple(
-        Declared(
-            name=f.name,
-            kind=_kind(hints[f.name]),
-            default=f.default,
-            help=f.metadata["help"],
-            secret=f.metadata["secret"],
-            choices=f.metadata["choices"],
-            minimum=f.metadata["minimum"],
-            maximum=f.metadata["maximum"],
-            group=f.metadata["group"],
-            form=f.metadata["form"],
-            max_length=f.metadata["max_length"],
-            metavar=f.metadata["metavar"],
-        )
+        Declared(name=f.name, kind=_kind(hints[f.name]), default=f.default, **f.metadata)
         for f in dataclasses.fields(Settings)
     )
 
