@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cuzk_supervisor.adapters.state import STATE_FILE as STATE_FILE
 from cuzk_supervisor.core.disk import DiskNeed, disk_need
@@ -24,6 +24,19 @@ if TYPE_CHECKING:
     from cuzk_supervisor.settings import Settings
 
 MAX_STATE_BYTES = 16 << 20
+
+
+class DiskUsage(Protocol):
+    """What ``shutil.disk_usage`` answers that the disk checks read."""
+
+    @property
+    def free(self) -> int: ...
+
+
+def writable(folder: Path) -> bool:
+    return os.access(
+        folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
+    )
 
 
 def nearest_existing(path: Path) -> Path:
@@ -39,9 +52,7 @@ def could_create_in(parent: Path) -> str | None:
     """Why a folder could not be made below ``parent`` (an existing path); None: it could."""
     if not parent.is_dir():
         return f"{parent}: {os.strerror(errno.ENOTDIR)}"
-    if not os.access(
-        parent, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
-    ):
+    if not writable(parent):
         return f"{parent}: not writable"
     return None
 

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 
@@ -26,23 +25,17 @@ from cuzk_supervisor.address import Address
 from cuzk_supervisor.cli.doctor.judges import FolderFacts
 from cuzk_supervisor.cli.doctor.results import UNIX_PATH_MAX
 from cuzk_supervisor.cli.looks import STATE_FILE as STATE_FILE
-from cuzk_supervisor.cli.looks import could_create_in as could_create_in
+from cuzk_supervisor.cli.looks import DiskUsage, could_create_in
 from cuzk_supervisor.cli.looks import nearest_existing as nearest_existing
 from cuzk_supervisor.cli.looks import param_cache_need as param_cache_need
-from cuzk_supervisor.cli.looks import present_param_bytes as present_param_bytes
 from cuzk_supervisor.cli.looks import previous_state as previous_state
 from cuzk_supervisor.compose import HOST, Machine
 from cuzk_supervisor.daemon.preflight import address_in_use, tcp_bind_error
 from cuzk_supervisor.daemon.preflight import resolve_binary as _resolve_binary
 from cuzk_supervisor.settings import Settings
 
-# STATE_FILE and the looks above are shared with the check before ``run`` (``cli.prestart``),
-# which must not load this package: they live in ``cli.looks`` and are re-exported here.
-
-
-class DiskUsage(Protocol):
-    @property
-    def free(self) -> int: ...
+# The looks above are shared with the check before ``run`` (``cli.prestart``), which must not
+# load this package: they live in ``cli.looks`` and are re-exported here.
 
 
 def os_error_text(exc: OSError) -> str:
