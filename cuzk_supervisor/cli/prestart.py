@@ -52,8 +52,7 @@ FOLDERS = ("daemon_param_cache", "state_dir", "run_dir", "log_dir")
 
 
 def check_base_config(path: Path | None) -> dict[str, Any]:
-    """UTF-8 TOML whose tables we merge into are tables and which renders back (else a
-    one-line UsageError)."""
+    """UTF-8 TOML whose tables we merge into are tables, and which renders back."""
     if path is None:
         return {}
     base = read_toml(path, what="daemon base config", max_bytes=MAX_BASE_CONFIG_BYTES)
@@ -78,8 +77,7 @@ def _declared(name: str) -> settings.Declared:
 
 
 def check_platform_environment(s: Settings, environ: Mapping[str, str]) -> None:
-    """The platform's label and minimum rate, used when the settings leave them empty, held to
-    the settings' rules."""
+    """The platform's label and minimum rate (read when the settings leave them empty)."""
     if not s.label and environ.get("VAST_CONTAINERLABEL", "").strip():
         raw = environ["VAST_CONTAINERLABEL"].strip()
         settings.parse_value(_declared("label"), raw, "env VAST_CONTAINERLABEL")
@@ -88,8 +86,7 @@ def check_platform_environment(s: Settings, environ: Mapping[str, str]) -> None:
 
 
 def check_input_files(s: Settings) -> dict[str, Any]:
-    """The C1 envelope and the daemon base config, each refused as the setting that names it.
-    Returns the base config."""
+    """The C1 envelope and the daemon base config (returned), each refused as its setting."""
     name = "c1_file"
     try:
         load_c1(s.c1_file)
@@ -178,9 +175,6 @@ def check_before_start(
     check_disk(s, disk_usage)
     if machine is not None:
         machine.check(s)
-    warnings = []
-    for name in ("daemon_listen", "daemon_status_listen"):
-        warning = settings.public_listen_warning(s, name)
-        if warning is not None:
-            warnings.append(warning)
-    return warnings
+    names = ("daemon_listen", "daemon_status_listen")
+    warnings = (settings.public_listen_warning(s, name) for name in names)
+    return [warning for warning in warnings if warning is not None]

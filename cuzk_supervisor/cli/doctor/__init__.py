@@ -6,12 +6,9 @@ some other process holds). A check is a ``CheckResult(name, verdict, detail)``; 
 ``ok``, ``warn`` (the run can go on, but look) or ``fail`` (the run would not get through).
 Doctor only looks: it makes no folder and leaves no file (``probes``).
 
-Layout, as in the rest of the supervisor: ``results`` (rows, verdicts, exit status, figures),
-``judges`` (pure verdict functions: plain facts in, a ``CheckResult`` out, no I/O), ``probes``
-(what gathers those facts, all behind ``Probes``, so tests swap the GPU probe, the memory
-sampler, the disk-usage function, the binary lookup, the port probe, the HTTP transport and the
-clock) and ``checks`` (each check, and ``run_checks``, which orders them and never lets one
-check's crash hide the others). Import from here.
+Layout: ``results`` (rows, verdicts, exit status, figures), ``judges`` (pure verdicts: plain
+facts in, a ``CheckResult`` out), ``probes`` (what gathers those facts, behind ``Probes``, which
+tests swap) and ``checks`` (each check, and ``run_checks``, which orders them).
 """
 
 from cuzk_supervisor.cli.doctor.checks import gather_gpus, run_checks

@@ -1,9 +1,7 @@
-"""Doctor's probes of the machine: folders, addresses, the param cache's disk need (in
-``cli.looks``, shared with the check before ``run``), and ``Probes``, the edges tests replace.
+"""Doctor's probes of the machine: folders, addresses, and ``Probes``, the edges tests replace.
 
-Doctor only looks. A folder that exists is tried with a temp file made and removed at once; a
-folder that does not exist yet is not made: its nearest existing parent is asked whether it
-could be (``access(2)``: write and search permission, a read-only mount). Nothing is left behind.
+Doctor only looks. A folder that exists is tried with a temp file made and removed at once; one
+that does not exist yet is not made: its nearest existing parent is asked (``access(2)``).
 """
 
 from __future__ import annotations
@@ -44,14 +42,14 @@ def os_error_text(exc: OSError) -> str:
 
 
 def try_write(folder: Path) -> None:
-    """Create and delete a temp file in ``folder``; raises OSError when that is not possible."""
+    """Create and delete a temp file in ``folder``; OSError when that is not possible."""
     fd, name = tempfile.mkstemp(prefix=".cuzk-doctor-", dir=folder)
     os.close(fd)
     os.unlink(name)
 
 
 def probe_folder(path: Path) -> FolderFacts:
-    """Whether the run can write in ``path`` (or make it): looks, makes nothing."""
+    """Whether the run can write in ``path`` (or make it)."""
     if path.is_dir():
         try:
             try_write(path)
@@ -88,9 +86,7 @@ def listen_problem(address: Address) -> str | None:
 
 @dataclass(frozen=True)
 class Probes:
-    """The machine's edges; tests replace any of them. The GPU probe and the memory sampler
-    are the composition root's (``compose.Machine``): the host's, or those the ``doctor``
-    command is handed (the simulated machine's when the daemon is the simulator)."""
+    """The machine's edges; tests replace any of them. GPUs and memory: a ``compose.Machine``'s."""
 
     gpu_probe: Callable[[Settings], GpuProbe] = HOST.gpu_probe
     memory_sampler: Callable[[Settings], MemorySampler] = HOST.memory_sampler
@@ -102,5 +98,4 @@ class Probes:
 
     @classmethod
     def of(cls, machine: Machine) -> Probes:
-        """The default probes, measuring ``machine``."""
         return cls(gpu_probe=machine.gpu_probe, memory_sampler=machine.memory_sampler)
