@@ -35,8 +35,8 @@ HEADER = (
 
 
 def render(manager_url: str, extra_toml: str) -> str:
-    """The file's text: the URL (a TOML basic string; JSON's escapes are TOML's) first, so that
-    it stays a top-level key whatever tables ``extra_toml`` opens, then ``extra_toml``."""
+    """The URL first (a TOML basic string: JSON's escapes are TOML's), so that it stays a
+    top-level key whatever tables ``extra_toml`` opens."""
     lines = [HEADER]
     if manager_url:
         lines.append(f"manager_url = {json.dumps(manager_url)}\n")
@@ -46,8 +46,7 @@ def render(manager_url: str, extra_toml: str) -> str:
 
 
 def check(text: str, out: Path) -> settings.Settings:
-    """``text`` loaded as the image file ``out`` alone would be at run time; UsageError when it
-    cannot be (bad TOML, an unknown or bad setting, a secret)."""
+    """``text`` loaded as the image file ``out`` alone would be at run time, else UsageError."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "settings.toml"
         path.write_text(text, encoding="utf-8")

@@ -1,9 +1,8 @@
 """What ``doctor`` and the check before ``run`` both look at: the state file's name, folders that
 may not exist yet, the state a previous run left, and what the param cache's disk must still take.
 
-Looks only: makes no folder, writes no file. Its own module, light at its top (the standard
-library and ``core.disk``), so ``run`` reads ``STATE_FILE`` and ``prestart`` these looks without
-loading the doctor package (httpx) or the parameter fetcher.
+Looks only. Its own light module, so that ``run`` and ``prestart`` load neither the doctor
+package (httpx) nor the parameter fetcher.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cuzk_supervisor.adapters.state import STATE_FILE as STATE_FILE
 from cuzk_supervisor.core.disk import DiskNeed, disk_need
@@ -24,6 +23,19 @@ if TYPE_CHECKING:
     from cuzk_supervisor.settings import Settings
 
 MAX_STATE_BYTES = 16 << 20
+
+
+class DiskUsage(Protocol):
+    """What ``shutil.disk_usage`` answers that the disk checks read."""
+
+    @property
+    def free(self) -> int: ...
+
+
+def writable(folder: Path) -> bool:
+    return os.access(
+        folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
+    )
 
 
 def nearest_existing(path: Path) -> Path:
@@ -39,16 +51,14 @@ def could_create_in(parent: Path) -> str | None:
     """Why a folder could not be made below ``parent`` (an existing path); None: it could."""
     if not parent.is_dir():
         return f"{parent}: {os.strerror(errno.ENOTDIR)}"
-    if not os.access(
-        parent, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
-    ):
+    if not writable(parent):
         return f"{parent}: not writable"
     return None
 
 
 def previous_state(s: Settings) -> SupervisorState | None:
-    """The state a previous run left (read only; anything unusable is as good as none: the
-    run itself moves a bad file aside and starts afresh)."""
+    """The state a previous run left; anything unusable is as good as none (the run itself
+    moves a bad file aside and starts afresh)."""
     from cuzk_supervisor.adapters.state.doc import SupervisorState  # only when there is a file
 
     path = s.state_dir / STATE_FILE
@@ -57,15 +67,12 @@ def previous_state(s: Settings) -> SupervisorState | None:
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STATE_BYTES:
             return None
         return SupervisorState.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return None
-    except Exception:  # any malformed document (StateFormatError and what validation raises)
+    except Exception:  # unreadable, or malformed (StateFormatError and what validation raises)
         return None
 
 
 def present_param_bytes(cache: Path, expected: Sequence[ExpectedFile]) -> int:
-    """Bytes of the ``expected`` parameter files already in ``cache`` at full size (0 when the
-    cache is not a folder yet). Looks only: one ``stat`` a file."""
+    """Bytes of the ``expected`` parameter files already in ``cache`` at full size."""
     if not expected or not cache.is_dir():
         return 0
     # Not at the top: the parameter fetcher's module (asyncio, the output pump) is for the run.
@@ -76,10 +83,8 @@ def present_param_bytes(cache: Path, expected: Sequence[ExpectedFile]) -> int:
 
 
 def param_cache_need(s: Settings, previous: SupervisorState | None) -> DiskNeed:
-    """What the param cache's file system must still take (``core.disk.disk_need``): the
-    parameters not there yet and the PCE files, less what a previous run of this instance
-    already wrote (parameters verified, PCE files built), in the simulator's sizes when
-    ``plan_memory_scale`` is not 1. ``doctor`` and the check before ``run`` both judge by it."""
+    """What the param cache's file system must still take (``core.disk.disk_need``), less what
+    a previous run wrote, in the simulator's sizes when ``plan_memory_scale`` is not 1."""
     from cuzk_supervisor.adapters.params import parse_expected  # as in present_param_bytes
 
     verified = previous is not None and previous.params_verified

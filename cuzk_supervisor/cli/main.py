@@ -7,14 +7,13 @@ the lifecycle, gRPC or the simulator, and ``run`` loads only what it uses.
 
 Every command ends here: a bad setting is one line and exit 2 (``UsageError``), Ctrl-C is
 128 + SIGINT, and a closed stdout (``cuzk-supervisor config --json | head -1``) ends quietly
-with 141, 128 + SIGPIPE, as a shell tool killed by SIGPIPE does: Python ignores SIGPIPE, so the
-write raises ``BrokenPipeError`` instead; stdout is then pointed at /dev/null, so that the
-interpreter's last flush at exit does not print a second traceback.
+with 141, 128 + SIGPIPE, as a shell tool killed by SIGPIPE does (Python ignores SIGPIPE: the
+write raises ``BrokenPipeError``; stdout then goes to /dev/null, so that the last flush at exit
+prints no second traceback).
 
-``entry`` is the program (the ``cuzk-supervisor`` script, ``python -m cuzk_supervisor``):
-``main``, then the exit. ``run`` and ``sim`` end there without the interpreter's teardown when
-nothing is left to settle (``runtime.end_settled``): their stop after SIGTERM is then their own
-work, not 0.1 s of module cleanup and grpc's shutdown after the last log line.
+``entry`` is the program: ``main``, then the exit; ``run`` and ``sim`` skip the interpreter's
+teardown when nothing is left to settle (``runtime.end_settled``), so that their stop after
+SIGTERM is not also 0.1 s of module cleanup and grpc's shutdown after the last log line.
 """
 
 from __future__ import annotations
@@ -40,15 +39,12 @@ PACKAGE = "cuzk_supervisor.cli.commands"
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """A subcommand: its name, the module that registers it, and its line in ``--help`` (the
-    same text as the module's own ``add_parser(help=...)``: a test compares them)."""
+    """A subcommand; ``help`` is its module's own ``add_parser(help=...)`` (a test compares)."""
 
     name: str
     help: str
-    more: str
-    """Where to read more: the last line of the command's ``--help``."""
-    settled_exit: bool = False
-    """Whether the program ends without the interpreter's teardown (``entry``)."""
+    more: str  # where to read more: the last line of the command's ``--help``
+    settled_exit: bool = False  # the program ends without the interpreter's teardown (``entry``)
 
     @property
     def module(self) -> str:
@@ -125,7 +121,6 @@ def command_in(argv: Sequence[str]) -> list[str]:
 
 
 def _silence_stdout() -> None:
-    """Point stdout at /dev/null: what is left in its buffer is dropped, not raised again."""
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -152,8 +147,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The program: ``main`` on this process's arguments, then the exit; for ``run`` and
-    ``sim`` without the interpreter's teardown when nothing is left to settle."""
     given = sys.argv[1:]
     code = main(given)
     if any(c.settled_exit for c in COMMANDS if c.name in command_in(given)):

@@ -1,14 +1,13 @@
 """Structured logging setup (structlog): JSON lines off a terminal; on one, a person's view.
 
-Off a terminal (or with ``log_format=json``) every event is one JSON line on stderr, as it
-always was. On a terminal, the commands that ask for it (``run``, ``sim``, ``prove``: a
-:class:`TerminalView`) show the view of :mod:`cuzk_supervisor.cli.view` (drawn by
-:mod:`cuzk_supervisor.cli.screen`, which loads rich: imported only then) and write the JSON lines
-to their events file instead (``run`` and ``sim``: ``log_dir/supervisor.log``, rotated as the
-daemon's log is; ``prove``, a client run beside a supervisor, keeps none: ``log_format=json``
-gives its events). The view sees every event from info up, whatever ``log_level`` says; what
-reaches the events file and the manager is still held to ``log_level``. Other commands on a
-terminal, and ``log_format=console``, get structlog's colour console (every event).
+Off a terminal (or with ``log_format=json``) every event is one JSON line on stderr. On a
+terminal, ``run``, ``sim`` and ``prove`` (a :class:`TerminalView`) show the view of
+:mod:`cuzk_supervisor.cli.view` (drawn by :mod:`cuzk_supervisor.cli.screen`, which loads rich:
+imported only then) and write the JSON lines to their events file instead (``run`` and ``sim``:
+``log_dir/supervisor.log``, rotated as the daemon's log is; ``prove``, a client run beside a
+supervisor, keeps none). The view sees every event from info up, whatever ``log_level`` says;
+the events file and the manager are still held to ``log_level``. Other commands on a terminal,
+and ``log_format=console``, get structlog's colour console.
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ import structlog
 from cuzk_supervisor.logcontext import add_context
 
 if TYPE_CHECKING:
-    # The view's model and screen are imported where the view is shown: a run off a terminal
-    # (the container's) loads neither.
+    # Imported where the view is shown: a run off a terminal (the container's) loads neither.
     from cuzk_supervisor.cli.screen import Screen
     from cuzk_supervisor.cli.view import ViewOptions
     from cuzk_supervisor.daemon.output import RotatingLineFile
@@ -55,12 +53,10 @@ class TerminalView:
     events_file: Path | None = None
     events_max_bytes: int = 64 * 1024 * 1024
     events_backups: int = 3
-    force: bool = False
-    """Show it on a stream that is not a terminal (tests)."""
+    force: bool = False  # shown on a stream that is not a terminal (tests)
 
 
 def add_view_flags(parser: argparse.ArgumentParser) -> None:
-    """``--verbose`` for the commands that show the terminal view."""
     parser.add_argument(
         "--verbose",
         "-v",
@@ -85,7 +81,7 @@ def lifecycle_view(
 
 
 class _Shown:
-    """The view installed in this process: the model, the screen, the events file."""
+    """The view installed in this process."""
 
     def __init__(self, view: TerminalView, out: TextIO, level: str) -> None:
         from cuzk_supervisor.cli.screen import Screen  # rich: only when the view is shown
@@ -101,7 +97,7 @@ class _Shown:
         self._file_failed = view.events_file is None
 
     def tap(self, logger: Any, method: str, event_dict: structlog.typing.EventDict) -> Any:
-        """Processor: the view sees the event; it goes on unchanged."""
+        """Processor: the view sees the event, unchanged."""
         with self.lock:
             try:
                 self.screen.apply(self.model.feed(event_dict))
@@ -145,7 +141,7 @@ _EVER_SHOWN = False
 
 
 def on_terminal(stream: TextIO | None = None) -> bool:
-    """Whether ``stream`` (stderr by default) is a terminal, where a view can be shown."""
+    """Whether ``stream`` (stderr by default) is a terminal."""
     return (stream if stream is not None else sys.stderr).isatty()
 
 
@@ -160,8 +156,7 @@ def view_active() -> bool:
 
 
 def say_error(command: str, message: str) -> None:
-    """An error that ends ``command``, as one line: ``cuzk-supervisor COMMAND: error: MESSAGE``
-    on stderr; while the view is shown, its own error line (above the live line) instead."""
+    """An error that ends ``command``; while the view is shown, the view's own error line."""
     shown = _SHOWN
     if shown is None:
         print(f"cuzk-supervisor {command}: error: {message}", file=sys.stderr, flush=True)
@@ -204,12 +199,7 @@ def configure_logging(
     *,
     view: TerminalView | None = None,
 ) -> None:
-    """Configure structlog once for the process.
-
-    ``json=None`` picks JSON lines unless ``stream`` is a terminal; there, ``view`` (if given) is
-    shown, else structlog's console. Filtered-out levels cost one integer comparison
-    (``make_filtering_bound_logger``).
-    """
+    """``json=None``: JSON lines off a terminal; on one, ``view`` if given, else the console."""
     global _SHOWN, _EVER_SHOWN
     out = stream if stream is not None else sys.stderr
     if level not in _LEVELS:

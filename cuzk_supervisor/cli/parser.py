@@ -5,9 +5,8 @@ is two lines on stderr, exit 2: the error (with the nearest flag when one is clo
 command's one-line usage; ``--help`` has the whole list. Unknown arguments are reported by the
 subcommand they were given to, not by the top-level parser.
 
-``HelpFormatter`` keeps help short and plain: a one-line usage (``[options]`` rather than every
-flag), descriptions re-wrapped paragraph by paragraph (indented lines kept as written), no
-reST markup (``literal`` shows as literal), and no word cut at a hyphen.
+``HelpFormatter``: a one-line usage (``[options]``), descriptions re-wrapped paragraph by
+paragraph (indented lines kept as written), no reST markup, no word cut at a hyphen.
 """
 
 from __future__ import annotations
@@ -52,8 +51,7 @@ class HelpFormatter(argparse.HelpFormatter):
         return "\n\n".join(out)
 
     def _split_lines(self, text: str, width: int) -> list[str]:
-        """argparse's wrapping, but a path or a name (docs/sim-manager.md) is never cut at a
-        hyphen."""
+        """argparse's wrapping, but never cut at a hyphen (docs/sim-manager.md)."""
         flat = " ".join(plain(text).split())
         return textwrap.wrap(flat, width, break_on_hyphens=False, break_long_words=False)
 
@@ -86,7 +84,7 @@ def short_usage(actions: Sequence[argparse.Action]) -> str:
 
 
 class CommandParser(argparse.ArgumentParser):
-    """An ArgumentParser without abbreviations whose errors are short; subparsers inherit it."""
+    """Subparsers inherit it (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False

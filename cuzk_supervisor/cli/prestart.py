@@ -1,25 +1,20 @@
 """Everything ``run`` (and ``sim``) can refuse before anything starts: exit 2, nothing half-done.
 
-Called before ``/register``, before a folder is made, a file written or a child started. The
-settings' own bounds are checked when they are loaded (``settings.load``); here come the inputs
-they point at — the C1 file (a PoRep envelope), the daemon base config — the values read from
-the platform's environment (``VAST_CONTAINERLABEL``, ``MIN_RATE``), and what the machine must
-offer before the slow phases: the daemon binary runs, the param cache and the state, run and
-log folders are writable or can be made (looked at, never made: the nearest existing parent is
-tested), the param cache's disk has room for the parameters and PCE files (``doctor``'s
-figures), and what the machine handed in refuses (``compose.Machine.check``: when the daemon is
-the simulator, what it would refuse at its start, its fault switches and its machine). Reads
-those files and the file system; writes nothing.
+Called before ``/register``. The settings' own bounds are checked by ``settings.load``; here
+come the files they point at (the C1 envelope, the daemon base config), the platform's
+``VAST_CONTAINERLABEL`` and ``MIN_RATE``, and what the machine must offer before the slow phases:
+a daemon binary that runs, folders writable or makeable (looked at, never made), room on the
+param cache's disk (``doctor``'s figures), and what ``compose.Machine.check`` refuses (the
+simulator's fault switches and machine). Reads files; writes nothing.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
@@ -29,14 +24,15 @@ from cuzk_supervisor.adapters.proving.proofinput import load_c1
 from cuzk_supervisor.adapters.state.doc import SupervisorState
 from cuzk_supervisor.address import parse_address
 
-# The looks doctor shares, from their own light module: not through the doctor package, whose
-# checks load httpx.
+# Shared with doctor, from their own light module: the doctor package loads httpx.
 from cuzk_supervisor.cli.looks import STATE_FILE as STATE_FILE  # run's state file
 from cuzk_supervisor.cli.looks import (
+    DiskUsage,
     could_create_in,
     nearest_existing,
     param_cache_need,
     previous_state,
+    writable,
 )
 from cuzk_supervisor.core.units import fmt_bytes
 from cuzk_supervisor.daemon.config import DaemonConfigValues, render
@@ -56,8 +52,7 @@ FOLDERS = ("daemon_param_cache", "state_dir", "run_dir", "log_dir")
 
 
 def check_base_config(path: Path | None) -> dict[str, Any]:
-    """The daemon base config parsed and checked: UTF-8 TOML whose tables we merge into are
-    tables, and which renders to a file the daemon can read (one-line UsageError otherwise)."""
+    """UTF-8 TOML whose tables we merge into are tables, and which renders back."""
     if path is None:
         return {}
     base = read_toml(path, what="daemon base config", max_bytes=MAX_BASE_CONFIG_BYTES)
@@ -82,8 +77,7 @@ def _declared(name: str) -> settings.Declared:
 
 
 def check_platform_environment(s: Settings, environ: Mapping[str, str]) -> None:
-    """The label and minimum rate the platform gives when the settings leave them empty are held
-    to the settings' own rules."""
+    """The platform's label and minimum rate (read when the settings leave them empty)."""
     if not s.label and environ.get("VAST_CONTAINERLABEL", "").strip():
         raw = environ["VAST_CONTAINERLABEL"].strip()
         settings.parse_value(_declared("label"), raw, "env VAST_CONTAINERLABEL")
@@ -92,9 +86,7 @@ def check_platform_environment(s: Settings, environ: Mapping[str, str]) -> None:
 
 
 def check_input_files(s: Settings) -> dict[str, Any]:
-    """The C1 file is a readable, non-empty PoRep envelope (size taken with stat first, UTF-8,
-    JSON) and the daemon base config a readable TOML; each refused as the setting that names
-    it, like every other bad value. Returns the base config."""
+    """The C1 envelope and the daemon base config (returned), each refused as its setting."""
     name = "c1_file"
     try:
         load_c1(s.c1_file)
@@ -105,8 +97,7 @@ def check_input_files(s: Settings) -> dict[str, Any]:
 
 
 def check_daemon_socket(s: Settings) -> None:
-    """With daemon_listen empty the daemon listens on a socket in run_dir: its path (run_dir
-    resolved) is held to the kernel's limit like a daemon_listen given."""
+    """With daemon_listen empty the daemon's socket is in run_dir: held to the kernel's limit."""
     if s.daemon_listen:
         return  # checked with the settings
     try:
@@ -116,16 +107,9 @@ def check_daemon_socket(s: Settings) -> None:
 
 
 def check_binary(s: Settings) -> None:
-    """The daemon binary resolves (a path, or a name on PATH) and is executable."""
     resolved, reason = resolve_binary(s.daemon_binary)
     if resolved is None:
         raise UsageError(f"setting daemon_binary: {reason}")
-
-
-def _writable(folder: Path) -> bool:
-    return os.access(
-        folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
-    )
 
 
 def folder_problem(path: Path) -> str | None:
@@ -134,7 +118,7 @@ def folder_problem(path: Path) -> str | None:
     if path.exists():
         if not path.is_dir():
             return f"{path} is not a folder"
-        if _writable(path):
+        if writable(path):
             return None
         if path.stat().st_mode & stat.S_IWOTH:  # and its mode cannot be fixed either
             return f"{path} is not writable, and world-writable (read-only: cannot be fixed)"
@@ -151,16 +135,8 @@ def check_folders(s: Settings) -> None:
             raise UsageError(f"setting {name}: {problem}")
 
 
-class DiskUsage(Protocol):
-    @property
-    def free(self) -> int: ...
-
-
 def disk_needed(s: Settings, previous: SupervisorState | None) -> int:
-    """Free bytes the param cache's file system needs: ``doctor``'s figure (the PCE files plus
-    the parameters, less the parameters already there at full size), less what a previous run
-    of this instance already wrote (parameters verified, PCE files built). With the simulator
-    (``plan_memory_scale`` != 1) sizes are simulated: the figure is scaled down like memory."""
+    """Free bytes the param cache's file system needs (``looks.param_cache_need``)."""
     return param_cache_need(s, previous).total_bytes
 
 
@@ -188,9 +164,7 @@ def check_before_start(
     machine: Machine | None = None,
 ) -> list[str]:
     """Refuse (UsageError) what would fail later; return the warnings to log once logging is
-    configured (a public daemon address the operator allowed). ``machine``: the probes the
-    composition root is given; last, what it refuses (the simulator's: what the simulated
-    daemon would refuse at its start)."""
+    configured (a public daemon address the operator allowed). Last, what ``machine`` refuses."""
     check_platform_environment(s, environ)
     check_input_files(s)
     check_daemon_socket(s)
@@ -201,9 +175,6 @@ def check_before_start(
     check_disk(s, disk_usage)
     if machine is not None:
         machine.check(s)
-    warnings = []
-    for name in ("daemon_listen", "daemon_status_listen"):
-        warning = settings.public_listen_warning(s, name)
-        if warning is not None:
-            warnings.append(warning)
-    return warnings
+    names = ("daemon_listen", "daemon_status_listen")
+    warnings = (settings.public_listen_warning(s, name) for name in names)
+    return [warning for warning in warnings if warning is not None]

@@ -1,8 +1,5 @@
 """Regenerate the generated tables of the documentation (``make readme``); a test checks they
-are current: the exit codes in README.md, the settings in docs/configuration.md.
-
-Blocks live between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers.
-"""
+are current. Blocks live between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers."""
 
 from __future__ import annotations
 
@@ -24,7 +21,6 @@ GENERATED: dict[Path, Blocks] = {
 
 
 def render(text: str, blocks: Blocks) -> str:
-    """``text`` with each block of ``blocks`` replaced by what its function makes now."""
     for name, make in blocks.items():
         pattern = re.compile(
             rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)", flags=re.DOTALL

@@ -1,12 +1,9 @@
 """The lifecycle as ``run`` and ``sim`` run it: the checks before the start, logging and the
 view, then the composition root's graph under PID-1 duties.
 
-Both commands call ``run_lifecycle`` with the machine they measure (``run``: the host's, or the
-simulated one when its daemon is, through ``cli.simhandoff``; ``sim``: its own), so neither
-command imports the other. Nothing heavy is imported here at the top: ``run --help`` and
-``sim --help`` load their command modules, and the lifecycle behind this one
-(``cuzk_supervisor.compose``) loads gRPC, protobuf and the manager's HTTP client
-(see bench/entrypoint.py).
+Both commands call ``run_lifecycle`` with the machine they measure, so neither imports the
+other. Nothing heavy at the top: ``run --help`` loads this, and ``cuzk_supervisor.compose``
+loads gRPC, protobuf and the manager's HTTP client (see bench/entrypoint.py).
 """
 
 from __future__ import annotations
@@ -22,15 +19,6 @@ if TYPE_CHECKING:
     from cuzk_supervisor.settings import Settings
 
 
-def check_inputs(s: Settings, environ: Mapping[str, str], machine: Machine) -> list[str]:
-    """Everything that can be refused before anything starts (exit 2, nothing registered,
-    started or written): see ``cuzk_supervisor.cli.prestart``. Returns the warnings to log."""
-    # Here, not at the top: the checks read the C1 envelope (protobuf) and the daemon config.
-    from cuzk_supervisor.cli import prestart
-
-    return prestart.check_before_start(s, environ, machine=machine)
-
-
 def run_lifecycle(
     s: Settings,
     environ: Mapping[str, str],
@@ -41,13 +29,14 @@ def run_lifecycle(
     verbose: bool = False,
     keep_children: Iterable[int] = (),
 ) -> int:
-    """The lifecycle under PID-1 duties, as the composition root (``cuzk_supervisor.compose``)
-    builds it on ``machine``'s probes. ``keep_children``: children the caller started and stops
-    itself afterwards (``sim``'s manager), left alone by the runtime."""
-    warnings = check_inputs(s, environ, machine)
-    # The lifecycle and its edges only now that the inputs passed, not when this module is
-    # imported (``run --help``): they load gRPC, protobuf, the manager client and the state and
-    # log adapters.
+    """``keep_children``: children the caller started and stops itself (``sim``'s manager)."""
+    # Here, not at the top: the checks read the C1 envelope (protobuf) and the daemon config.
+    from cuzk_supervisor.cli import prestart
+
+    # Refused before anything is registered, started or written: exit 2.
+    warnings = prestart.check_before_start(s, environ, machine=machine)
+    # The lifecycle and its edges only now that the inputs passed (gRPC, protobuf, the manager
+    # client, the state and log adapters).
     import structlog
 
     from cuzk_supervisor import compose, composeedges
@@ -63,12 +52,8 @@ def run_lifecycle(
         if json_logs is None and observe.on_terminal()
         else None
     )
-    observe.configure_logging(
-        s.log_level,
-        json=json_logs,
-        extra_processors=[shipping_processor(edges.shipper)],
-        view=view,
-    )
+    shipper = shipping_processor(edges.shipper)
+    observe.configure_logging(s.log_level, json=json_logs, extra_processors=[shipper], view=view)
     for warning in warnings:
         structlog.get_logger().warning("settings.public_listen", detail=warning)
     unmatchable = label_warning(edges.label, s.manager_url)  # once, at start (run and sim)

@@ -1,9 +1,8 @@
 """The terminal view's rendering with rich: lines above, one live line below.
 
-Thin on purpose: what to show is decided by :mod:`cuzk_supervisor.cli.view` (pure); this module
-only draws it. The live line is drawn again by rich's refresh thread (4 times a second), so the
-elapsed time, the bars of elapsed against the usual time and the countdowns move between events.
-Imported only when the view is shown (rich is not loaded otherwise).
+Thin on purpose: what to show is :mod:`cuzk_supervisor.cli.view`'s (pure). rich's refresh thread
+redraws the live line 4 times a second, so the elapsed time, its bars and the countdowns move
+between events. Imported only when the view is shown (rich is not loaded otherwise).
 """
 
 from __future__ import annotations
@@ -38,8 +37,6 @@ class Screen:
         self._lock = threading.RLock()
         self._unicode = (self.console.encoding or "").lower().startswith("utf")
         self._live: Live | None = None
-
-    # --- actions ------------------------------------------------------------------------------
 
     def apply(self, actions: Iterable[Action]) -> None:
         with self._lock:
@@ -78,8 +75,6 @@ class Screen:
         if live is not None:
             live.stop()
 
-    # --- drawing ------------------------------------------------------------------------------
-
     def _mark(self, char: str) -> str:
         return char if self._unicode else _ASCII.get(char, char)
 
@@ -97,11 +92,8 @@ class Screen:
             lead = "" if self._summary_started else "\n"
             self._summary_started = True
             return Text.assemble(lead, (f" {line.label:<7}", "bold"), (line.text, ""))
-        look = {
-            "warning": ("⚠", "yellow"),
-            "error": ("✗", "bold red"),
-            "child": ("│", "dim"),
-        }.get(line.kind, ("·", "dim"))
+        looks = {"warning": ("⚠", "yellow"), "error": ("✗", "bold red"), "child": ("│", "dim")}
+        look = looks.get(line.kind, ("·", "dim"))
         return Text(f"   {self._mark(look[0])} {line.text}", style=look[1])
 
     def _render(self) -> RenderableType:

@@ -1,13 +1,11 @@
 """The machine a product command measures: the host's, or the simulated one when its daemon is.
 
-``run``, ``doctor``, ``plan`` and ``daemon`` hand the composition root (``cuzk_supervisor.compose``)
-the host's probes (``compose.HOST``), unless the daemon they are configured with is the
-simulated one (``daemon.simulated.sim_daemon_argv``: the image without a GPU, or the demo's
-settings given to ``run``). Only then is the simulator imported, for the probes of the machine
-its arguments describe (``sim.machine.probes``): a run against a real daemon loads no module of
-``cuzk_supervisor.sim`` (tests/test_run_imports.py lists them). ``sim`` hands its simulated
-machine in itself. This module and ``cli/commands/sim.py`` are the only ones outside ``sim/``
-that import the simulator (tests/test_core_imports.py).
+``run``, ``doctor``, ``plan`` and ``daemon`` measure the host (``compose.HOST``), unless their
+daemon is the simulated one (``daemon.simulated.sim_daemon_argv``: the image without a GPU, or
+the demo's settings given to ``run``). Only then is the simulator imported (``sim.machine
+.probes``): a run against a real daemon loads no module of ``cuzk_supervisor.sim``
+(tests/test_run_imports.py). This module and ``cli/commands/sim.py`` are the only ones outside
+``sim/`` that import the simulator (tests/test_core_imports.py).
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ if TYPE_CHECKING:
 
 
 def machine_for(s: Settings, environ: Mapping[str, str] = os.environ) -> Machine:
-    """The probes the configured daemon's machine is measured with; ``environ`` gives the
-    simulated daemon's ``CUZK_SIM_*`` defaults."""
+    """``environ`` gives the simulated daemon's ``CUZK_SIM_*`` defaults."""
     if sim_daemon_argv(s.daemon_binary, s.daemon_args) is None:
         from cuzk_supervisor.compose import HOST
 

@@ -1,17 +1,13 @@
 """The terminal view's mapping: structlog events to what a person sees.
 
 Pure: no I/O, no clock, no terminal library. :meth:`ViewModel.feed` takes one event dict as the
-structlog chain has it (``event``, ``level``, ``timestamp`` and the fields) and returns what the
-screen does: print a :class:`Line` above the live area, or show a :class:`Status` there (or
-:data:`CLEAR` it). Times come from the events' own timestamps, so a recorded run replays the
-same. A phase's line is printed when the phase ends, with what it came to (one line per phase);
-``run`` is printed when it begins (it lasts). Warnings and errors are one readable line each, a
-repeat of the same one in a phase is counted instead of printed. The children's output lines
-(the daemon's, the fetch command's) are shown only when ``verbose``; so is every other event.
-``prove`` has no phases: its live line, its proof lines and its summary are
-:mod:`cuzk_supervisor.cli.viewprove`'s.
-The rich rendering is :mod:`cuzk_supervisor.cli.screen`; :mod:`cuzk_supervisor.cli.observe`
-wires both into structlog.
+structlog chain has it and returns what the screen does: print a :class:`Line` above the live
+area, or show a :class:`Status` there (or :data:`CLEAR` it). Times are the events' own
+timestamps, so a recorded run replays the same. A phase's line is printed when the phase ends,
+with what it came to; ``run`` when it begins (it lasts). Warnings and errors are one line each,
+a repeat in the same phase counted instead of printed. The children's output lines and every
+other event are shown only when ``verbose``. ``prove``'s lines are
+:mod:`cuzk_supervisor.cli.viewprove`'s; the rendering is :mod:`cuzk_supervisor.cli.screen`'s.
 """
 
 from __future__ import annotations
@@ -44,8 +40,6 @@ __all__ = ["CLEAR", "Action", "Line", "Status", "ViewModel", "ViewOptions"]
 @dataclass
 class ViewModel(ViewState):
     """The view: events in, screen actions out (see the module doc)."""
-
-    # --- events -------------------------------------------------------------------------------
 
     def feed(self, event: Mapping[str, Any]) -> list[Action]:
         t = event_time(event)
@@ -113,15 +107,11 @@ class ViewModel(ViewState):
         extra: dict[str, Any] = {}
         if name == "register" and self.waiting:
             text = f"waiting for the manager: {self.waiting}"
-        elif name == "params" and self.fetch.get("total"):
-            text = "downloading the proof parameters"
-            extra = {"done": self.fetch.get("done", 0.0), "total": self.fetch["total"],
-                     "unit": "bytes", "eta_s": self.fetch.get("eta"),
-                     "eta_at": self.fetch.get("at"), "rate": self.fetch_rate()}  # fmt: skip
-        elif name == "params" and self.fetch:  # no sizes expected: the bytes so far
-            text = "downloading the proof parameters"
-            extra = {"done": self.fetch.get("done", 0.0), "unit": "bytes",
-                     "rate": self.fetch_rate()}  # fmt: skip
+        elif name == "params" and self.fetch:
+            text, f = "downloading the proof parameters", self.fetch
+            extra = {"done": f.get("done", 0.0), "unit": "bytes", "rate": self.fetch_rate()}
+            if f.get("total"):  # else no sizes expected: the bytes so far
+                extra |= {"total": f["total"], "eta_s": f.get("eta"), "eta_at": f.get("at")}
         elif name in EXPECTED_DAEMON_S:
             extra = {"expected_s": EXPECTED_DAEMON_S[name] / max(self.options.time_scale, 1e-9)}
         elif name == "bench" and self.bench.get("planned"):

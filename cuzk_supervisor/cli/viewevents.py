@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 
 Handler = Callable[["ViewState", Mapping[str, Any]], list[Action]]
 
-UNJUDGED = " (not judged: no manager)"
-"""After a local run's rate: no manager URL, so nobody held it to a min_rate."""
+UNJUDGED = " (not judged: no manager)"  # a local run's rate: nobody held it to a min_rate
 
 
 def _phase_entered(m: ViewState, e: Mapping[str, Any]) -> list[Action]:

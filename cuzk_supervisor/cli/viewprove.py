@@ -1,11 +1,9 @@
 """The terminal view of ``prove``: its wait for the daemon, its proofs, and its summary.
 
 ``prove`` has no phases: the live line says what it waits for, then which proof runs, for how
-long, and how many of its partitions are done when the daemon's HTTP status lists them; each
-proof's result is one line as it ends (the first to end is ``proof 1/N``); the closing summary
-gives the proofs, the rate in wall time and the rate in the daemon's own time (the fields of
-``prove.summary``: see ``cuzk_supervisor.cli.commands.provereport``). Pure, as the rest of the
-view: handlers of the model and the event (:mod:`cuzk_supervisor.cli.viewevents` lists them).
+long, and its partitions done when the daemon's HTTP status lists them; each proof's result is
+one line as it ends (the first to end is ``proof 1/N``); the closing summary gives the proofs and
+both rates (``prove.summary``'s fields: ``cuzk_supervisor.cli.commands.provereport``). Pure.
 """
 
 from __future__ import annotations
@@ -54,7 +52,7 @@ def prove_event(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
 
 
 def daemon_ready(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
-    """The daemon answered: the proofs start now (the first ``prove.progress`` is 5 s away)."""
+    """The proofs start now (the first ``prove.progress`` is 5 s away)."""
     m.prove.setdefault("since", m.now or 0.0)
     m.waiting = ""
     return []
@@ -94,7 +92,7 @@ def proof_result(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
 
 
 def prove_summary(m: ViewState, e: Mapping[str, Any]) -> list[Action]:
-    """``prove.summary``: kept for the closing lines; nothing runs any more."""
+    """``prove.summary``: kept for the closing lines."""
     m.summary = dict(e)
     return []
 

@@ -1,6 +1,5 @@
-"""The terminal view's state: what the screen shows so far, apart from the view that feeds it
-events, so that the event handlers (:mod:`.viewevents`, :mod:`.viewprove`) and the view
-(:mod:`.view`) all import it and none imports another in a circle."""
+"""The terminal view's state, apart from the view that feeds it events, so that the event
+handlers (:mod:`.viewevents`, :mod:`.viewprove`) and the view (:mod:`.view`) import no circle."""
 
 from __future__ import annotations
 
@@ -21,9 +20,7 @@ from cuzk_supervisor.cli.viewtext import (
 
 @dataclass
 class ViewState:
-    """What the screen shows, worked out from the events seen so far, and the small steps the
-    event handlers take on it (:mod:`.viewevents`, :mod:`.viewprove`); the dispatch is
-    :class:`~cuzk_supervisor.cli.view.ViewModel`'s."""
+    """What the screen shows so far, and the small steps the event handlers take on it."""
 
     options: ViewOptions = field(default_factory=ViewOptions)
     phase: PhaseState | None = None
@@ -31,14 +28,11 @@ class ViewState:
     started: float | None = None
     now: float | None = None
     workers: int | None = None
-    plan_workers: tuple[int, int] = (0, 0)
-    """(warmup, full) of the latest plan."""
+    plan_workers: tuple[int, int] = (0, 0)  # (warmup, full) of the latest plan
     plan: str = ""
     rate: float | None = None
-    measured: str = ""
-    """How the rate was measured: its uncertainty, proofs and why the batch stopped."""
-    bound: str = ""
-    """What bounded the rate, in words (``bench.result``'s ``bound``)."""
+    measured: str = ""  # the rate's uncertainty, proofs and why the batch stopped
+    bound: str = ""  # what bounded the rate (``bench.result``'s ``bound``)
     verdict: str = ""
     failure: str = ""
     fetch: dict[str, float] = field(default_factory=dict)
@@ -46,16 +40,13 @@ class ViewState:
     prove: dict[str, float] = field(default_factory=dict)
     """prove: count, done, failed, ended, running, since, eta, at, waited_since, deadline,
     proof_elapsed_s, partitions_done, partitions_total."""
-    summary: dict[str, Any] = field(default_factory=dict)
-    """prove: the fields of its ``prove.summary``, for the closing lines."""
+    summary: dict[str, Any] = field(default_factory=dict)  # prove: its ``prove.summary``
     waiting: str = ""
     headroom: str = ""
     seen: set[tuple[str, str]] = field(default_factory=set)
     repeats: int = 0
     shown: Status | None = None
     closed: bool = False
-
-    # --- pieces -------------------------------------------------------------------------------
 
     def note(self, text: str) -> list[Action]:
         if self.phase is not None:

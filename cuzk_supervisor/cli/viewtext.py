@@ -15,10 +15,8 @@ PHASES = ("register", "params", "plan", "warmup", "restart", "settle", "bench", 
 """The lifecycle's phases in order (``phase.entered``); ``finished``: an earlier verdict stands."""
 
 EXPECTED_DAEMON_S = {"warmup": 360.0, "restart": 90.0, "settle": 90.0}
-"""What a phase usually takes, in daemon seconds (field figures, docs/daemon.md, "Measured
-figures": one warmup 359 s at 2 workers; a restart with its SRS load 1-2 min; a settle proof
-about as long).
-Divided by the time scale (the simulator's) for the wall time shown."""
+"""What a phase usually takes, in daemon seconds (docs/daemon.md, "Measured figures": one warmup
+359 s at 2 workers; a restart with its SRS load 1-2 min; a settle proof about as long)."""
 
 DOING = {
     "register": "registering with the manager",
@@ -56,30 +54,23 @@ _MAIN_KEYS = ("reason", "detail", "error", "cause")
 
 @dataclass(frozen=True, slots=True)
 class ViewOptions:
-    command: str = "run"
-    """run, sim or prove (prove has no phases: one live line for its proofs)."""
-    verbose: bool = False
-    """Show the children's output lines and every other event too."""
-    time_scale: float = 1.0
-    """Daemon seconds per wall second (``rate_time_scale``)."""
+    command: str = "run"  # run, sim or prove (prove has no phases)
+    verbose: bool = False  # also the children's output lines and every other event
+    time_scale: float = 1.0  # daemon seconds per wall second (``rate_time_scale``)
     min_rate: float = 0.0
-    logs: tuple[tuple[str, str], ...] = ()
-    """(what, path) of the files a person looks in afterwards, for the closing summary."""
+    logs: tuple[tuple[str, str], ...] = ()  # (what, path) for the closing summary
 
 
 @dataclass(frozen=True, slots=True)
 class Line:
     """One line printed above the live area; ``kind`` picks its look."""
 
-    kind: str
-    """phase, warning, error, note, child, event or summary."""
+    kind: str  # phase, warning, error, note, child, event or summary
     text: str
     phase: str = ""
-    mark: str = ""
-    """Phase lines: done, failed, stopped or running."""
+    mark: str = ""  # phase lines: done, failed, stopped or running
     took_s: float | None = None
-    label: str = ""
-    """Summary lines: rate, plan, logs or exit."""
+    label: str = ""  # summary lines: rate, plan, logs or exit
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +83,9 @@ class Status:
     since: float | None = None
     done: float | None = None
     total: float | None = None
-    unit: str = ""
-    """bytes or proofs: ``done`` of ``total`` as a bar."""
-    expected_s: float | None = None
-    """Elapsed against this (wall seconds), as a bar."""
-    expected_is_limit: bool = False
-    """``expected_s`` is a deadline ("of at most"), not a usual time ("of about")."""
+    unit: str = ""  # bytes or proofs: ``done`` of ``total`` as a bar
+    expected_s: float | None = None  # elapsed against this (wall seconds), as a bar
+    expected_is_limit: bool = False  # a deadline ("of at most"), not a usual time ("of about")
     eta_s: float | None = None
     eta_at: float | None = None
     rate: str = ""

@@ -47,8 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # Not for --help: the simulated machine's probes when the daemon is the simulator.
-    from cuzk_supervisor.cli.simhandoff import machine_for
+    from cuzk_supervisor.cli.simhandoff import machine_for  # not for --help: it loads the sim
 
     s = settings.from_namespace(args).settings
     if s.workers < 1:

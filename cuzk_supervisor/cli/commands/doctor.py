@@ -34,8 +34,7 @@ CHECKED = (
     "manager_url",
     "health_listen",
 )
-# How the checks are made: read and taken as flags, documented by run and plan (named in the
-# description above).
+# How the checks are made: taken as flags, documented by run and plan (named in the description).
 ALSO_READ = (
     *(d.name for d in settings.select(["memory"])),
     "params_expected",
@@ -59,7 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace, probes: Probes | None = None) -> int:
-    # Imported here: only this command needs the checks and their probes.
+    # Imported here: only this command needs the checks (httpx).
     from cuzk_supervisor.cli import doctor
     from cuzk_supervisor.cli.simhandoff import machine_for
 

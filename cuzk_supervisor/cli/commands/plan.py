@@ -42,13 +42,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # Not for --help: the simulated machine's probes when the daemon is the simulator.
+    # Not for --help: the machine's probes, the simulated one's when the daemon is the simulator.
     from cuzk_supervisor.cli.simhandoff import machine_for
     from cuzk_supervisor.core.memory import MemoryPolicy
     from cuzk_supervisor.settings.policies import policy
 
-    loaded = settings.from_namespace(args)
-    s = loaded.settings
+    s = settings.from_namespace(args).settings
     configure_logging("warning" if not args.json else "error")
     snapshot = machine_for(s).memory_sampler(s).sample()
     host = int(args.host_gib * GIB) if args.host_gib else snapshot.host_total

@@ -1,15 +1,10 @@
 """``cuzk-supervisor prove``: one proof or a small batch against any daemon (real or simulated).
 
 Replaces cuzk-bench's ``single`` and ``batch`` without their one long ``Prove`` call: each proof
-is a submit and then short awaits (see ``cuzk_supervisor.adapters.proving.client``). Its settings
-are the product's own, read as every command reads them (flag > ``CUZK_SUPERVISOR_*`` >
-``--config-file`` > default): ``c1_file``, ``submit_deadline_s``, ``await_deadline_s``,
-``proof_budget_s``, ``log_level``, ``log_format``; without ``--addr`` it asks the daemon ``run``
-starts (``daemon_listen``, else the socket in ``run_dir``). Everything is checked before
-anything connects; bad input is a one-line error and exit code 2; a daemon that never answers is
-exit 3, with its address named. While it waits it says so (``proveprogress``); at the end it
+is a submit and then short awaits (``cuzk_supervisor.adapters.proving.client``). Everything is
+checked before anything connects. While it waits it says so (``proveprogress``); at the end it
 reports proofs per hour in wall time and in the daemon's own time (``provereport``). On a
-terminal it shows the terminal view of ``run`` and ``sim`` (``cuzk_supervisor.cli.viewprove``).
+terminal it shows the terminal view (``cuzk_supervisor.cli.viewprove``).
 """
 
 from __future__ import annotations
@@ -45,9 +40,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DEFAULT_READY_DEADLINE_S = 30.0
-# The help text's figures, written here so ``prove --help`` imports no proto module; tests check
-# them against ``adapters.proving.proofinput.PROOF_KINDS`` and
-# ``proveprogress.PROGRESS_INTERVAL_S``.
+# The help text's figures, so that ``prove --help`` imports no proto module (tests check them
+# against ``proofinput.PROOF_KINDS`` and ``proveprogress.PROGRESS_INTERVAL_S``).
 HELP_PROOF_KINDS = ("porep", "snap", "wpost", "winning")
 HELP_PROGRESS_INTERVAL_S = 5.0
 
@@ -59,9 +53,8 @@ SETTINGS_USED = (
     "log_level",
     "log_format",
 )
-"""The settings ``prove`` has flags for. Every other one is read from the environment and the
-file too, and checked, as every command does (``daemon_listen``, ``run_dir`` and
-``daemon_status_listen`` are used)."""
+"""The settings ``prove`` has flags for; every other one is read and checked as every command
+does (``daemon_listen``, ``run_dir`` and ``daemon_status_listen`` are used)."""
 
 DESCRIPTION = """\
 Submit proofs to a cuzk daemon (real or simulated) and await them with short deadlines. Prints
@@ -153,8 +146,7 @@ def _positive(name: str, value: float) -> float:
 
 
 def _partition_workers(args: argparse.Namespace, s: settings.Settings) -> tuple[int | None, str]:
-    """The partition workers the verdict is read against, and where they came from: the flag,
-    else the daemon's config file (``--daemon-config``, else the one run renders), else none."""
+    """The partition workers the verdict is read against, and where they came from."""
     if args.partition_workers is not None:
         return args.partition_workers, "--partition-workers"
     from cuzk_supervisor.cli.commands.provereport import config_workers
@@ -174,14 +166,8 @@ def _partition_workers(args: argparse.Namespace, s: settings.Settings) -> tuple[
     return workers, str(path)
 
 
-def _daemon_address(s: settings.Settings) -> str:
-    from cuzk_supervisor.settings.policies import daemon_listen  # only without --addr
-
-    return daemon_listen(s)
-
-
 def run(args: argparse.Namespace) -> int:
-    # Here, not at the top (gRPC, protobuf): see the imports.
+    # Here, not at the top (gRPC, protobuf).
     from cuzk_supervisor.adapters.proving.policy import ProvingTimeouts
     from cuzk_supervisor.adapters.proving.proofinput import (
         build_submit_request,
@@ -189,25 +175,21 @@ def run(args: argparse.Namespace) -> int:
         load_c1,
     )
     from cuzk_supervisor.address import parse_address
+    from cuzk_supervisor.settings.policies import daemon_listen
 
-    # Validate everything before connecting: bad input never starts anything.
-    loaded = settings.from_namespace(args)
-    s = loaded.settings
-    if args.count < 1:
-        raise UsageError(f"--count must be >= 1, got {args.count}")
-    if args.concurrency < 1:
-        raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
-    if args.partition_workers is not None and args.partition_workers < 1:
-        raise UsageError(f"--partition-workers must be >= 1, got {args.partition_workers}")
+    s = settings.from_namespace(args).settings  # everything is checked before connecting
+    counts = (("--count", args.count), ("--concurrency", args.concurrency))
+    for flag, value in (*counts, ("--partition-workers", args.partition_workers)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
     workers = _partition_workers(args, s)
     ready_deadline = _positive("--ready-deadline-s", args.ready_deadline_s)
-    # The deadlines run uses for its own proofs (each one checked when the settings loaded).
     timeouts = ProvingTimeouts(
         submit_deadline_s=s.submit_deadline_s,
         await_deadline_s=s.await_deadline_s,
         proof_budget_s=s.proof_budget_s,
     )
-    address = parse_address(args.addr if args.addr is not None else _daemon_address(s))
+    address = parse_address(args.addr if args.addr is not None else daemon_listen(s))
     c1_proof_kind(args.kind)  # checked before reading ~51 MB
     template = build_submit_request(load_c1(s.c1_file), args.kind)
 
@@ -216,8 +198,7 @@ def run(args: argparse.Namespace) -> int:
         json={"auto": None, "json": True, "console": False}[s.log_format],
         view=observe.TerminalView(ViewOptions(command="prove", verbose=args.verbose)),
     )
-    # The view shows each proof and the summary: the plain lines only where stdout is not that
-    # terminal (a file, a pipe) or where no view is shown.
+    # The plain lines only where stdout is not the view's terminal (a file, a pipe) or no view.
     plain = not (observe.view_active() and sys.stdout.isatty())
     try:
         code = asyncio.run(
@@ -225,14 +206,12 @@ def run(args: argparse.Namespace) -> int:
                 address,
                 timeouts,
                 template,
+                s,
                 count=args.count,
                 concurrency=args.concurrency,
                 ready_deadline=ready_deadline,
                 as_json=args.json,
                 plain=plain,
-                status_listen=s.daemon_status_listen,
-                sample_s=s.bench_status_sample_s,
-                nvml=s.gpu_probe == "nvml",
                 workers=workers,
             )
         )
@@ -243,7 +222,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _ticking(work: Awaitable[T], ticker: progress.Ticker) -> T:
-    """Await ``work`` with ``ticker`` reporting beside it."""
     task = asyncio.create_task(ticker.run())
     try:
         return await work
@@ -257,16 +235,14 @@ async def _prove(
     address: Address,
     timeouts: ProvingTimeouts,
     template: pb.SubmitProofRequest,
+    s: settings.Settings,
     *,
     count: int,
     concurrency: int,
     ready_deadline: float,
     as_json: bool,
     plain: bool,
-    status_listen: str,
-    sample_s: float = 0.0,
-    nvml: bool = False,
-    workers: tuple[int | None, str] = (None, "not told"),
+    workers: tuple[int | None, str],
 ) -> int:
     from cuzk_supervisor.adapters.machine.gpu import no_gpu_activity
     from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
@@ -292,9 +268,7 @@ async def _prove(
         waiting = progress.Ticker(
             progress.EVENT_WAITING,
             lambda: progress.waiting_fields(
-                address=str(address),
-                waited_s=time.monotonic() - asked,
-                deadline_s=ready_deadline,
+                address=str(address), waited_s=time.monotonic() - asked, deadline_s=ready_deadline
             ),
         )
         try:
@@ -307,7 +281,7 @@ async def _prove(
         started = time.monotonic()
         partitions: dict[str, tuple[int, int]] = {}
 
-        status_at = status_address(status_listen)
+        status_at = status_address(s.daemon_status_listen)
 
         async def read_partitions() -> None:
             nonlocal partitions
@@ -332,12 +306,12 @@ async def _prove(
                 return
             print(report.proof_line(index, count, result), flush=True)
 
-        # The daemon's status sampled over the batch, as the bench samples it: what bounds
-        # the rate of any running daemon (issue 25), judged over the whole batch.
-        # With gpu_probe nvml each sample also carries NVML's utilisation, clocks and slowdowns.
-        gpu = NvmlProbe() if nvml and sampler_on(status_listen, sample_s) else None
+        # The daemon's status sampled over the batch, as the bench samples it, to judge what
+        # bounds the rate; with gpu_probe nvml each sample also carries NVML's utilisation.
+        listen, sample_s = s.daemon_status_listen, s.bench_status_sample_s
+        gpu = NvmlProbe() if s.gpu_probe == "nvml" and sampler_on(listen, sample_s) else None
         sampler = StatusSampler(
-            status_listen, sample_s, gpus=gpu.activity if gpu is not None else no_gpu_activity
+            listen, sample_s, gpus=gpu.activity if gpu is not None else no_gpu_activity
         )
         try:
             async with sampler.sampling() as samples:

@@ -1,12 +1,10 @@
 """What ``prove`` reports while it waits: events at a fixed cadence.
 
 A real warmup proof is minutes of silence from the daemon, so ``prove`` speaks for it: every
-``PROGRESS_INTERVAL_S`` (5 s) an event, ``prove.waiting`` while the daemon has not answered yet
-and ``prove.progress`` while proofs run (elapsed time, proofs done, failed and in flight, the
-running proof's age and, when the daemon's HTTP status lists it, its partitions done). Off a
-terminal these are JSON lines like every other event; on one the terminal view
-(``cuzk_supervisor.cli.viewprove``) turns them into its live line, which it redraws between
-them. The event names are constants for it.
+``PROGRESS_INTERVAL_S`` an event, ``prove.waiting`` until the daemon answers and
+``prove.progress`` while proofs run (elapsed time, proofs done, failed and in flight, the
+running proof's age and, when the daemon's HTTP status lists it, its partitions done). On a
+terminal the view (``cuzk_supervisor.cli.viewprove``) turns them into its live line.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from cuzk_supervisor.adapters.proving.results import ProofResult
 from cuzk_supervisor.proto import proving_pb2 as pb
 
 PROGRESS_INTERVAL_S = 5.0
-"""Cadence of ``prove.waiting`` and ``prove.progress`` (documented in docs/commands.md: progress at
-least every 10 s, so twice that often)."""
+"""docs/commands.md promises progress at least every 10 s: twice that often."""
 
 EVENT_STARTED = "prove.started"
 EVENT_WAITING = "prove.waiting"
@@ -35,17 +32,13 @@ EVENT_SUMMARY = "prove.summary"
 log = structlog.get_logger("cuzk_supervisor.prove")
 
 
-# --- what is in flight ------------------------------------------------------------------------
-
-
 @dataclass(slots=True)
 class Tracker:
     """A :class:`Prover` that remembers which proofs are in flight and how many ended."""
 
     prover: Prover
     clock: Callable[[], float] = time.monotonic
-    running: dict[str, float] = field(default_factory=dict)
-    """request id -> when its proof started."""
+    running: dict[str, float] = field(default_factory=dict)  # request id -> its start
     completed: int = 0
     failed: int = 0
 
@@ -73,8 +66,7 @@ def progress_fields(
     tracker: Tracker,
     partitions: Mapping[str, tuple[int, int]],
 ) -> dict[str, Any]:
-    """The ``prove.progress`` fields (pure). ``partitions``: job id -> (done, total), from the
-    daemon's status where it lists the job."""
+    """The ``prove.progress`` fields; ``partitions``: job id -> (done, total), the daemon's."""
     finished = tracker.completed + tracker.failed
     elapsed = now - started
     fields: dict[str, Any] = {
@@ -100,12 +92,9 @@ def waiting_fields(*, address: str, waited_s: float, deadline_s: float) -> dict[
     return {"address": address, "waited_s": round(waited_s, 1), "deadline_s": deadline_s}
 
 
-# --- the cadence ------------------------------------------------------------------------------
-
-
 class Ticker:
-    """Calls ``snapshot()`` for fields and logs them as ``event`` every ``interval_s``;
-    ``refresh`` (async, optional) is awaited before each, e.g. to read the daemon's partitions."""
+    """Logs ``snapshot()`` as ``event`` every ``interval_s``, awaiting ``refresh`` (optional)
+    before each, e.g. to read the daemon's partitions."""
 
     def __init__(
         self,
@@ -122,7 +111,6 @@ class Ticker:
         self.refresh = refresh
 
     async def run(self) -> None:
-        """Until cancelled."""
         next_event = time.monotonic() + self.interval_s
         while True:
             await asyncio.sleep(max(0.0, next_event - time.monotonic()))

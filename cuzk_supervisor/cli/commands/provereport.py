@@ -1,12 +1,11 @@
 """What ``prove`` prints about finished proofs: one line per proof, the summary, the JSON
 document, and the rate in the daemon's own time (pure functions of the results).
 
-The daemon's time: each completed proof carries the daemon's own ``total_ms`` (from the moment
-it took the job to the end). Set against the wall time of the same stretch (from our submit's
-answer to the result), it says how many daemon seconds pass per wall second: about 1 on real
-hardware, the simulator's ``--time-scale`` against the simulator. The batch's wall time in
-daemon seconds then gives proofs per hour as the daemon counts them, which is the figure to
-compare with a real machine when the daemon is simulated.
+The daemon's time: each completed proof carries the daemon's ``total_ms`` (from taking the job
+to the end). Against the wall time of the same stretch (our submit's answer to the result) it
+gives daemon seconds per wall second: about 1 on real hardware, ``--time-scale`` on the
+simulator. The batch's wall time in daemon seconds then gives proofs per hour as the daemon
+counts them: the figure to compare with a real machine when the daemon is simulated.
 """
 
 from __future__ import annotations
@@ -23,12 +22,9 @@ from cuzk_supervisor.core.bound import Shape, StatusSample, Verdict, judge
 class DaemonTime:
     """The batch measured in the daemon's clock."""
 
-    seconds_per_second: float
-    """Daemon seconds per wall second, measured over the completed proofs."""
-    wall_s: float
-    """The batch's wall time, in daemon seconds."""
-    proofs_per_hour: float
-    """Completed proofs per hour of daemon time."""
+    seconds_per_second: float  # daemon seconds per wall second, over the completed proofs
+    wall_s: float  # the batch's wall time, in daemon seconds
+    proofs_per_hour: float  # completed proofs per hour of daemon time
 
     def to_dict(self) -> dict[str, float]:
         return {
@@ -40,9 +36,7 @@ class DaemonTime:
 
 def daemon_time(results: Sequence[ProofResult], batch_wall_s: float) -> DaemonTime | None:
     """The batch in daemon time, or None when no completed proof gave its ``total_ms``."""
-    daemon_s = 0.0
-    wall_s = 0.0
-    completed = 0
+    daemon_s, wall_s, completed = 0.0, 0.0, 0
     for result in results:
         if not result.ok:
             continue
@@ -64,8 +58,8 @@ def proof_line(index: int, count: int, result: ProofResult) -> str:
         f"proof {index + 1}/{count} {result.job_id} "
         f"{'ok' if result.ok else 'failed'} "
         f"wall {result.wall_s:.1f} s daemon {result.timings.total_ms / 1000:.1f} s"
+        f" submissions {result.submissions}"
     )
-    line += f" submissions {result.submissions}"
     if result.uploads_cut:
         line += f" uploads_cut {result.uploads_cut}"
     if not result.ok:
@@ -100,9 +94,8 @@ def summary_line(batch: BatchResult, measured: DaemonTime | None) -> str:
 
 
 def config_workers(document: Mapping[str, Any]) -> int | None:
-    """The partition workers a daemon config gives: ``[synthesis] partition_workers`` (the
-    workers release; what ``run`` renders for both releases), else the budget release's
-    ``[pipeline] max_parallel_synthesis``; None when neither is there."""
+    """``[synthesis] partition_workers`` (what ``run`` renders for both releases), else the
+    budget release's ``[pipeline] max_parallel_synthesis``; None when neither is there."""
     for table, key in (("synthesis", "partition_workers"), ("pipeline", "max_parallel_synthesis")):
         section = document.get(table)
         value = section.get(key) if isinstance(section, Mapping) else None
@@ -119,9 +112,8 @@ def bound(
     source: str,
     rate_per_hour: float | None,
 ) -> Verdict:
-    """What bounded the batch's rate (:func:`cuzk_supervisor.core.bound.judge`): against the
-    partition workers ``source`` gave (None: not known, the verdict says so), the GPUs the
-    samples show; the projections from the batch's rate in daemon time."""
+    """What bounded the batch's rate (:func:`cuzk_supervisor.core.bound.judge`), against the
+    partition workers ``source`` gave (None: not known) and the GPUs the samples show."""
     gpus = len({w.gpu_ordinal for sample in samples for w in sample.gpu_workers}) or 1
     shape = Shape(workers or 0, concurrency, gpus, workers_source=source)
     return judge(samples, shape, window=window, rate_per_hour=rate_per_hour)

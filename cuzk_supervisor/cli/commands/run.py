@@ -25,9 +25,8 @@ FLEET_SETTINGS = (
 )
 """What a fleet sets (README, "The settings a fleet must set"), first in ``run --help``."""
 
-# Everything else is imported by ``main``, not here: ``run --help`` loads this module, and the
-# lifecycle behind it (``cli.runlifecycle``, ``cuzk_supervisor.compose``) loads gRPC, protobuf
-# and the manager's HTTP client (see bench/entrypoint.py).
+# The lifecycle is imported by ``main``, not here: it loads gRPC, protobuf and the manager's
+# HTTP client, and ``run --help`` loads this module (see bench/entrypoint.py).
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,5 +43,4 @@ def main(args: argparse.Namespace) -> int:
     from cuzk_supervisor.cli.simhandoff import machine_for
 
     s = settings.from_namespace(args).settings
-    # The host's machine, or the simulated one when the configured daemon is the simulator.
     return run_lifecycle(s, os.environ, machine_for(s, os.environ), verbose=args.verbose)

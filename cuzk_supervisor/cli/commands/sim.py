@@ -54,15 +54,12 @@ from cuzk_supervisor.sim.machine.gpustate import FILE as GPU_FILE
 
 # Simulated parameter files: small, but written at a pace that shows progress.
 SIM_PARAMS = ("v28-porep-32g.params:40000000", "v28-porep-32g.vk:2000000")
-# The demo's machine has RAM enough for the most workers the plan allows (docs/daemon.md: 512+ →
-# 12).
+# RAM enough for the most workers the plan allows (docs/daemon.md: 512+ → 12).
 DEMO_HOST_GIB = 512.0
 # The demo's label has the platform's form (C.<instance id>), so a manager's sweep can match it.
 DEMO_LABEL = "C.100000001"
-GPU_DIR = "gpus"
-"""In ``--sim-dir``: the simulated GPUs' condition (the daemon's ``--gpu-dir``)."""
-# The run phase's health watch at the demo's pace (_health_settings): its durations, field time
-# by default, divided by the time scale as the daemon's own durations are.
+GPU_DIR = "gpus"  # in --sim-dir: the simulated GPUs' condition (the daemon's --gpu-dir)
+# The health watch's durations, divided by the time scale as the daemon's are (_health_settings).
 HEALTH_SCALED = (
     "health_interval_s",
     "health_gpu_lost_s",
@@ -72,12 +69,11 @@ HEALTH_SCALED = (
     "health_exit_window_s",
     "health_restart_window_s",
 )
-DEMO_HEALTH_INTERVAL_MIN_S = 0.2
-"""The demo's health watch looks no more often than this (real seconds), whatever the scale."""
+DEMO_HEALTH_INTERVAL_MIN_S = 0.2  # real seconds, whatever the scale
 DEMO_HEALTH_THRESHOLD_MIN_S = 1.0
 """No threshold of the demo's watch is shorter (real seconds): at time scale 400 the stuck
-threshold would be 300 ms, and on the development machine with its 2 cores shared, partitions
-that were not stuck stayed 300 to 500 ms in the GPU stage and were restarted as stuck ones."""
+threshold would be 300 ms, and on a 2-core machine partitions that were not stuck stayed 300 to
+500 ms in the GPU stage and were restarted as stuck ones."""
 # The settings the demo sets itself (see _sim_settings), taken from their flags only.
 SIM_OWNED = (
     "label",
@@ -178,7 +174,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _mark_flag_only(parser: argparse.ArgumentParser) -> None:
-    """Say in each of the demo's own settings' help that ``sim`` reads only its flag."""
     declared = {decl.name: decl for decl in settings.declarations()}
     for action in parser._actions:
         decl = declared.get(action.dest)
@@ -194,9 +189,7 @@ def _sim_settings(
 ) -> Settings:
     """The run settings pointed at the simulator; what the operator gave as a flag wins."""
     scale = args.time_scale
-    daemon_args = [*_machine_args(args, sim_dir), "--time-scale", f"{scale:g}"]
-    for fault in args.sim_fault:
-        daemon_args += ["--fault", fault]
+    daemon_args = [*_machine_args(args, sim_dir), "--time-scale", f"{scale:g}", *_faults(args)]
     overrides: dict[str, Any] = {
         "label": DEMO_LABEL,
         "min_rate": 30.0,
@@ -224,10 +217,8 @@ def _sim_settings(
         "params_progress_interval_s": 0.5,
         **_health_settings(scale),
     }
-    # Not health_listen: the health server listens where the setting says (127.0.0.1:9822 by
-    # default, or a flag, CUZK_SUPERVISOR_HEALTH_LISTEN, the config file), as in `run`, so that
-    # the image's HEALTHCHECK and `cuzk-supervisor healthcheck` find it in both modes. Two sims
-    # side by side pass --health-listen 127.0.0.1:PORT (or 127.0.0.1:0).
+    # Not health_listen: read as in `run`, so that the image's HEALTHCHECK and `cuzk-supervisor
+    # healthcheck` find it in both modes (two sims side by side pass --health-listen).
     # Only flags win: an environment meant for the real instance (an image's state folder, a
     # manager URL) must not leak into the demo, nor the demo's state into the real instance.
     chosen = {k: v for k, v in overrides.items() if base.sources.get(k) != "flag"}
@@ -235,11 +226,8 @@ def _sim_settings(
 
 
 def _health_settings(scale: float) -> dict[str, float]:
-    """The health watch's durations at the demo's pace: each default (the field's) divided by
-    the time scale, no shorter than ``DEMO_HEALTH_INTERVAL_MIN_S`` (the interval) or
-    ``DEMO_HEALTH_THRESHOLD_MIN_S`` (the others): a GPU fault of the run phase is found, said,
-    acted on and told in seconds (``docs/simulator.md``, the GPUs' faults), as in the field in
-    minutes."""
+    """Each default divided by the time scale, with a floor: a GPU fault is found, said, acted on
+    and told in seconds, as in the field in minutes."""
     declared = {decl.name: decl for decl in settings.declarations()}
     scaled = {}
     for name in HEALTH_SCALED:
@@ -254,8 +242,8 @@ def _health_settings(scale: float) -> dict[str, float]:
 
 
 def _machine_args(args: argparse.Namespace, sim_dir: Path) -> list[str]:
-    """The simulated daemon's machine: ``sim.machine`` reads the same arguments back for the
-    supervisor's GPU probe and memory sampler, so the plan sees this machine from the start."""
+    """``sim.machine`` reads the same arguments back for the supervisor's GPU probe and memory
+    sampler, so the plan sees this machine from the start."""
     return [
         "-m", SIM_DAEMON_MODULE,
         "--gpus", str(args.gpus),
@@ -267,11 +255,13 @@ def _machine_args(args: argparse.Namespace, sim_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def _faults(args: argparse.Namespace) -> list[str]:
+    return [word for fault in args.sim_fault for word in ("--fault", fault)]
+
+
 def _gpu_folder(folder: Path, *, fresh: bool) -> None:
-    """The folder of the simulated GPUs' condition (``sim.gpustate``: the daemon writes it, the
-    fake NVML of the run phase's health watch reads it): made ``files.DIR_MODE`` whatever the
-    umask, a link or a file planted there refused, never followed; ``--fresh`` forgets the
-    condition the previous demo left (a GPU it lost stays lost otherwise, as a card's would)."""
+    """Made ``files.DIR_MODE`` whatever the umask, a link or file planted there refused (never
+    followed); ``fresh`` forgets the previous demo's condition (a lost GPU stays lost otherwise)."""
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(folder, files.DIR_MODE)
@@ -289,12 +279,8 @@ def _gpu_folder(folder: Path, *, fresh: bool) -> None:
 
 
 def _check_simulator(args: argparse.Namespace, sim_dir: Path) -> SimMachine:
-    """What the simulated daemon would refuse at its start (a fault switch that does not parse,
-    a machine it cannot be), refused now: before a folder is made or the manager started."""
-    argv = _machine_args(args, sim_dir)[2:]
-    for fault in args.sim_fault:
-        argv += ["--fault", fault]
-    return check_daemon_argv(argv, os.environ)
+    """What the simulated daemon would refuse at its start, refused before anything is made."""
+    return check_daemon_argv([*_machine_args(args, sim_dir)[2:], *_faults(args)], os.environ)
 
 
 def _start_manager(sim_dir: Path, faults: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -359,9 +345,7 @@ def main(args: argparse.Namespace) -> int:
             f"sim: machine {machine.describe()}, {args.time_scale:g} simulated s per real s",
             flush=True,
         )
-        # The lifecycle (gRPC, the manager client, the health server) only now, not for --help;
-        # the simulated machine's probes handed to it (sim.machine.probes), as ``run`` is handed
-        # them where its daemon is the simulator (cli.simhandoff).
+        # The lifecycle (gRPC, the manager client, the health server) only now, not for --help.
         from cuzk_supervisor.cli.runlifecycle import run_lifecycle
         from cuzk_supervisor.sim.machine.probes import machine as sim_machine
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 
@@ -87,8 +86,7 @@ def check_memory(s: Settings, probes: Probes, gpus: GpuFacts) -> CheckResult:
 
 
 def check_disk(s: Settings, probes: Probes) -> CheckResult:
-    """Room for the parameters and PCE files: the figure the check before ``run`` refuses by
-    (what is there, what a previous run left in the state file, the simulator's scale)."""
+    """Room for the parameters and PCE files: the figure the check before ``run`` refuses by."""
     cache = s.daemon_param_cache.absolute()
     checked = nearest_existing(cache)
     need = param_cache_need(s, previous_state(s))
@@ -99,10 +97,6 @@ def check_disk(s: Settings, probes: Probes) -> CheckResult:
         free, usage_error = None, os_error_text(exc)
     write_error = probe_folder(cache).error
     return judge_disk(DiskFacts(cache, checked, free, need, usage_error, write_error))
-
-
-def check_folder(name: str, path: Path) -> CheckResult:
-    return judge_folder(name, probe_folder(path))
 
 
 def check_binary(s: Settings, probes: Probes) -> CheckResult:
@@ -121,15 +115,11 @@ def _listen(name: str, text: str, probes: Probes, skipped: str | None = None) ->
 
 
 def check_listens(s: Settings, probes: Probes) -> list[CheckResult]:
+    off = None if s.health_enabled else "health server off (health_enabled=false)"
     facts = [
         _listen("daemon_listen", daemon_listen(s), probes),
         _listen("daemon_status_listen", s.daemon_status_listen, probes),
-        _listen(
-            "health_listen",
-            s.health_listen,
-            probes,
-            skipped=None if s.health_enabled else "health server off (health_enabled=false)",
-        ),
+        _listen("health_listen", s.health_listen, probes, skipped=off),
     ]
     return judge_listens(facts)
 
@@ -172,7 +162,7 @@ def check_c1(s: Settings) -> CheckResult:
 
 
 def _guarded(name: str, check: Callable[[], CheckResult | list[CheckResult]]) -> list[CheckResult]:
-    """Run one check; an unexpected exception is that check's ``fail``, not the end of doctor."""
+    """An unexpected exception is that check's ``fail``, not the end of doctor."""
     try:
         out = check()
     except Exception as exc:
@@ -181,7 +171,6 @@ def _guarded(name: str, check: Callable[[], CheckResult | list[CheckResult]]) ->
 
 
 def run_checks(s: Settings, probes: Probes | None = None) -> list[CheckResult]:
-    """Every check, in the order a person fixes things (folders before the socket in them)."""
     probes = probes or Probes()
     try:
         gpus = gather_gpus(s, probes)
@@ -194,9 +183,9 @@ def run_checks(s: Settings, probes: Probes | None = None) -> list[CheckResult]:
         ("vram", lambda: judge_vram(gpus, need_gib)),
         ("memory", lambda: check_memory(s, probes, gpus)),
         ("disk", lambda: check_disk(s, probes)),
-        ("state_dir", lambda: check_folder("state_dir", s.state_dir)),
-        ("run_dir", lambda: check_folder("run_dir", s.run_dir)),
-        ("log_dir", lambda: check_folder("log_dir", s.log_dir)),
+        ("state_dir", lambda: judge_folder("state_dir", probe_folder(s.state_dir))),
+        ("run_dir", lambda: judge_folder("run_dir", probe_folder(s.run_dir))),
+        ("log_dir", lambda: judge_folder("log_dir", probe_folder(s.log_dir))),
         ("listen", lambda: check_listens(s, probes)),
         ("manager", lambda: judge_manager(probe_manager(s, probes))),
         ("c1_file", lambda: check_c1(s)),

@@ -1,9 +1,7 @@
-"""Doctor's probes of the machine: folders, addresses, the param cache's disk need (in
-``cli.looks``, shared with the check before ``run``), and ``Probes``, the edges tests replace.
+"""Doctor's probes of the machine: folders, addresses, and ``Probes``, the edges tests replace.
 
-Doctor only looks. A folder that exists is tried with a temp file made and removed at once; a
-folder that does not exist yet is not made: its nearest existing parent is asked whether it
-could be (``access(2)``: write and search permission, a read-only mount). Nothing is left behind.
+Doctor only looks. A folder that exists is tried with a temp file made and removed at once; one
+that does not exist yet is not made: its nearest existing parent is asked (``access(2)``).
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 
@@ -26,23 +23,17 @@ from cuzk_supervisor.address import Address
 from cuzk_supervisor.cli.doctor.judges import FolderFacts
 from cuzk_supervisor.cli.doctor.results import UNIX_PATH_MAX
 from cuzk_supervisor.cli.looks import STATE_FILE as STATE_FILE
-from cuzk_supervisor.cli.looks import could_create_in as could_create_in
+from cuzk_supervisor.cli.looks import DiskUsage, could_create_in
 from cuzk_supervisor.cli.looks import nearest_existing as nearest_existing
 from cuzk_supervisor.cli.looks import param_cache_need as param_cache_need
-from cuzk_supervisor.cli.looks import present_param_bytes as present_param_bytes
 from cuzk_supervisor.cli.looks import previous_state as previous_state
 from cuzk_supervisor.compose import HOST, Machine
 from cuzk_supervisor.daemon.preflight import address_in_use, tcp_bind_error
 from cuzk_supervisor.daemon.preflight import resolve_binary as _resolve_binary
 from cuzk_supervisor.settings import Settings
 
-# STATE_FILE and the looks above are shared with the check before ``run`` (``cli.prestart``),
-# which must not load this package: they live in ``cli.looks`` and are re-exported here.
-
-
-class DiskUsage(Protocol):
-    @property
-    def free(self) -> int: ...
+# The looks above are shared with the check before ``run`` (``cli.prestart``), which must not
+# load this package: they live in ``cli.looks`` and are re-exported here.
 
 
 def os_error_text(exc: OSError) -> str:
@@ -51,14 +42,14 @@ def os_error_text(exc: OSError) -> str:
 
 
 def try_write(folder: Path) -> None:
-    """Create and delete a temp file in ``folder``; raises OSError when that is not possible."""
+    """Create and delete a temp file in ``folder``; OSError when that is not possible."""
     fd, name = tempfile.mkstemp(prefix=".cuzk-doctor-", dir=folder)
     os.close(fd)
     os.unlink(name)
 
 
 def probe_folder(path: Path) -> FolderFacts:
-    """Whether the run can write in ``path`` (or make it): looks, makes nothing."""
+    """Whether the run can write in ``path`` (or make it)."""
     if path.is_dir():
         try:
             try_write(path)
@@ -95,9 +86,7 @@ def listen_problem(address: Address) -> str | None:
 
 @dataclass(frozen=True)
 class Probes:
-    """The machine's edges; tests replace any of them. The GPU probe and the memory sampler
-    are the composition root's (``compose.Machine``): the host's, or those the ``doctor``
-    command is handed (the simulated machine's when the daemon is the simulator)."""
+    """The machine's edges; tests replace any of them. GPUs and memory: a ``compose.Machine``'s."""
 
     gpu_probe: Callable[[Settings], GpuProbe] = HOST.gpu_probe
     memory_sampler: Callable[[Settings], MemorySampler] = HOST.memory_sampler
@@ -109,5 +98,4 @@ class Probes:
 
     @classmethod
     def of(cls, machine: Machine) -> Probes:
-        """The default probes, measuring ``machine``."""
         return cls(gpu_probe=machine.gpu_probe, memory_sampler=machine.memory_sampler)

@@ -1,6 +1,5 @@
 """Doctor's results: a ``CheckResult`` per row, the overall verdict and exit status, the JSON
-report, and the figures the manager and listen checks hold a machine to (the disk's are in
-``core.disk``)."""
+report, and the manager and listen checks' figures (the disk's are in ``core.disk``)."""
 
 from __future__ import annotations
 
@@ -11,16 +10,12 @@ from typing import Any
 
 from cuzk_supervisor import exitcodes
 
-# --- figures ----------------------------------------------------------------------------------
-
 MANAGER_TIMEOUT_S = 5.0
 """Longest the manager check waits (connect and read each); the setting's connect timeout wins
 when it is shorter. A doctor run should take seconds, not a manager's full retry budget."""
 
 UNIX_PATH_MAX = 107
 """Longest unix socket path the kernel binds (``sun_path`` is 108 bytes with the NUL)."""
-
-# --- results ----------------------------------------------------------------------------------
 
 
 class Verdict(StrEnum):
@@ -52,7 +47,6 @@ def fail(name: str, detail: str) -> CheckResult:
 
 
 def overall(results: Iterable[CheckResult]) -> Verdict:
-    """The worst verdict (``ok`` for no checks at all)."""
     verdicts = {r.verdict for r in results}
     if Verdict.FAIL in verdicts:
         return Verdict.FAIL
@@ -65,7 +59,6 @@ def exit_code(results: Iterable[CheckResult]) -> int:
 
 
 def report(results: Sequence[CheckResult]) -> dict[str, Any]:
-    """The JSON document ``doctor --json`` prints."""
     return {
         "overall": overall(results).value,
         "exit_code": exit_code(results),
