@@ -161,11 +161,7 @@ def build_lifecycle(
     from cuzk_supervisor.lifecycle.retries import LifecycleRetries
     from cuzk_supervisor.lifecycle.shared import Progress, Signals
     from cuzk_supervisor.lifecycle.stepdown import StepDown
-    from cuzk_supervisor.lifecycle.values import (
-        FetchSettings,
-        MonitorSettings,
-        PhaseSettings,
-    )
+    from cuzk_supervisor.lifecycle.values import FetchSettings, MonitorSettings, PhaseSettings
 
     shipper = edges.shipper
     meters: list[Callable[[], float | None]] = []

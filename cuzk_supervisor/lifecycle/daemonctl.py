@@ -21,12 +21,7 @@ from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import WorkerPlan, total_budget_gib
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
-from cuzk_supervisor.daemon.keepers import (
-    KeeperRecipe,
-    config_values,
-    daemon_keeper,
-    worker_keeper,
-)
+from cuzk_supervisor.daemon.keepers import KeeperRecipe, config_values, daemon_keeper, worker_keeper
 from cuzk_supervisor.daemon.process import Spawner
 from cuzk_supervisor.daemon.spec import READY_LINE
 from cuzk_supervisor.deadline import within

@@ -39,12 +39,7 @@ from cuzk_supervisor.lifecycle import ports
 from cuzk_supervisor.lifecycle.benchrun import bench_result
 from cuzk_supervisor.lifecycle.endings import RunEndings
 from cuzk_supervisor.lifecycle.healthwatch import Unwatched
-from cuzk_supervisor.lifecycle.shared import (
-    LifecycleFailure,
-    MemoryTrouble,
-    Progress,
-    Signals,
-)
+from cuzk_supervisor.lifecycle.shared import LifecycleFailure, MemoryTrouble, Progress, Signals
 from cuzk_supervisor.lifecycle.values import PhaseSettings
 from cuzk_supervisor.serve.metricsink import MetricsSink
 

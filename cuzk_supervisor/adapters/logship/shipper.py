@@ -115,8 +115,6 @@ class LogShipper:
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self._turn_lock = asyncio.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
         self._run_from: float | None = None  # the run phase's budget from then on
         self.budget = self.config.budget(run_phase=False)
         self._requests = Pace(self.budget.requests_per_min / 60, self.budget.burst_requests)
@@ -170,11 +168,6 @@ class LogShipper:
         fleet registering in the same second does not push in that second too)."""
         self._uuid = uuid
 
-    @property
-    def running(self) -> bool:
-        """True once :meth:`run` has started and until :meth:`stop`."""
-        return self._loop is not None and not self._stopped.is_set()
-
     def stats(self) -> ShipperStats:
         with self._lock:
             return ShipperStats(
@@ -185,15 +178,6 @@ class LogShipper:
                 rejected_lines=self._rejected_lines, failed_pushes=self._failed,
             )  # fmt: skip
 
-    def _signal(self) -> None:
-        loop = self._loop
-        if loop is None:
-            return  # run() has not started; its first turn comes at once when it does
-        if threading.get_ident() == self._loop_thread:
-            self._wake.set()
-        else:
-            loop.call_soon_threadsafe(self._wake.set)
-
     # -- sender side: the event loop --
 
     async def run(self) -> None:
@@ -201,8 +185,6 @@ class LogShipper:
         if not self.enabled:
             await self._stopped.wait()
             return
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         schedule = JitteredSchedule(self.budget.interval_s, self.config.jitter, self._rng.random)
         wait = 0.0  # the first turn at once: what was logged before the start goes
         while not self._stopped.is_set():
@@ -276,10 +258,8 @@ class LogShipper:
         self._requests.available(now)  # what was earned until now, at the old rate
         self._bytes.available(now)
         self.budget = budget
-        self._requests.rate_per_s, self._requests.burst = (
-            budget.requests_per_min / 60,
-            budget.burst_requests,
-        )
+        self._requests.rate_per_s = budget.requests_per_min / 60
+        self._requests.burst = budget.burst_requests
         self._bytes.rate_per_s, self._bytes.burst = budget.bytes_per_min / 60, budget.burst_bytes
         self._requests.tokens = min(self._requests.tokens, budget.burst_requests)
         self._bytes.tokens = min(self._bytes.tokens, budget.burst_bytes)
