@@ -68,9 +68,6 @@ __all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
 log = structlog.get_logger("supervisor.logship")
 
 
-# --- the shipper --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class ShipperStats:
     buffered_lines: int
@@ -86,13 +83,11 @@ class ShipperStats:
 
 
 class LogShipper:
-    """Buffers lines (``add_line``) and pushes them from one task (``run``).
+    """Buffers lines (``add_line``, from any thread) and pushes them from one task (``run``).
 
-    Lines added before the instance's uuid is known (:meth:`set_uuid`) wait in the buffer.
-    ``add_line`` may be called from any thread; the rest belongs to the event loop. ``rng``
-    draws the jitter (seeded in tests); ``clock`` (the manager client's, by default) fills
-    the budget's buckets. Nothing is global: a process may run many shippers (the fleet
-    benchmark).
+    Lines added before the instance's uuid is known (:meth:`set_uuid`) wait in the buffer. ``rng``
+    draws the jitter; ``clock`` (the manager client's, by default) fills the budget's buckets.
+    Nothing is global: a process may run many shippers (the fleet benchmark).
     """
 
     def __init__(
@@ -223,16 +218,16 @@ class LogShipper:
         self, deadline_s: float | None = None, *, last: bool = False, through: int | None = None
     ) -> bool:
         """One turn out of turn (the exit's, or a reason that must reach the manager before a
-        report): the supervisor's tab first, at most ``final_requests`` pushes and
-        ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
-        every body the turn sent (the older lines of a chatty tab may be summarised). The
-        ``last`` turn (the shipper's stop) holds nothing back: what it does not send it counts,
-        and every other tab with anything waiting is pushed once, as its count.
+        report): the supervisor's tab first, at most ``final_requests`` pushes and ``final_bytes``,
+        one attempt each, within ``deadline_s``. True when the manager took every body the turn
+        sent (the older lines of a chatty tab may be summarised). The ``last`` turn (the
+        shipper's stop) holds nothing back: what it does not send it counts, and every other tab
+        with anything waiting is pushed once, as its count.
 
-        ``through`` (a sequence number :meth:`add_line` returned for the supervisor's tab):
-        turns go on until that line was taken, so a reason behind more waiting milestones than
-        one turn carries still arrives before the report that follows it. Those milestones are
-        bounded (``milestone_backlog_s`` of the budget), so the turns are too."""
+        ``through`` (a sequence number :meth:`add_line` returned for the supervisor's tab): turns
+        go on until that line was taken, so a reason behind more waiting milestones than one turn
+        carries still arrives before the report that follows it. Those milestones are bounded
+        (``milestone_backlog_s`` of the budget), so the turns are too."""
         if not self.enabled:
             return True
         deadline = None if deadline_s is None else self._clock() + deadline_s
