@@ -58,7 +58,6 @@ class KeeperOutcome:
 
     exit_code: int
     reason: str
-    last_exit: DaemonExit | None = None
 
 
 class DaemonKeeper:
@@ -125,7 +124,7 @@ class DaemonKeeper:
                     log.error("daemon.start_failed", **exit.as_fields())
                 else:
                     self._worker_log.error("worker.start_failed", **exit.as_fields())
-                return KeeperOutcome(exitcodes.DAEMON_FAILED_TO_START, exit.reason, exit)
+                return KeeperOutcome(exitcodes.DAEMON_FAILED_TO_START, exit.reason)
             now = self._clock()
             self.history = record_failure(self.policy, self.history, now, exit.reason)
             decision = next_restart(self.policy, self.history, now, self._rand())
@@ -136,7 +135,7 @@ class DaemonKeeper:
                     self._worker_log.error(
                         "worker.crash_loop", verdict=decision.describe(), **exit.as_fields()
                     )
-                return KeeperOutcome(exitcodes.DAEMON_CRASH_LOOP, decision.describe(), exit)
+                return KeeperOutcome(exitcodes.DAEMON_CRASH_LOOP, decision.describe())
             delay = {"delay_s": round(decision.delay_s, 3), "attempt": decision.attempt}
             if self._worker_log is None:
                 log.warning("daemon.restart_scheduled", **delay, reason=decision.reason)

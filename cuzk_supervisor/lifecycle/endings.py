@@ -131,8 +131,7 @@ class RunEndings:
         return exitcodes.INSTANCE_GONE
 
     async def _stay_finished(self, verdict: Mapping[str, Any]) -> int:
-        """A terminal verdict stands: report it again, start nothing, stay up until stopped
-        (so a restart policy does not turn it into a loop of registrations and benchmarks)."""
+        """A terminal verdict stands: report it again, start nothing, stay up until stopped."""
         reason = str(verdict.get("reason", ""))
         self.progress.last_failure = f"finished: {reason}"
         if self.state.state.uuid:

@@ -303,14 +303,8 @@ class HealthWatch:
             await self._tell(action)
 
     def _say(self, action: Say) -> None:
-        word = action.level.word
-        fields = {"health": word, "reason": action.text}
-        if action.level is Level.HEALTHY:
-            log.info("health.changed", **fields)
-        elif action.level is Level.DEGRADED:
-            log.warning("health.changed", **fields)
-        else:
-            log.error("health.changed", **fields)
+        level = {Level.HEALTHY: "info", Level.DEGRADED: "warning"}.get(action.level, "error")
+        getattr(log, level)("health.changed", health=action.level.word, reason=action.text)
         self._ship(f"health: {action.text}")
         if action.level is not Level.HEALTHY:
             self._progress.last_failure = f"health: {action.text}"

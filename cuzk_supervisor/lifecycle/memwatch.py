@@ -51,7 +51,6 @@ class MemoryWatch:
         self.last: MemorySnapshot | None = None
         self.assessment: RiskAssessment | None = None
         self.critical = asyncio.Event()
-        self.samples_taken = 0
         self.base_bytes: int | None = None
         """Usage with the daemon idle (ready, no proof yet): the base a fit is measured over."""
         self.plateau_bytes: int | None = None
@@ -79,7 +78,6 @@ class MemoryWatch:
     def sample_once(self) -> RiskAssessment:
         snapshot = self.sampler.sample(self._daemon_pid())
         self.last = snapshot
-        self.samples_taken += 1
         limit = snapshot.effective_limit
         used = max(0, limit - snapshot.headroom)
         now = self._clock()

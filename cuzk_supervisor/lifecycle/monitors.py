@@ -33,10 +33,6 @@ from cuzk_supervisor.serve.metricsink import MetricsSink
 
 log = structlog.get_logger()
 
-# Phases in which the manager's record may be looked up (killed?), when the reporter says a
-# look-up is due (``manager_status_lookup_s``); the run phase's look-up is the /running ping.
-WATCHED_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench"})
-
 Loop = Callable[[], Coroutine[Any, Any, None]]
 
 CALL_STOP_S = 15.0
@@ -136,13 +132,13 @@ class Monitors:
         while True:
             await asyncio.sleep(schedule.delay())
             log.info("supervisor.status", **self.status_fields())
-            phase = self.progress.phase
-            if phase in WATCHED_PHASES and self.manager.lookup_due(phase):
+            phase = self.progress.phase  # the reporter's LOOKUP_PHASES; in run, the ping
+            if self.manager.lookup_due(phase):
                 reason = await self.manager.look_up_kill(stop_s=stop_s)
                 if reason is not None:
                     self.signals.mark_gone(reason)
                     return
-            ping_due = self.progress.phase == "run" and self.manager.ping_due()
+            ping_due = phase == "run" and self.manager.ping_due()
             if ping_due and not await self.manager.ping(stop_s=stop_s):
                 return
 

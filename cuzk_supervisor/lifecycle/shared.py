@@ -28,21 +28,19 @@ class LifecycleFailure(Exception):
         self.reason = reason
 
 
-class MemoryTrouble(Exception):
+class _Interruption(Exception):
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class MemoryTrouble(_Interruption):
     """Critical memory or an OOM kill interrupted a proof: step down and try again."""
 
-    def __init__(self, cause: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
 
-
-class DaemonRestarted(Exception):
+class DaemonRestarted(_Interruption):
     """The daemon exited under a proof (crash, liveness kill) and its keeper is restarting it:
     the jobs in flight are lost with it."""
-
-    def __init__(self, cause: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
 
 
 @dataclass

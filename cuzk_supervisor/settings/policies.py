@@ -2,11 +2,12 @@
 
 Modules keep their own small frozen values (``MemoryPolicy``, ``RestartPolicy``,
 ``ProvingTimeouts``, ``DaemonSettings`` …) so they can be used and tested alone, and none of them
-knows ``Settings``. ``FROM_SETTINGS`` says, once for each, which setting gives which of its
-fields (or, for the lifecycle's components, ``NAMED_ALIKE``: each field is named as its setting);
+knows ``Settings``. ``FROM_SETTINGS`` says, once for each, which setting gives which of its fields
+(or, for the lifecycle's components, ``NAMED_ALIKE``: each field is named as its setting);
 ``policy(cls, s)`` makes one (a field it does not name keeps the value's own default, ``given``
-fills fields no setting gives); ``keeper_recipe`` the daemon's keepers'. The composition root (``cuzk_supervisor.compose``) and
-the commands that need one value (``plan``, ``daemon``, ``doctor``, ``prove``) make them here.
+fills fields no setting gives); ``keeper_recipe`` the daemon's keepers'. The composition root
+(``cuzk_supervisor.compose``) and the commands that need one value (``plan``, ``daemon``,
+``doctor``, ``prove``) make them here.
 
 A value is named by its class name, not imported: ``ProvingTimeouts`` loads gRPC, and ``plan``
 never proves. ``tests/test_settings_policies.py`` checks every name on both sides and that every
@@ -120,8 +121,7 @@ NAMED_ALIKE: Final[frozenset[str]] = frozenset(
 
 
 def policy(cls: type[T], s: Settings, **given: Any) -> T:
-    """``cls`` made from the settings ``FROM_SETTINGS`` names for it (or, for a value named
-    alike, ``NAMED_ALIKE``, from the settings of its fields' names), and ``given``."""
+    """``cls`` made from the settings ``FROM_SETTINGS`` or ``NAMED_ALIKE`` names, and ``given``."""
     names: Mapping[str, str] = FROM_SETTINGS.get(cls.__name__, {})
     if cls.__name__ in NAMED_ALIKE:
         names = {f.name: f.name for f in fields(cls) if f.name not in given}  # type: ignore[arg-type]
