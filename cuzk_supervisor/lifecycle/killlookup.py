@@ -48,9 +48,9 @@ class KillLookup:
     manager: ManagerClient
     state: StateKeeper
     uuid: str | None
-    _signals: Signals
-    _clock: Callable[[], float]
-    _rng: random.Random
+    signals: Signals
+    clock: Callable[[], float]
+    rng: random.Random
     _next_ping_at: float
     _next_lookup_at: float | None
 
@@ -75,32 +75,32 @@ class KillLookup:
         interval = self.config.manager_status_lookup_s
         if interval <= 0 or phase not in LOOKUP_PHASES or self.uuid is None:
             return False
-        now = self._clock()
+        now = self.clock()
         if self._next_lookup_at is None:
-            self._next_lookup_at = now + first_delay(interval, self._rng.random())
+            self._next_lookup_at = now + first_delay(interval, self.rng.random())
         if now < self._next_lookup_at:
             return False
         self._next_lookup_at = now + next_delay(
-            interval, self.config.manager_jitter, self._rng.random()
+            interval, self.config.manager_jitter, self.rng.random()
         )
         return True
 
     def ping_due(self) -> bool:
-        return bool(self.uuid) and self._clock() >= self._next_ping_at
+        return bool(self.uuid) and self.clock() >= self._next_ping_at
 
     async def ping(self, *, stop_s: float) -> bool:
         """A repeated (idempotent) /running as the liveness ping and the run phase's kill
         look-up (404 once killed); False: the instance is gone."""
         assert self.uuid is not None
         interval, jitter = self.config.running_ping_interval_s, self.config.manager_jitter
-        self._next_ping_at = self._clock() + next_delay(interval, jitter, self._rng.random())
+        self._next_ping_at = self.clock() + next_delay(interval, jitter, self.rng.random())
         try:
             await self.manager.running(self.uuid, stop_s=stop_s)
         except InstanceGone as exc:
             # The manager's word on this uuid. Its record, read once now (the end of this
             # instance's life), says why, for the person reading the log.
             reason = await self.look_up_kill(stop_s=stop_s)
-            self._signals.mark_gone(reason or f"/running answered: {exc.message}")
+            self.signals.mark_gone(reason or f"/running answered: {exc.message}")
             return False
         except ManagerError as exc:
             # Weather or an outage (the client's warnings say which), or a 400: never a kill.
@@ -132,5 +132,5 @@ class KillLookup:
             return
         reason = await self.look_up_kill(stop_s=self._status_read_s)
         if reason is not None:
-            self._signals.mark_gone(reason)
+            self.signals.mark_gone(reason)
             raise InstanceGone("status", self._uuid(), reason)
