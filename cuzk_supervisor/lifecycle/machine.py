@@ -344,30 +344,30 @@ class Lifecycle(RunEndings):
         return running if running is not None else (self.plan.full_workers if self.plan else 0)
 
 
+@dataclass(frozen=True)
 class LifecycleSource:
     """``/readyz``'s ``HealthSource`` (:mod:`cuzk_supervisor.serve.probes`) over the lifecycle:
     read at request time, nothing copied."""
 
-    def __init__(self, lifecycle: Lifecycle) -> None:
-        self._lifecycle = lifecycle
+    lifecycle: Lifecycle
 
     @property
     def phase(self) -> str:
-        return self._lifecycle.progress.phase
+        return self.lifecycle.progress.phase
 
     @property
     def daemon_ready(self) -> bool:
-        keeper = self._lifecycle.keeper
+        keeper = self.lifecycle.keeper
         return keeper is not None and keeper.is_ready
 
     @property
     def last_failure(self) -> str:
-        return self._lifecycle.last_failure
+        return self.lifecycle.last_failure
 
     @property
     def health(self) -> dict[str, str] | None:
         """The run phase's latest health assessment (None before the first)."""
-        assessment = getattr(self._lifecycle.health, "assessment", None)
+        assessment = getattr(self.lifecycle.health, "assessment", None)
         if assessment is None:
             return None
         return {"level": assessment.level.word, "reason": assessment.reason}

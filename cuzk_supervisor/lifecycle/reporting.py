@@ -80,8 +80,8 @@ class Reporter(KillLookup):
             log.info("manager.outbox_resent", reports=len(drained.sent))
 
     async def register(self) -> None:
-        """``/register`` until it answers (the status line shows the wait); a new uuid for our
-        label means the old instance was killed: nothing of it carries on but the params."""
+        """``/register`` until it answers; a new uuid for our label means the old instance was
+        killed: nothing of it carries on but the params."""
         retrying = self.retries.register.controller(
             retry_if_exception_type(ManagerUnavailable), before_sleep=self._register_waiting
         )
@@ -122,8 +122,8 @@ class Reporter(KillLookup):
     # --- reports ------------------------------------------------------------------------------
 
     async def params_done(self) -> None:
-        """``/param-done`` queued, durable, and sent by the outbox task: the warmup does not wait
-        on the manager (its clock starts when it acknowledges, see :meth:`bench_deadline`)."""
+        """``/param-done`` queued, durable, sent by the outbox task: the warmup does not wait on
+        the manager (its clock starts when it acknowledges: :meth:`bench_deadline`)."""
         acked = self.outbox.latest(PARAM_DONE)
         if acked is not None and acked.outcome == OUTCOME_OK:
             await self._start_bench_clock(resumed=True)
@@ -144,8 +144,8 @@ class Reporter(KillLookup):
 
     async def bench_done(self, rate: float) -> Report:
         """``/bench-done`` with ``rate`` (or the one a crash left queued), unless the instance
-        was killed meanwhile (InstanceGone); returns it with the manager's verdict. In a local
-        run nobody gives one: ``bench.unjudged`` says so (the phase machine logs no pass)."""
+        was killed meanwhile (InstanceGone); returns it with the manager's verdict (none in a
+        local run: ``bench.unjudged``)."""
         await self._check_alive()
         report = self._pending_bench() or self._report(BENCH_DONE, rate)
         done = await self.send(report)
@@ -252,12 +252,9 @@ class Reporter(KillLookup):
     # --- the manager's bench clock ------------------------------------------------------------
 
     def bench_deadline(self) -> float:
-        """The end of the manager's benchmark budget, on the monotonic clock.
-
-        One clock, the manager's: it counts from its acknowledgement of /param-done (or its own
-        ``param_done_at``), kept in the state file. Until it acknowledged, its clock has not
-        started, so the whole budget is still ahead (asked again at every decision).
-        """
+        """The end of the manager's benchmark budget, on the monotonic clock: its clock counts
+        from its acknowledgement of /param-done (or its own ``param_done_at``), kept in the state
+        file; until then the whole budget is still ahead (asked again at every decision)."""
         return bench_deadline(
             now_monotonic=self.clock(),
             now_wall=self.wall_clock(),
@@ -271,12 +268,10 @@ class Reporter(KillLookup):
         """The manager acknowledged /param-done: its 45-minute clock runs from then, or from its
         own ``param_done_at`` when the record shows an earlier one (kept in the state file).
         ``resumed``: acknowledged before this process, by a build that kept no clock; the local
-        params-done time is the safe (earlier) guess.
-
-        ``queued_at``: when the report was queued (wall clock), never after the manager's stamp;
-        acknowledged within one request's time of that (:func:`cuzk_supervisor.core.benchclock.
-        prompt_ack`), it is the clock's start (safe, earlier by at most that) and the whole
-        table is not read: a fleet started together would read it all at once."""
+        params-done time is the safe (earlier) guess. ``queued_at``: when the report was queued,
+        never after the manager's stamp; acknowledged within one request's time of that
+        (``core.benchclock.prompt_ack``), it is the start (earlier by at most that) and the
+        whole table is not read: a fleet started together would read it all at once."""
         if self.state.state.bench_clock_start is not None:
             return
         now = self.wall_clock()
