@@ -2,11 +2,10 @@
 
 ``RunEndings`` is the part of :class:`~cuzk_supervisor.lifecycle.machine.Lifecycle` around the
 phases (its base): a failure anywhere is a value with a reason told to the manager (rate 0,
-incident I2) and a documented exit code, never a traceback; a kill by the manager cuts the
-phases short and nothing more is reported (a report would revive the instance); a terminal
-verdict is written to the state file and stands on the next start, which reports it again,
-starts nothing and stays up until stopped (so a restart policy does not turn it into a loop of
-registrations and benchmarks).
+incident I2) and a documented exit code, never a traceback; a kill by the manager cuts the phases
+short and nothing more is reported (a report would revive the instance); a terminal verdict is
+written to the state file and stands on the next start, which reports it again, starts nothing and
+stays up until stopped (so a restart policy does not loop registrations and benchmarks).
 """
 
 from __future__ import annotations

@@ -2,19 +2,15 @@
 see of the machine, judged by the pure policy (:mod:`cuzk_supervisor.core.health`), and the
 ladder's actions (:mod:`cuzk_supervisor.core.healthladder`) carried out.
 
-What it reads: the daemon's HTTP status (``daemon_status_listen``: partitions with their live
-times, GPU workers, counters), the daemon's totals (``GetMetrics``: every failed proof counted),
-NVML (:class:`~cuzk_supervisor.adapters.machine.nvmlevents.NvmlHealth`: XID events, ECC, retired
-pages, clocks, a device that stops answering), and the keeper's starts, exits and crash loop.
-None of it goes to the manager: a healthy machine costs the manager nothing more than before.
-
-What it does: says each change of the findings once (a ``health.changed`` event and a line in
-words in the ``setup`` tab, the terminal, ``/metrics``, ``/readyz``); restarts the daemon where
-that can help; and, to tell the manager, pushes the reason first (flushed) and then sends
-``/bench-done`` with the rate the machine now delivers. A manager that answers ``passed: false``
-has killed and destroys the instance: :attr:`verdict` is done with the reason and the phase
-machine ends the run (exit 10). A report the manager did not answer stays in the outbox, which
-sends it when it can (and the ``/running`` ping then finds the kill).
+It reads the daemon's HTTP status (partitions with their live times, GPU workers, counters), its
+totals (``GetMetrics``: every failed proof counted), NVML (XID events, ECC, retired pages, clocks,
+a device that stops answering) and the keeper's starts, exits and crash loop; none of it goes to
+the manager. It says each change of the findings once (``health.changed`` and a line in the
+``setup`` tab, the terminal, ``/metrics``, ``/readyz``); restarts the daemon where that can help;
+and, to tell the manager, pushes the reason first (flushed), then sends ``/bench-done`` with the
+rate the machine now delivers. A manager that answers ``passed: false`` has killed the instance:
+:attr:`verdict` is done with the reason and the phase machine ends the run (exit 10). A report
+the manager did not answer stays in the outbox (and the ``/running`` ping then finds the kill).
 """
 
 from __future__ import annotations
@@ -87,7 +83,7 @@ def metrics_reader(
     on_answer: Callable[[], None] = lambda: None,
 ) -> Callable[[], Awaitable[str | None]]:
     """The daemon's GetMetrics text, or None (no answer within ``CALL_S``); ``on_answer`` is
-    told of each answer (the daemon's liveness probe is spared: ``DaemonControl.note_answer``)."""
+    told of each answer (``DaemonControl.note_answer``: the liveness probe is spared)."""
 
     async def read() -> str | None:
         try:

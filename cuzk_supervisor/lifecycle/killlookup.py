@@ -2,13 +2,12 @@
 ``/running`` ping, as the base of the reporter (``reporting.Reporter``).
 
 How a kill is found, at a cost per machine that does not grow with the fleet (docs/architecture.md
-principle 9; docs/manager.md): in the run phase the repeated ``/running`` (every
-``running_ping_interval_s``, jittered) answers the manager's 404 once the record is killed;
-before ``/bench-done`` and at a resume, one read of the whole table (``GET /status``), and after
-``/param-done`` for the bench clock only when its acknowledgement was slow; otherwise nothing
-unless ``manager_status_lookup_s`` asks for a periodic (jittered) read. Only the manager's own
-word ends the instance (its JSON 404 on a report, our record in state ``killed``); a record
-missing from a listing or a proxy's page (weather) never does, nor switches anything off.
+principle 9; docs/manager.md): in the run phase the jittered ``/running`` ping answers 404 once
+the record is killed; before ``/bench-done`` and at a resume, one read of the whole table (``GET
+/status``), and after ``/param-done`` only when its acknowledgement was slow; otherwise nothing
+unless ``manager_status_lookup_s`` asks for a periodic read. Only the manager's own word ends the
+instance (its JSON 404 on a report, our record in state ``killed``); a record missing from a
+listing or a proxy's page (weather) never does, nor switches anything off.
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ record, ``/running`` would move it to running). The report phase reads it once a
 
 
 class KillLookup:
-    """The kill look-ups and the ``/running`` ping; the reporter, which inherits them, sets
-    what they read (``__init__`` of ``reporting.Reporter``)."""
+    """The kill look-ups and the ``/running`` ping; the reporter that inherits them has what
+    they read."""
 
     config: ReporterSettings
     manager: ManagerClient
@@ -70,8 +69,8 @@ class KillLookup:
         return gone_reason(record) if looked_up else None
 
     def lookup_due(self, phase: str) -> bool:
-        """Time for the periodic read of the whole table (``manager_status_lookup_s``; never
-        when 0, never in the run phase: the /running ping answers 404 once killed)."""
+        """Time for the periodic read of the whole table (never when ``manager_status_lookup_s``
+        is 0, nor in the run phase: the /running ping answers 404 once killed)."""
         interval = self.config.manager_status_lookup_s
         if interval <= 0 or phase not in LOOKUP_PHASES or self.uuid is None:
             return False
