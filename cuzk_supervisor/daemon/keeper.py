@@ -1,8 +1,7 @@
 """Keep the daemon up: start it, wait for its exit, ask the restart policy, start it again.
 
 The machinery only; every decision (how long to back off, when it is a crash loop) is
-``core.restart.next_restart``. Each exit is logged with its classification and handed to listeners
-(metrics, the lifecycle's OOM step-down).
+``core.restart.next_restart``. Each exit is logged and handed to listeners (metrics, the step-down).
 """
 
 from __future__ import annotations
@@ -200,8 +199,7 @@ class DaemonKeeper:
         self.history = RestartHistory()
 
     def restart_with(self, values: DaemonConfigValues) -> None:
-        """Stop the running daemon and start it again with new config values (e.g. fewer
-        workers after an OOM risk). Not counted as a failure."""
+        """Stop the running daemon and start it again with ``values`` (not a failure)."""
         self.values = values
         self._ready.clear()  # wait_ready() from now on waits for the new daemon
         self._replan.set()

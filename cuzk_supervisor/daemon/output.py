@@ -191,8 +191,7 @@ class LineSink(Protocol):
 
 
 class OutputPump:
-    """Pumps one or more child streams (of one run of a child) into the log file and structured
-    events."""
+    """Pumps the streams of one run of a child into the log file and structured events."""
 
     def __init__(
         self,

@@ -2,8 +2,6 @@
 
 One ``DaemonProcess`` is one run of the daemon. It never decides what happens after an exit: it
 gathers the facts and ``exits.classify_exit`` names them; restarts are ``daemon.keeper``'s job.
-Its settings and edges are in ``daemon.spec``, the checks before a start in ``daemon.preflight``,
-the pidfile and the daemons a previous supervisor left behind in ``daemon.pidfile``.
 """
 
 from __future__ import annotations
@@ -45,10 +43,8 @@ from cuzk_supervisor.deadline import within
 
 log = structlog.get_logger()
 
-# After the daemon exits, how long its output may take to reach EOF.
-OUTPUT_DRAIN_S = 1.0
-# How long an address must stay taken before the start counts as "address in use".
-ADDRESS_RELEASE_S = 1.0
+OUTPUT_DRAIN_S = 1.0  # after the daemon exits, how long its output may take to reach EOF
+ADDRESS_RELEASE_S = 1.0  # how long an address stays taken before the start is "address in use"
 
 
 class DaemonProcess:
@@ -124,9 +120,9 @@ class DaemonProcess:
         self._peak.note(rss_bytes)
 
     def note_answer(self) -> None:
-        """The daemon answered a call made elsewhere (the health watch's GetMetrics): as good
-        as a liveness probe answered, so the next probe within ``liveness_interval_s`` is
-        spared (a new channel and its connection: most of the idle supervisor's CPU a minute)."""
+        """The daemon answered a call made elsewhere (the health watch's GetMetrics): the next
+        liveness probe within ``liveness_interval_s`` is spared (a new channel and connection:
+        most of the idle supervisor's CPU a minute)."""
         self._answered_at = self._clock()
 
     def _oom_count(self) -> int | None:
@@ -200,8 +196,8 @@ class DaemonProcess:
         await self._await_ready()
 
     async def _address_stays_busy(self) -> bool:
-        """In use now and still in use a moment later: a process we just stopped (a stale
-        daemon) can hold its socket for a few milliseconds while the kernel tears it down."""
+        """In use now and a moment later: a stale daemon we just stopped can hold its socket for a
+        few milliseconds while the kernel tears it down."""
         deadline = time.monotonic() + ADDRESS_RELEASE_S
         while address_in_use(self.address):
             if time.monotonic() >= deadline:
@@ -330,8 +326,8 @@ class DaemonProcess:
         return info is not None
 
     async def stop(self) -> DaemonExit:
-        """SIGTERM to the group, SIGKILL after the grace period, wait for every member.
-        Once done, a second stop (the keeper's last one) returns the same exit at once."""
+        """SIGTERM to the group, SIGKILL after the grace period, wait for every member; a second
+        stop (the keeper's last one) returns the same exit at once."""
         if self._proc is None:
             return self._exit or DaemonExit(ExitKind.FAILED_TO_START, "never started")
         if self._stopped is not None:

@@ -1,10 +1,9 @@
 """Daemon control: start the daemon, replace it with new config values, wait until it answers,
 stop it; and, in the run phase, keep the worker commands up beside it.
 
-The shell around :class:`~cuzk_supervisor.daemon.keeper.DaemonKeeper`. A daemon exit is told
-to everyone who cares through the shared ``Signals`` (an OOM kill is memory trouble) and
-``Progress`` (the last failure ``/readyz`` shows); a keeper that gave up (the daemon cannot start,
-or crash-loops) is a :class:`LifecycleFailure` with the keeper's exit code.
+The shell around :class:`~cuzk_supervisor.daemon.keeper.DaemonKeeper`. A daemon exit is told through
+the shared ``Signals`` (an OOM kill is memory trouble) and ``Progress`` (the last failure); a keeper
+that gave up (cannot start, crash-loops) is a :class:`LifecycleFailure` with its exit code.
 """
 
 from __future__ import annotations
@@ -144,10 +143,9 @@ class DaemonControl:
 
     @asynccontextmanager
     async def workers_kept(self) -> AsyncIterator[None]:
-        """Keep the worker commands up while the body runs; stop them after.
-
-        Plain tasks, not a TaskGroup: a verdict raised in the body (out of memory at one worker,
-        a crash loop) must reach the phase machine as itself, not wrapped in a group."""
+        """Keep the worker commands up while the body runs. Plain tasks, not a TaskGroup: a
+        verdict raised in the body (out of memory, a crash loop) must reach the phase machine as
+        itself, not wrapped in a group."""
         keepers = [self._worker_keeper(i, cmd) for i, cmd in enumerate(self.recipe.worker_commands)]
         tasks = [asyncio.create_task(self._keep_worker(keeper)) for keeper in keepers]
         try:

@@ -27,9 +27,7 @@ from cuzk_supervisor.core.risk import (
 
 log = structlog.get_logger()
 
-# Samples kept for the trend at most (its window at the fast interval is 100); the older ones
-# are dropped as they leave the window.
-_KEPT_SAMPLES = 200
+_KEPT_SAMPLES = 200  # at most, for the trend (its window at the fast interval is 100)
 
 
 @dataclass(eq=False)

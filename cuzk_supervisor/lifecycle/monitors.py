@@ -3,11 +3,9 @@ samples, and the memory watch turned into memory trouble.
 
 The status loop is jittered (docs/architecture.md, rule 7): its first tick falls at a random point
 of ``status_interval_s`` and each later one is varied by ``± manager_jitter``, so a fleet started
-together does not push its status lines, ping or look up kills in the same second.
-
-Each is one long-running task the phase machine starts beside itself (:meth:`Monitors.loops`)
-and cancels when it ends. None of them decides anything about the phases: they raise the
-shared signals (``trouble``, ``gone``) and the phase machine acts on them.
+together does not push its status lines, ping or look up kills in the same second. Each monitor is
+one task beside the phase machine (:meth:`Monitors.loops`); none decides anything about the
+phases: they raise the shared signals (``trouble``, ``gone``) and the phase machine acts on them.
 """
 
 from __future__ import annotations
@@ -121,9 +119,8 @@ class Monitors:
 
     async def status_loop(self) -> None:
         """A status line at a steady (jittered) cadence, so a slow but healthy machine visibly
-        is one; before the run phase, the manager's record looked up when a look-up is due
-        (were we killed?); in the run phase a repeated (idempotent) /running as the liveness
-        ping and kill look-up, at its own, slower cadence."""
+        is one; the manager's record looked up when a look-up is due (killed?); in the run phase
+        the /running ping, at its own, slower cadence."""
         interval = self.config.status_interval_s
         schedule = JitteredSchedule(interval, self.config.manager_jitter, self.rng.random)
         # A look-up or ping holds the status line at most this long (while the manager is away

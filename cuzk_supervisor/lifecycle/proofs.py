@@ -1,11 +1,9 @@
 """Proof attempts: one proof (warmup, settle) tried under a retry policy, and a bench stretch.
 
-Proof work runs *watched*: critical memory or an OOM kill interrupts it as
-:class:`MemoryTrouble` (the phase machine steps down), a daemon exit as :class:`DaemonRestarted`
-(its jobs are lost with it: waiting for them is waste), a keeper that gave up as the keeper's
-:class:`LifecycleFailure`. The daemon is only ever reached through a client from
-``client_factory`` (a gRPC :class:`~cuzk_supervisor.adapters.proving.client.ProvingClient`;
-tests pass their own).
+Proof work runs *watched*: critical memory or an OOM kill interrupts it as :class:`MemoryTrouble`
+(the phase machine steps down), a daemon exit as :class:`DaemonRestarted` (its jobs are lost with
+it), a keeper that gave up as the keeper's :class:`LifecycleFailure`. The daemon is only reached
+through a client from ``client_factory`` (a gRPC ``ProvingClient``; tests pass their own).
 """
 
 from __future__ import annotations
@@ -206,8 +204,7 @@ class ProofRunner:
         return self._request
 
     async def _watched(self, work: Callable[[Prover], Awaitable[T]]) -> T:
-        """Run proof work; critical memory, an OOM kill, a daemon exit or a dead keeper
-        interrupt it (the jobs of an exited daemon are lost: waiting for them is waste)."""
+        """Run proof work, interrupted as the module docstring says."""
         keeper_task = self.daemon.ended
         signals = self.signals
         signals.daemon_exited.clear()

@@ -94,12 +94,9 @@ class StepDown:
     async def relaunch(self, plan: WorkerPlan, fit: MemoryFit | None) -> None:
         """Carry the adopted ``plan`` out: replace the daemon now, in any phase (it still holds
         the abandoned proof's memory, or its keeper is restarting it with the old plan after an
-        OOM kill); only then start the watch over, so no sample of the old daemon counts against
-        the new plan."""
+        OOM kill); only then start the watch over, so no sample of the old daemon counts."""
         if self.daemon.workers is not None:
-            # The OOM kills that led here belong to the step-down policy, not to the crash-loop
-            # verdict.
-            self.daemon.forget_failures()
+            self.daemon.forget_failures()  # the OOM kills that led here are no crash loop
             workers = relaunch_workers(
                 self.progress.phase,
                 full_workers=plan.full_workers,
@@ -117,7 +114,6 @@ class StepDown:
         While memory was still growing, aimed at the partitions' plateau (core.memfit)."""
         assessment, base = self.watch.assessment, self.watch.base_bytes
         if assessment is None or base is None or running is None:
-            # Nothing measured yet, or no daemon: one step down.
             log.info("memory.no_fit", reason="no daemon or no idle base measured yet")
             return None
         active = await asyncio.to_thread(self.active_partitions)
