@@ -3,27 +3,24 @@
 ``run`` and ``sim`` run what it builds; ``doctor`` (and ``plan``, ``daemon``) measure the
 machine with its probes. Read top to bottom, it is how one run is put together:
 
-1. **the machine** (``Machine``): what memory and GPUs are measured with. The host's own
-   (``HOST``: the memory sampler, NVML or the simulated daemon's ``/status``) unless the caller
-   hands another in: the simulator's machine (``sim.machine.probes.machine``), which the ``sim``
-   command hands in, and ``cli.simhandoff`` for ``run``, ``doctor``, ``plan`` and ``daemon``
-   when their daemon is the simulated one; nothing here, nor in what this builds, imports the
-   simulator;
+1. **the machine** (``Machine``): what memory and GPUs are measured with: the host's own (``HOST``:
+   the memory sampler, NVML or the simulated daemon's ``/status``) unless the caller hands the
+   simulator's in (``sim.machine.probes.machine``: the ``sim`` command, and ``cli.simhandoff``
+   when the daemon of ``run``, ``doctor``, ``plan`` or ``daemon`` is the simulated one); nothing
+   here, nor in what this builds, imports the simulator;
 2. **the policies**: each value made from the settings where its mapping is declared once
    (``settings.policies``), never copied field by field;
-3. **the edges** (``composeedges``: ``open_edges``): the instance's label and minimum rate,
-   the manager client and the log shipper, made before logging is configured (the shipper is a
-   log processor), and the reporter over them (``build_reporter``, in the lifecycle);
+3. **the edges** (``composeedges``: ``open_edges``): the instance's label and minimum rate, the
+   manager client and the log shipper, made before logging is configured (the shipper is a log
+   processor), and the reporter over them (``build_reporter``, in the lifecycle);
 4. **the lifecycle** (``build_lifecycle``): the phase machine given its collaborators (daemon
-   control, proof attempts, the step-down, reporting, monitors), sharing one ``Progress`` and
-   one ``Signals``; tests of the phase machine build it with fakes instead
-   (``tests/test_phase_machine.py``);
+   control, proof attempts, the step-down, reporting, monitors), sharing one ``Progress`` and one
+   ``Signals``; tests of the phase machine build it with fakes (``tests/test_phase_machine.py``);
 5. **the servers** (``run``): the state file and the outbox opened, the health server and the
    metrics when the health server is on, then the lifecycle run.
 
-What would load gRPC, protobuf, the manager's HTTP client or the metrics is imported where it
-is built, not at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never
-prove.
+What would load gRPC, protobuf, the manager's HTTP client or the metrics is imported where it is
+built, not at the top: ``prestart``, ``plan`` and ``doctor`` import this module and never prove.
 """
 
 from __future__ import annotations
@@ -95,10 +92,6 @@ def host_gpu_health(s: Settings) -> NvmlHealth | None:
     return NvmlHealth()
 
 
-def _nothing_to_refuse(s: Settings) -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class Machine:
     """What the supervisor measures the machine with, and what it refuses about it before
@@ -107,7 +100,7 @@ class Machine:
 
     gpu_probe: Callable[[Settings], GpuProbe] = host_gpu_probe
     memory_sampler: Callable[[Settings], MemorySampler] = host_memory_sampler
-    check: Callable[[Settings], None] = _nothing_to_refuse
+    check: Callable[[Settings], None] = lambda s: None
     gpu_health: Callable[[Settings], NvmlHealth | None] = host_gpu_health
 
 
@@ -115,17 +108,7 @@ HOST = Machine()
 """The host's own probes: what every command measures unless a simulated machine is handed in."""
 
 
-# --- 2. the policies ----------------------------------------------------------------------------
-# ``policy(MemoryPolicy, s)``, ``policy(ManagerRetry, s)`` …: each value is made where it is built
-# below, from the settings ``settings.policies.FROM_SETTINGS`` names for it (declared once there,
-# checked by tests/test_settings_policies.py); ``daemon_listen(s)`` is where the daemon listens.
-
-
-# --- 3. the edges -------------------------------------------------------------------------------
-
-
-# ``composeedges``: the label and the minimum rate, the manager client and the log shipper
-# (``open_edges``), and the reporter over them (``build_reporter``, in the lifecycle below).
+# --- 2. the policies (``settings.policies``) and 3. the edges (``composeedges``) ------------
 
 
 # --- 4. the lifecycle ---------------------------------------------------------------------------
@@ -142,7 +125,6 @@ def build_lifecycle(
     metrics: MetricsSink,
     gpu_health: NvmlHealth | None = None,
 ) -> Lifecycle:
-    """The phase machine and its collaborators, connected."""
     from cuzk_supervisor.adapters.machine.gpunvml import NvmlProbe
     from cuzk_supervisor.adapters.machine.heap import release_free_memory
     from cuzk_supervisor.adapters.proving.daemonstatus import synthesizing_now
@@ -161,11 +143,7 @@ def build_lifecycle(
     from cuzk_supervisor.lifecycle.retries import LifecycleRetries
     from cuzk_supervisor.lifecycle.shared import Progress, Signals
     from cuzk_supervisor.lifecycle.stepdown import StepDown
-    from cuzk_supervisor.lifecycle.values import (
-        FetchSettings,
-        MonitorSettings,
-        PhaseSettings,
-    )
+    from cuzk_supervisor.lifecycle.values import FetchSettings, MonitorSettings, PhaseSettings
 
     shipper = edges.shipper
     meters: list[Callable[[], float | None]] = []
@@ -208,8 +186,7 @@ def build_lifecycle(
         ),
     )  # fmt: skip
     stepdown = StepDown(
-        daemon=daemon, watch=watch, signals=signals, progress=progress,
-        memory_policy=memory_policy,
+        daemon=daemon, watch=watch, signals=signals, progress=progress, memory_policy=memory_policy,
         active_partitions=lambda: synthesizing_now(s.daemon_status_listen),
     )  # fmt: skip
     monitors = Monitors(
@@ -218,8 +195,7 @@ def build_lifecycle(
     )  # fmt: skip
     health = build_health_watch(
         s, daemon=daemon, manager=reporter, shipper=shipper, metrics=metrics, progress=progress,
-        signals=signals, gpus=gpu_health,
-        totals_client=proving_client(address, timeouts),
+        signals=signals, gpus=gpu_health, totals_client=proving_client(address, timeouts),
         min_rate=edges.min_rate,
     )  # fmt: skip
     return Lifecycle(
@@ -229,8 +205,7 @@ def build_lifecycle(
                             min_soak_s=s.bench_min_soak_s / s.rate_time_scale),
         progress=progress, signals=signals, resources=PlanResources(sampler, gpu),
         fetch_params=ParamsFetch(policy(FetchSettings, s), spawn, shipper), daemon=daemon,
-        proofs=proofs,
-        stepdown=stepdown, reporter=reporter, monitors=monitors, health=health,
+        proofs=proofs, stepdown=stepdown, reporter=reporter, monitors=monitors, health=health,
         release_memory=release_free_memory,
     )  # fmt: skip
 
@@ -308,9 +283,8 @@ async def run(
 
         def build(metrics: MetricsSink) -> Lifecycle:
             lifecycle = build_lifecycle(
-                s, runtime, edges, state=keeper,
-                sampler=machine.memory_sampler(s), gpu=machine.gpu_probe(s), metrics=metrics,
-                gpu_health=machine.gpu_health(s),
+                s, runtime, edges, state=keeper, sampler=machine.memory_sampler(s),
+                gpu=machine.gpu_probe(s), metrics=metrics, gpu_health=machine.gpu_health(s),
             )  # fmt: skip
             if on_phase is not None:
                 lifecycle.phase_listeners.append(on_phase)
@@ -333,13 +307,10 @@ async def run(
         lifecycle.phase_listeners.append(startup.on_phase)
         # Started here, not in the lifecycle's task group, so a busy port is a plain one-line
         # error (exit 2) rather than an exception group.
+        # refresh: read at scrape time (a len() on the loop, always current).
         async with HealthServer(
-            s.health_listen,
-            LifecycleSource(lifecycle),
-            metrics,
-            allow_public=s.health_allow_public,
-            startup=startup,
-            # Read at scrape time: a len() on the loop, always current.
+            s.health_listen, LifecycleSource(lifecycle), metrics,
+            allow_public=s.health_allow_public, startup=startup,
             refresh=lambda: metrics.outbox_depth(len(lifecycle.outbox.pending)),
-        ):
+        ):  # fmt: skip
             return await lifecycle.run()

@@ -1,13 +1,10 @@
 """The builder of the edges: what faces the manager, made from the settings.
 
 The instance's label and minimum rate, the manager client and the log shipper (``Edges``, made
-before logging is configured: the shipper is a log processor), and the reporter over them: its
-outbox on the state keeper, its retry listener and the metrics' (failed attempts, weather) on
-the manager client. The composition root (``compose``) builds a run's edges here; the fleet
-bench (``bench/_fleet.py``) builds its virtual machines' here too, with its own transport,
-clocks and random streams.
-
-What would load the manager's HTTP client is imported where it is built, not at the top.
+before logging is configured: the shipper is a log processor), and the reporter over them. The
+composition root (``compose``) builds a run's edges here; the fleet bench (``bench/_fleet.py``)
+its virtual machines', with its own transport, clocks and random streams. What would load the
+manager's HTTP client is imported where it is built, not at the top.
 """
 
 from __future__ import annotations
@@ -93,9 +90,8 @@ def build_edges(
     shipper_rng: random.Random | None = None,
     **client: Any,
 ) -> Edges:
-    """The manager client the settings describe and the log shipper, for ``label``;
-    ``client``: what the client is given beyond the settings (the fleet bench's transport,
-    clocks and random stream), ``shipper_rng`` the shipper's random stream."""
+    """The manager client the settings describe and the log shipper, for ``label``; ``client``:
+    what the client is given beyond the settings (the fleet bench's transport, clocks, rng)."""
     from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
     from cuzk_supervisor.adapters.manager.client import ManagerClient
     from cuzk_supervisor.adapters.manager.values import ManagerRetry, ManagerTimeouts
@@ -125,9 +121,8 @@ def build_reporter(
     metrics: MetricsSink,
     **clocks: Any,
 ) -> Reporter:
-    """The reporter on the edges: its outbox on ``state``, its listener and the metrics' on the
-    manager client (a failed attempt, a weather episode); ``clocks``: the reporter's clocks and
-    random stream where they are not the host's (the fleet bench)."""
+    """The reporter on the edges: its outbox on ``state``, its listener and the metrics' (a
+    failed attempt, weather) on the manager client; ``clocks``: the fleet bench's clocks, rng."""
     from cuzk_supervisor.adapters.manager.outbox import Outbox
     from cuzk_supervisor.lifecycle.reporting import Reporter
     from cuzk_supervisor.lifecycle.values import ReporterSettings

@@ -240,10 +240,10 @@ async def test_an_nvml_read_that_stalls_is_a_lost_gpu_once_it_stalls_past_the_gr
 
     reads.read = read  # type: ignore[method-assign]
     health, parts = watch(world, nvml=False, call_s=30)  # the first read: plenty of time
-    health._gpus = reads  # the NVML the watch reads
+    health.gpus = reads  # the NVML the watch reads
     await health.tick()
     assert health._nvml_read is None  # done
-    health._call_s = 0.2  # how long a tick waits for a read that hangs
+    health.call_s = 0.2  # how long a tick waits for a read that hangs
     stalling["on"] = True
     try:
         await health.tick()  # the read hangs: no NVML evidence this time

@@ -158,8 +158,8 @@ async def test_the_run_phase_switches_the_log_budget():
     rep, _ = reporter(random.Random(1), log_push_interval_s=90.0)
     await rep.running()
     # The run phase's budget, after one more turn at the earlier one (its default).
-    assert rep._shipper.run_phase  # type: ignore[attr-defined]
-    assert rep._shipper.run_phase_after_s is None  # type: ignore[attr-defined]
+    assert rep.shipper.run_phase  # type: ignore[attr-defined]
+    assert rep.shipper.run_phase_after_s is None  # type: ignore[attr-defined]
 
 
 def param_done_acked(created_at: str) -> Report:
@@ -181,7 +181,7 @@ async def test_a_prompt_param_done_ack_starts_the_bench_clock_without_reading_th
     rig.manager.instance_record = record
     epoch = manager_time("2026-01-01T00:00:00Z")
     assert epoch is not None
-    rep._wall = lambda: epoch + 2.0  # acknowledged 2 s after it was queued
+    rep.wall_clock = lambda: epoch + 2.0  # acknowledged 2 s after it was queued
     await rep._after_drain((param_done_acked("2026-01-01T00:00:00.000Z"),))
     assert reads == 0
     assert rep.state.state.bench_clock_start == epoch
@@ -201,7 +201,7 @@ async def test_a_slow_param_done_ack_reads_the_manager_stamp():
     rig.manager.instance_record = record
     epoch = manager_time("2026-01-01T00:00:00Z")
     assert epoch is not None
-    rep._wall = lambda: epoch + 300.0
+    rep.wall_clock = lambda: epoch + 300.0
     await rep._after_drain((param_done_acked("2026-01-01T00:00:00.000Z"),))
     assert reads == 1
     assert rep.state.state.bench_clock_start == epoch + 30.0

@@ -1,10 +1,9 @@
 """The environment every child gets (the daemon, the params fetch, the worker commands).
 
 Children get what they need, not the supervisor's secrets: every ``*_TOKEN`` variable and every
-setting marked secret (e.g. ``CUZK_SUPERVISOR_MANAGER_TOKEN``) is removed, and so is a URL
-setting (``CUZK_SUPERVISOR_MANAGER_URL``) that carries a password or a query. This is the one place
-that builds a child's environment; every spawner uses it (and ``reaper.Reaper.spawn`` applies it
-again to whatever it is given, so no child started through the reaper can miss it).
+setting marked secret is removed, and so is a URL setting (``CUZK_SUPERVISOR_MANAGER_URL``) that
+carries a password or a query. Every spawner uses it (and ``reaper.Reaper.spawn`` applies it again
+to whatever it is given, so no child started through the reaper can miss it).
 """
 
 from __future__ import annotations

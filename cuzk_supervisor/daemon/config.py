@@ -102,9 +102,8 @@ def write_verified(path: Path, values: DaemonConfigValues, base: Mapping[str, An
     """Write atomically, read the file back and check it: the daemon gets this file or nothing.
 
     Raises :class:`cuzk_supervisor.adapters.files.WriteError` when the run folder cannot take it
-    (disk full,
-    read-only, a file where the folder should be) and :class:`UsageError` when it reads back
-    different from what was written.
+    (disk full, read-only, a file where the folder should be) and :class:`UsageError` when it
+    reads back different from what was written.
     """
     document = render(values, base)
     try:

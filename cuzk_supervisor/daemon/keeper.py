@@ -1,8 +1,7 @@
 """Keep the daemon up: start it, wait for its exit, ask the restart policy, start it again.
 
 The machinery only; every decision (how long to back off, when it is a crash loop) is
-``core.restart.next_restart``. Each exit is logged with its classification and handed to listeners
-(metrics, the lifecycle's OOM step-down).
+``core.restart.next_restart``. Each exit is logged and handed to listeners (metrics, the step-down).
 """
 
 from __future__ import annotations
@@ -58,7 +57,6 @@ class KeeperOutcome:
 
     exit_code: int
     reason: str
-    last_exit: DaemonExit | None = None
 
 
 class DaemonKeeper:
@@ -125,7 +123,7 @@ class DaemonKeeper:
                     log.error("daemon.start_failed", **exit.as_fields())
                 else:
                     self._worker_log.error("worker.start_failed", **exit.as_fields())
-                return KeeperOutcome(exitcodes.DAEMON_FAILED_TO_START, exit.reason, exit)
+                return KeeperOutcome(exitcodes.DAEMON_FAILED_TO_START, exit.reason)
             now = self._clock()
             self.history = record_failure(self.policy, self.history, now, exit.reason)
             decision = next_restart(self.policy, self.history, now, self._rand())
@@ -136,7 +134,7 @@ class DaemonKeeper:
                     self._worker_log.error(
                         "worker.crash_loop", verdict=decision.describe(), **exit.as_fields()
                     )
-                return KeeperOutcome(exitcodes.DAEMON_CRASH_LOOP, decision.describe(), exit)
+                return KeeperOutcome(exitcodes.DAEMON_CRASH_LOOP, decision.describe())
             delay = {"delay_s": round(decision.delay_s, 3), "attempt": decision.attempt}
             if self._worker_log is None:
                 log.warning("daemon.restart_scheduled", **delay, reason=decision.reason)
@@ -201,8 +199,7 @@ class DaemonKeeper:
         self.history = RestartHistory()
 
     def restart_with(self, values: DaemonConfigValues) -> None:
-        """Stop the running daemon and start it again with new config values (e.g. fewer
-        workers after an OOM risk). Not counted as a failure."""
+        """Stop the running daemon and start it again with ``values`` (not a failure)."""
         self.values = values
         self._ready.clear()  # wait_ready() from now on waits for the new daemon
         self._replan.set()

@@ -1,12 +1,9 @@
 """The keepers as the settings make them: the one place a ``DaemonKeeper`` is built.
 
-``KeeperRecipe`` is what the settings say about the daemon's keepers (``settings.policies.
-keeper_recipe`` makes it in the composition root and the ``daemon`` command): how to run the
-daemon, its restart policy, the config's addresses, parameter cache and log level, and the worker
-commands. ``daemon_keeper`` is the daemon's (the ``daemon`` command's, and the lifecycle's daemon
-control's, ``lifecycle.daemonctl``), its process spawned through the caller's spawner (the
-runtime's reaper); ``worker_keeper`` keeps a worker command up beside it in the run phase, under
-the same restart policy.
+``KeeperRecipe`` is what the settings say about them (``settings.policies.keeper_recipe`` makes
+it). ``daemon_keeper`` is the daemon's (the ``daemon`` command's, and ``lifecycle.daemonctl``'s),
+its process spawned through the caller's spawner (the runtime's reaper); ``worker_keeper`` keeps a
+worker command up beside it in the run phase, under the same restart policy.
 """
 
 from __future__ import annotations
@@ -27,7 +24,8 @@ from cuzk_supervisor.daemon.spec import DaemonSettings
 
 @dataclass(frozen=True)
 class KeeperRecipe:
-    """What the settings say about the daemon's keepers."""
+    """What the settings say about the daemon's keepers: how to run the daemon, its restart
+    policy, the config's addresses, parameter cache and log level, the worker commands."""
 
     spec: DaemonSettings
     restart: RestartPolicy
@@ -64,9 +62,8 @@ def daemon_keeper(
     memory_at_limit: Callable[[], bool] | None = None,
     line_sinks: Sequence[LineSink] = (),
 ) -> DaemonKeeper:
-    """The daemon's keeper: started with ``values``, each process spawned with ``spawn``;
-    ``memory_at_limit`` tells an exit at the memory limit apart (the lifecycle's memory watch),
-    ``line_sinks`` get each line of its output (the log shipper)."""
+    """The daemon's keeper, started with ``values``; ``memory_at_limit`` tells an exit at the
+    memory limit apart (the memory watch), ``line_sinks`` get each line of its output."""
     extra: dict[str, Any] = {} if memory_at_limit is None else {"memory_at_limit": memory_at_limit}
     factory = functools.partial(DaemonProcess, spawn=spawn, line_sinks=tuple(line_sinks), **extra)
     return DaemonKeeper(recipe.spec, values, recipe.restart, process_factory=factory)
@@ -81,9 +78,8 @@ def worker_keeper(
     spawn: Spawner,
     line_sink: LineSink,
 ) -> DaemonKeeper:
-    """A worker command (``worker_commands``) kept up beside ``daemon`` under the same restart
-    policy, its output's lines to ``line_sink`` (the tab ``source``), its pid file in the
-    state folder."""
+    """A worker command kept up beside ``daemon``, its lines to ``line_sink`` (the tab
+    ``source``), its pid file in the state folder."""
     from cuzk_supervisor.daemon.workers import CommandProcess
 
     def factory(*_: object) -> CommandProcess:

@@ -1,18 +1,14 @@
 """Children a killed supervisor left running (the params fetch, worker commands): find and stop
 them before starting their successors (issue 13, item 5).
 
-Such a child runs in its own session (``start_new_session``), so a SIGKILLed supervisor that is
-not PID 1 leaves it running; a restarted supervisor would start a second fetch writing the same
-files at the same time. Two marks find it again:
-
-- its pid and start time in a pidfile (in the state folder), written right after the spawn;
-- two variables in its environment, inherited by everything it starts (even a grandchild that
-  escaped with ``setsid``, and a child spawned just before a SIGKILL that beat the pidfile):
-  :data:`ROLE_VAR` says what it is for (``fetch:/data/zk/params``, ``worker:curio:<command>``)
-  and :data:`OWNER_VAR` which supervisor started it (pid and start time).
-
-Only children whose owner is no longer running are stopped: a live supervisor's child (another
-supervisor on the same host, or ours) is never touched.
+Such a child runs in its own session, so a SIGKILLed supervisor that is not PID 1 leaves it
+running; a restarted supervisor would start a second fetch writing the same files at once. Two
+marks find it: its pid and start time in a pidfile (in the state folder), written right after the
+spawn; and two variables in its environment, inherited by everything it starts (even a grandchild
+that escaped with ``setsid``, and a child spawned just before a SIGKILL that beat the pidfile):
+:data:`ROLE_VAR` says what it is for (``fetch:/data/zk/params``, ``worker:curio:<command>``) and
+:data:`OWNER_VAR` which supervisor started it. Only children whose owner is no longer running are
+stopped: a live supervisor's child (another supervisor's on the same host, or ours) never is.
 """
 
 from __future__ import annotations

@@ -37,12 +37,10 @@ class RotatingLineFile:
 
     Created ``0640`` in a ``0750`` folder whatever the umask, never through a planted symlink,
     never blocking on a FIFO (:mod:`cuzk_supervisor.adapters.files`). Opening raises
-    :class:`cuzk_supervisor.adapters.files.WriteError` (the daemon cannot start without its log). A
-    write that
-    fails later (disk full) never reaches the child's output pump: the file is set aside with
-    one ``childlog.unwritable`` warning (shipped to the manager like every event), the lines
-    still go out as events, and writing is tried again every :data:`RETRY_S` seconds; when it
-    works, a line in the file says how many lines are missing.
+    :class:`cuzk_supervisor.adapters.files.WriteError` (the daemon cannot start without its log).
+    A write that fails later (disk full) never reaches the child's output pump: the file is set
+    aside with one ``childlog.unwritable`` warning, the lines still go out as events, and writing
+    is tried again every :data:`RETRY_S` seconds; a line in the file then counts what is missing.
     """
 
     RETRY_S = 30.0
@@ -193,8 +191,7 @@ class LineSink(Protocol):
 
 
 class OutputPump:
-    """Pumps one or more child streams (of one run of a child) into the log file and structured
-    events."""
+    """Pumps the streams of one run of a child into the log file and structured events."""
 
     def __init__(
         self,

@@ -11,13 +11,10 @@ from collections.abc import Awaitable, Callable
 
 from cuzk_supervisor.daemon.spec import RssSampler
 
-RSS_INTERVAL_S = 1.0
-"""Between readings of our own: a listing of /proc and a stat file per member, well under a
-millisecond."""
+RSS_INTERVAL_S = 1.0  # between readings of our own (a /proc listing: well under a millisecond)
 NOTED_RECHECK_INTERVALS = 5
-"""A reading noted from elsewhere spares our own for this many intervals (the memory watch's
-come every interval, a little late at times): at most that long without a reading of the peak
-after they stop."""
+"""A reading noted from elsewhere spares our own for this many intervals (the memory watch's come
+every interval, a little late at times): at most that long without a reading after they stop."""
 FIRST_PAUSE_S = 0.05
 
 
@@ -44,9 +41,8 @@ class PeakRss:
             self.bytes = rss_bytes
 
     def note(self, rss_bytes: int | None) -> None:
-        """A reading taken elsewhere (the memory watch samples at least as often while it
-        runs): it counts toward the peak, and spares our own readings (one walk of ``/proc``
-        a second, not two)."""
+        """A reading taken elsewhere (the memory watch's): it counts toward the peak and spares
+        our own readings (one walk of ``/proc`` a second, not two)."""
         if rss_bytes is not None:
             self._noted_at = self._clock()
             self.keep(rss_bytes)
@@ -55,10 +51,9 @@ class PeakRss:
         self.keep(self._sampler(pid))
 
     async def watch(self, pid: int) -> None:
-        """Keep the peak until the tree is gone: readings of our own every ``interval_s``
-        (sooner at first) while none come from elsewhere; while they come, a look whether they
-        stopped only once the last would be ``NOTED_RECHECK_INTERVALS`` intervals old (not a
-        wake-up a second)."""
+        """Keep the peak until the tree is gone: our own readings every ``interval_s`` (sooner at
+        first) while none come from elsewhere; while they come, a look only once the last would
+        be ``NOTED_RECHECK_INTERVALS`` intervals old (not a wake-up a second)."""
         interval = self._interval_s
         spared_s = NOTED_RECHECK_INTERVALS * interval
         pause = min(FIRST_PAUSE_S, interval)

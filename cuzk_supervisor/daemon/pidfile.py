@@ -16,6 +16,7 @@ import structlog
 
 from cuzk_supervisor import killtree
 from cuzk_supervisor.adapters import files
+from cuzk_supervisor.daemon import leftovers
 from cuzk_supervisor.daemon.spec import DaemonSettings
 
 log = structlog.get_logger()
@@ -57,8 +58,7 @@ def reclaim_stale_daemon(settings: DaemonSettings) -> None:
     if stale:
         log.warning("daemon.stale_reclaimed", pids=stale, config=str(settings.config_path))
         killtree.kill_tree(stale, settings.stop_grace_s)
-    with contextlib.suppress(OSError):
-        pidfile_path(settings).unlink(missing_ok=True)
+    leftovers.forget(pidfile_path(settings))
 
 
 def write_pidfile(settings: DaemonSettings, pid: int) -> None:

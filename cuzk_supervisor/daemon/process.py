@@ -2,8 +2,6 @@
 
 One ``DaemonProcess`` is one run of the daemon. It never decides what happens after an exit: it
 gathers the facts and ``exits.classify_exit`` names them; restarts are ``daemon.keeper``'s job.
-Its settings and edges are in ``daemon.spec``, the checks before a start in ``daemon.preflight``,
-the pidfile and the daemons a previous supervisor left behind in ``daemon.pidfile``.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from cuzk_supervisor.adapters.machine.proctree import ProcessTree
 from cuzk_supervisor.address import parse_address
 from cuzk_supervisor.core.exits import DaemonExit, ExitFacts, ExitKind, classify_exit
 from cuzk_supervisor.daemon import config as daemon_config
-from cuzk_supervisor.daemon import pidfile
+from cuzk_supervisor.daemon import leftovers, pidfile
 from cuzk_supervisor.daemon.childenv import child_environ
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.output import LineSink, OutputPump, RotatingLineFile
@@ -45,10 +43,8 @@ from cuzk_supervisor.deadline import within
 
 log = structlog.get_logger()
 
-# After the daemon exits, how long its output may take to reach EOF.
-OUTPUT_DRAIN_S = 1.0
-# How long an address must stay taken before the start counts as "address in use".
-ADDRESS_RELEASE_S = 1.0
+OUTPUT_DRAIN_S = 1.0  # after the daemon exits, how long its output may take to reach EOF
+ADDRESS_RELEASE_S = 1.0  # how long an address stays taken before the start is "address in use"
 
 
 class DaemonProcess:
@@ -96,10 +92,9 @@ class DaemonProcess:
         if rss_sampler is None:
             tree = ProcessTree()
             rss_sampler, self._close_tree = tree_rss_sampler(tree), tree.close
-        sampler = rss_sampler
         self._clock = clock  # the liveness probe's cadence and what spares it
         self._sleep = sleep
-        self._peak = PeakRss(sampler, rss_interval_s, clock=clock, sleep=sleep)
+        self._peak = PeakRss(rss_sampler, rss_interval_s, clock=clock, sleep=sleep)
         self._rss_task: asyncio.Task[None] | None = None
         self._answered_at = -float("inf")  # when an answer seen elsewhere last came (monotonic)
 
@@ -125,9 +120,9 @@ class DaemonProcess:
         self._peak.note(rss_bytes)
 
     def note_answer(self) -> None:
-        """The daemon answered a call made elsewhere (the health watch's GetMetrics): as good
-        as a liveness probe answered, so the next probe within ``liveness_interval_s`` is
-        spared (a new channel and its connection: most of the idle supervisor's CPU a minute)."""
+        """The daemon answered a call made elsewhere (the health watch's GetMetrics): the next
+        liveness probe within ``liveness_interval_s`` is spared (a new channel and connection:
+        most of the idle supervisor's CPU a minute)."""
         self._answered_at = self._clock()
 
     def _oom_count(self) -> int | None:
@@ -137,15 +132,9 @@ class DaemonProcess:
 
     def _command(self, binary: str) -> list[str]:
         return [
-            binary,
-            *self.spec.extra_args,
-            "--config",
-            str(self.spec.config_path),
-            "--listen",
-            str(self.address),
-            "--log-level",
-            self.values.log_level,
-        ]
+            binary, *self.spec.extra_args, "--config", str(self.spec.config_path),
+            "--listen", str(self.address), "--log-level", self.values.log_level,
+        ]  # fmt: skip
 
     def _fail(self, reason: str) -> DaemonStartFailed:
         self._exit = DaemonExit(ExitKind.FAILED_TO_START, reason, permanent=True)
@@ -169,14 +158,12 @@ class DaemonProcess:
             try:
                 files.make_folder(self.address.path.parent)
             except OSError as exc:
-                where = self.address.path.parent
-                why = files.describe(exc)
+                where, why = self.address.path.parent, files.describe(exc)
                 raise self._fail(f"cannot make socket folder {where}: {why}") from None
         if spec.log_path is not None:
             try:
-                self._log_file = RotatingLineFile(
-                    spec.log_path, spec.log_max_bytes, spec.log_backups
-                )
+                log_file = RotatingLineFile(spec.log_path, spec.log_max_bytes, spec.log_backups)
+                self._log_file = log_file
             except files.WriteError as exc:
                 raise self._fail(str(exc)) from None
         self._pump = OutputPump("cuzk", self._log_file, spec.log_events_per_second)
@@ -186,15 +173,13 @@ class DaemonProcess:
         self._oom_before = self._oom_count()
         command = self._command(binary)
         try:
+            # umask: its socket and files never world-writable; its own session and process
+            # group: we signal the group.
             self._proc = await self._spawn(
-                *command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                umask=files.CHILD_UMASK,  # its socket and files: never world-writable
-                start_new_session=True,  # own session and process group: we signal the group
-            )
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, umask=files.CHILD_UMASK,
+                start_new_session=True,
+            )  # fmt: skip
         except OSError as exc:
             raise self._fail(f"cannot execute {binary}: {exc.strerror or exc}") from None
         self._started_at = time.monotonic()
@@ -206,14 +191,13 @@ class DaemonProcess:
             asyncio.create_task(self._pump.pump(self._proc.stdout, "stdout")),
             asyncio.create_task(self._pump.pump(self._proc.stderr, "stderr")),
         ]
-        log.info(
-            "daemon.spawned", pid=self._proc.pid, command=command, config=str(spec.config_path)
-        )
+        log.info("daemon.spawned", pid=self._proc.pid, command=command,
+                 config=str(spec.config_path))  # fmt: skip
         await self._await_ready()
 
     async def _address_stays_busy(self) -> bool:
-        """In use now and still in use a moment later: a process we just stopped (a stale
-        daemon) can hold its socket for a few milliseconds while the kernel tears it down."""
+        """In use now and a moment later: a stale daemon we just stopped can hold its socket for a
+        few milliseconds while the kernel tears it down."""
         deadline = time.monotonic() + ADDRESS_RELEASE_S
         while address_in_use(self.address):
             if time.monotonic() >= deadline:
@@ -229,12 +213,8 @@ class DaemonProcess:
         if probe in done and probe.exception() is None:
             exited.cancel()
             self._ready = True
-            log.info(
-                "daemon.ready",
-                pid=self._proc.pid,
-                address=str(self.address),
-                startup_s=round(time.monotonic() - self._started_at, 3),
-            )
+            log.info("daemon.ready", pid=self._proc.pid, address=str(self.address),
+                     startup_s=round(time.monotonic() - self._started_at, 3))  # fmt: skip
             self._liveness = asyncio.create_task(self._watch_liveness())
             return
         probe.cancel()
@@ -270,12 +250,8 @@ class DaemonProcess:
                 misses = 0
             except Exception as exc:  # any failure to answer counts as a miss
                 misses += 1
-                log.warning(
-                    "daemon.liveness_missed",
-                    misses=misses,
-                    of=spec.liveness_failures,
-                    reason=str(exc)[:200],
-                )
+                log.warning("daemon.liveness_missed", misses=misses, of=spec.liveness_failures,
+                            reason=str(exc)[:200])  # fmt: skip
                 if misses >= spec.liveness_failures:
                     assert self._proc is not None
                     self._unresponsive = (
@@ -350,8 +326,8 @@ class DaemonProcess:
         return info is not None
 
     async def stop(self) -> DaemonExit:
-        """SIGTERM to the group, SIGKILL after the grace period, wait for every member.
-        Once done, a second stop (the keeper's last one) returns the same exit at once."""
+        """SIGTERM to the group, SIGKILL after the grace period, wait for every member; a second
+        stop (the keeper's last one) returns the same exit at once."""
         if self._proc is None:
             return self._exit or DaemonExit(ExitKind.FAILED_TO_START, "never started")
         if self._stopped is not None:
@@ -370,8 +346,7 @@ class DaemonProcess:
                 self._signal_group(signal.SIGKILL)
         result = await self.wait()
         await self._reap_group(pgid)
-        with contextlib.suppress(OSError):
-            pidfile.pidfile_path(self.spec).unlink(missing_ok=True)
+        leftovers.forget(pidfile.pidfile_path(self.spec))
         self._stopped = result
         return result
 
@@ -379,8 +354,7 @@ class DaemonProcess:
         """Kill what is left of the group (children the daemon left behind) and wait for it."""
         report = await asyncio.to_thread(killtree.kill_tree, [pgid], 0.0, 1.0)
         if report.terminated or report.killed:
-            log.warning(
-                "daemon.group_leftovers", pgid=pgid, pids=[*report.terminated, *report.killed]
-            )
+            pids = [*report.terminated, *report.killed]
+            log.warning("daemon.group_leftovers", pgid=pgid, pids=pids)
         if report.survivors:
             log.error("daemon.group_survivors", pgid=pgid, pids=report.survivors)

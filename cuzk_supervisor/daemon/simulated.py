@@ -1,11 +1,10 @@
 """Whether the configured daemon is the simulated one, read from its binary and arguments alone.
 
 The one fact about the simulator the product's commands need before they may import it
-(``cli.simhandoff``): ``run``, ``doctor``, ``plan`` and ``daemon`` measure the simulated
-machine only when the daemon they are given is the simulator (its console script, or
-``-m cuzk_supervisor.sim.daemon`` in its arguments: the image without a GPU, the demo's
-settings given to ``run``). Standard library only: the simulated daemon reads it too
-(``sim.machine``), and a real run must not load the simulator to learn that it is not one.
+(``cli.simhandoff``): ``run``, ``doctor``, ``plan`` and ``daemon`` measure the simulated machine
+only when their daemon is the simulator (its console script, or ``-m cuzk_supervisor.sim.daemon``
+in its arguments). Standard library only: the simulated daemon reads it too (``sim.machine``),
+and a real run must not load the simulator to learn that it is not one.
 """
 
 from __future__ import annotations

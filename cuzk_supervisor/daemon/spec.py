@@ -17,9 +17,9 @@ from cuzk_supervisor.adapters.machine.proctree import ProcessTree
 from cuzk_supervisor.address import Address
 from cuzk_supervisor.core.exits import DaemonExit
 
-# A coroutine function: DaemonProcess runs it as a task beside the wait for an early exit.
+# A coroutine function (run as a task beside the wait for an early exit); one GetStatus with a
+# deadline, raising when the daemon does not answer in time.
 ReadyProbe = Callable[[Address, float], Coroutine[Any, Any, None]]
-# One GetStatus with a deadline; raises when the daemon does not answer in time.
 AliveProbe = Callable[[Address, float], Awaitable[None]]
 # asyncio.create_subprocess_exec, or reaper.Reaper.spawn which also claims the pid from the reaper.
 Spawner = Callable[..., Awaitable[asyncio.subprocess.Process]]

@@ -42,9 +42,8 @@ class CommandProcess:
     ) -> None:
         self.command = command
         self.role = f"worker:{source}:{command}"
-        """Its mark (:mod:`cuzk_supervisor.daemon.leftovers`): a copy left by a killed supervisor
-        is stopped
-        before this one starts."""
+        """Its mark (:mod:`cuzk_supervisor.daemon.leftovers`): a copy a killed supervisor left is
+        stopped before this one starts."""
         self.pidfile = pid_dir / f"worker-{source}.pid" if pid_dir is not None else None
         self.source = source
         self.stop_grace_s = stop_grace_s

@@ -57,17 +57,12 @@ class StretchRun:
         self.stop_reason = ""
 
     def completed_at(self, result: ProofResult) -> float:
-        """When the daemon finished the proof, on our clock.
-
-        The daemon's ``total_ms`` (its wall time for the job, from when it accepted it) added to
-        when the submit attempt that carried it began (``sent_at``; the daemon accepted it
-        between then and ``landed_at``, its answer): a result seen late (a dropped or frozen
-        connection, an await backing off) still counts when it was done, not when we heard of
-        it. The attempt's start, not its answer: a loop late to read answers (a daemon writing
-        50,000 lines a second on a loaded machine) read them up to a second late, and the rate
-        came out 3 % high; the start is stamped just before the request goes out. Without
-        timings, the time we saw it.
-        """
+        """When the daemon finished the proof, on our clock: its ``total_ms`` (from when it
+        accepted the job) added to when the submit attempt that carried it began (``sent_at``),
+        so a result seen late (a dropped or frozen connection, an await backing off) counts when
+        it was done. The attempt's start, not its answer: a loop late to read answers (a daemon
+        writing 50,000 lines a second on a loaded machine) read them up to a second late, and the
+        rate came out 3 % high. Without timings, the time we saw it."""
         total_ms = result.timings.total_ms
         accepted = result.sent_at if result.sent_at is not None else result.landed_at
         if total_ms <= 0 or accepted is None:

@@ -1,10 +1,9 @@
 """Daemon control: start the daemon, replace it with new config values, wait until it answers,
 stop it; and, in the run phase, keep the worker commands up beside it.
 
-The shell around :class:`~cuzk_supervisor.daemon.keeper.DaemonKeeper`. A daemon exit is told
-to everyone who cares through the shared ``Signals`` (an OOM kill is memory trouble) and
-``Progress`` (the last failure ``/readyz`` shows); a keeper that gave up (the daemon cannot start,
-or crash-loops) is a :class:`LifecycleFailure` with the keeper's exit code.
+The shell around :class:`~cuzk_supervisor.daemon.keeper.DaemonKeeper`. A daemon exit is told through
+the shared ``Signals`` (an OOM kill is memory trouble) and ``Progress`` (the last failure); a keeper
+that gave up (cannot start, crash-loops) is a :class:`LifecycleFailure` with its exit code.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
 from cuzk_supervisor.adapters.logship.shipper import LogShipper
@@ -21,12 +21,7 @@ from cuzk_supervisor.core.memory import MemoryPolicy
 from cuzk_supervisor.core.plan import WorkerPlan, total_budget_gib
 from cuzk_supervisor.daemon.config import DaemonConfigValues
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
-from cuzk_supervisor.daemon.keepers import (
-    KeeperRecipe,
-    config_values,
-    daemon_keeper,
-    worker_keeper,
-)
+from cuzk_supervisor.daemon.keepers import KeeperRecipe, config_values, daemon_keeper, worker_keeper
 from cuzk_supervisor.daemon.process import Spawner
 from cuzk_supervisor.daemon.spec import READY_LINE
 from cuzk_supervisor.deadline import within
@@ -38,32 +33,24 @@ if TYPE_CHECKING:
     from cuzk_supervisor.adapters.machine.resources import MemorySnapshot
 
 
+@dataclass(eq=False)
 class DaemonControl:
     """The one daemon of this instance, and its worker commands."""
 
-    def __init__(
-        self,
-        recipe: KeeperRecipe,
-        *,
-        spawn: Spawner,
-        watch: MemoryWatch,
-        metrics: MetricsSink,
-        shipper: LogShipper,
-        signals: Signals,
-        progress: Progress,
-        memory_policy: MemoryPolicy,
-    ) -> None:
-        self._recipe = recipe
-        self._spawn = spawn
-        self._watch = watch
-        self._metrics = metrics
-        self._shipper = shipper
-        self._signals = signals
-        self._progress = progress
-        self._memory_policy = memory_policy
-        self.keeper: DaemonKeeper | None = None
-        self._task: asyncio.Task[KeeperOutcome] | None = None
-        self._tab = shipper.child_tab("benchdaemon", "daemon", ready=READY_LINE)
+    recipe: KeeperRecipe
+    _: KW_ONLY
+    spawn: Spawner
+    watch: MemoryWatch
+    metrics: MetricsSink
+    shipper: LogShipper
+    signals: Signals
+    progress: Progress
+    memory_policy: MemoryPolicy
+    keeper: DaemonKeeper | None = field(default=None, init=False)
+    _task: asyncio.Task[KeeperOutcome] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._tab = self.shipper.child_tab("benchdaemon", "daemon", ready=READY_LINE)
 
     @property
     def source(self) -> str:
@@ -116,8 +103,8 @@ class DaemonControl:
         wait until it answers."""
         if self.keeper is None:
             self.keeper = daemon_keeper(
-                self._recipe, self._values(plan, workers), spawn=self._spawn,
-                memory_at_limit=self._watch.at_limit, line_sinks=(self._tab,),
+                self.recipe, self._values(plan, workers), spawn=self.spawn,
+                memory_at_limit=self.watch.at_limit, line_sinks=(self._tab,),
             )  # fmt: skip
             self.keeper.add_exit_listener(self._on_exit)
             self._task = asyncio.create_task(self.keeper.run())
@@ -146,7 +133,7 @@ class DaemonControl:
             ready.cancel()
             outcome = self._task.result()
             raise LifecycleFailure(outcome.exit_code, f"daemon: {outcome.reason}")
-        self._watch.mark_base()  # ready and idle: the base a memory fit is measured over
+        self.watch.mark_base()  # ready and idle: the base a memory fit is measured over
 
     async def stop(self) -> None:
         if self.keeper is not None and self._task is not None:
@@ -156,13 +143,10 @@ class DaemonControl:
 
     @asynccontextmanager
     async def workers_kept(self) -> AsyncIterator[None]:
-        """Keep the worker commands up while the body runs; stop them after.
-
-        Plain tasks, not a TaskGroup: a verdict raised in the body (out of memory at one worker,
-        a crash loop) must reach the phase machine as itself, not wrapped in a group."""
-        keepers = [
-            self._worker_keeper(i, cmd) for i, cmd in enumerate(self._recipe.worker_commands)
-        ]
+        """Keep the worker commands up while the body runs. Plain tasks, not a TaskGroup: a
+        verdict raised in the body (out of memory, a crash loop) must reach the phase machine as
+        itself, not wrapped in a group."""
+        keepers = [self._worker_keeper(i, cmd) for i, cmd in enumerate(self.recipe.worker_commands)]
         tasks = [asyncio.create_task(self._keep_worker(keeper)) for keeper in keepers]
         try:
             yield
@@ -171,33 +155,33 @@ class DaemonControl:
                 await keeper.stop()
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await within(task, self._recipe.spec.stop_grace_s + 5)
+                    await within(task, self.recipe.spec.stop_grace_s + 5)
 
     # --- inside -----------------------------------------------------------------------------
 
     def _values(self, plan: WorkerPlan, workers: int) -> DaemonConfigValues:
-        budget = total_budget_gib(workers, plan.limit, self._memory_policy)
-        return config_values(self._recipe, partition_workers=workers, total_budget_gib=budget,
+        budget = total_budget_gib(workers, plan.limit, self.memory_policy)
+        return config_values(self.recipe, partition_workers=workers, total_budget_gib=budget,
                              max_parallel_synthesis=workers)  # fmt: skip
 
     def _on_exit(self, exit: DaemonExit) -> None:
-        self._metrics.daemon_exit(exit.kind)
-        self._progress.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
-        self._signals.daemon_exit(f"daemon {exit.kind.value} ({exit.reason})")
+        self.metrics.daemon_exit(exit.kind)
+        self.progress.last_failure = f"daemon {exit.kind.value}: {exit.reason}"
+        self.signals.daemon_exit(f"daemon {exit.kind.value} ({exit.reason})")
         self._tab.note(f"[cuzk-supervisor] daemon exited: {exit.kind.value} ({exit.reason})")
         if exit.kind is ExitKind.OOM_KILLED:
-            self._signals.flag_trouble(f"daemon OOM-killed ({exit.reason})", daemon_running=False)
+            self.signals.flag_trouble(f"daemon OOM-killed ({exit.reason})", daemon_running=False)
 
     def _worker_keeper(self, index: int, command: str) -> DaemonKeeper:
         source = "curio" if index == 0 else f"worker{index}"
         assert self.keeper is not None
-        return worker_keeper(self._recipe, self.keeper, command, source=source, spawn=self._spawn,
-                             line_sink=self._shipper.child_tab(source, source))  # fmt: skip
+        return worker_keeper(self.recipe, self.keeper, command, source=source, spawn=self.spawn,
+                             line_sink=self.shipper.child_tab(source, source))  # fmt: skip
 
     async def _keep_worker(self, keeper: DaemonKeeper) -> None:
         """A worker that crash-loops is given up on (logged and shipped); proving goes on."""
         outcome = await keeper.run()
         if outcome.exit_code:
-            self._shipper.add_line(
+            self.shipper.add_line(
                 "setup", f"{keeper.name} stopped: {outcome.reason}", milestone=True
             )

@@ -2,11 +2,10 @@
 
 ``RunEndings`` is the part of :class:`~cuzk_supervisor.lifecycle.machine.Lifecycle` around the
 phases (its base): a failure anywhere is a value with a reason told to the manager (rate 0,
-incident I2) and a documented exit code, never a traceback; a kill by the manager cuts the
-phases short and nothing more is reported (a report would revive the instance); a terminal
-verdict is written to the state file and stands on the next start, which reports it again,
-starts nothing and stays up until stopped (so a restart policy does not turn it into a loop of
-registrations and benchmarks).
+incident I2) and a documented exit code, never a traceback; a kill by the manager cuts the phases
+short and nothing more is reported (a report would revive the instance); a terminal verdict is
+written to the state file and stands on the next start, which reports it again, starts nothing and
+stays up until stopped (so a restart policy does not loop registrations and benchmarks).
 """
 
 from __future__ import annotations
@@ -131,8 +130,7 @@ class RunEndings:
         return exitcodes.INSTANCE_GONE
 
     async def _stay_finished(self, verdict: Mapping[str, Any]) -> int:
-        """A terminal verdict stands: report it again, start nothing, stay up until stopped
-        (so a restart policy does not turn it into a loop of registrations and benchmarks)."""
+        """A terminal verdict stands: report it again, start nothing, stay up until stopped."""
         reason = str(verdict.get("reason", ""))
         self.progress.last_failure = f"finished: {reason}"
         if self.state.state.uuid:

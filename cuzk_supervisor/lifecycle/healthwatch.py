@@ -2,19 +2,15 @@
 see of the machine, judged by the pure policy (:mod:`cuzk_supervisor.core.health`), and the
 ladder's actions (:mod:`cuzk_supervisor.core.healthladder`) carried out.
 
-What it reads: the daemon's HTTP status (``daemon_status_listen``: partitions with their live
-times, GPU workers, counters), the daemon's totals (``GetMetrics``: every failed proof counted),
-NVML (:class:`~cuzk_supervisor.adapters.machine.nvmlevents.NvmlHealth`: XID events, ECC, retired
-pages, clocks, a device that stops answering), and the keeper's starts, exits and crash loop.
-None of it goes to the manager: a healthy machine costs the manager nothing more than before.
-
-What it does: says each change of the findings once (a ``health.changed`` event and a line in
-words in the ``setup`` tab, the terminal, ``/metrics``, ``/readyz``); restarts the daemon where
-that can help; and, to tell the manager, pushes the reason first (flushed) and then sends
-``/bench-done`` with the rate the machine now delivers. A manager that answers ``passed: false``
-has killed and destroys the instance: :attr:`verdict` is done with the reason and the phase
-machine ends the run (exit 10). A report the manager did not answer stays in the outbox, which
-sends it when it can (and the ``/running`` ping then finds the kill).
+It reads the daemon's HTTP status (partitions with their live times, GPU workers, counters), its
+totals (``GetMetrics``: every failed proof counted), NVML (XID events, ECC, retired pages, clocks,
+a device that stops answering) and the keeper's starts, exits and crash loop; none of it goes to
+the manager. It says each change of the findings once (``health.changed`` and a line in the
+``setup`` tab, the terminal, ``/metrics``, ``/readyz``); restarts the daemon where that can help;
+and, to tell the manager, pushes the reason first (flushed), then sends ``/bench-done`` with the
+rate the machine now delivers. A manager that answers ``passed: false`` has killed the instance:
+:attr:`verdict` is done with the reason and the phase machine ends the run (exit 10). A report
+the manager did not answer stays in the outbox (and the ``/running`` ping then finds the kill).
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -86,7 +83,7 @@ def metrics_reader(
     on_answer: Callable[[], None] = lambda: None,
 ) -> Callable[[], Awaitable[str | None]]:
     """The daemon's GetMetrics text, or None (no answer within ``CALL_S``); ``on_answer`` is
-    told of each answer (the daemon's liveness probe is spared: ``DaemonControl.note_answer``)."""
+    told of each answer (``DaemonControl.note_answer``: the liveness probe is spared)."""
 
     async def read() -> str | None:
         try:
@@ -131,51 +128,37 @@ class Unwatched:
         return False
 
 
+@dataclass(eq=False, kw_only=True)
 class HealthWatch:
-    def __init__(
-        self,
-        *,
-        interval_s: float,
-        policy: HealthPolicy,
-        ladder: LadderPolicy,
-        daemon: Daemon,
-        manager: Manager,
-        shipper: LogShipper,
-        metrics: MetricsSink,
-        progress: Progress,
-        signals: Signals,
-        read_status: Callable[[], Awaitable[object | None]],
-        read_totals: Callable[[], Awaitable[str | None]],
-        gpus: NvmlHealth | None = None,
-        time_scale: float = 1.0,
-        manager_min_rate: float = 50.0,
-        clock: Callable[[], float] = time.monotonic,
-        call_s: float = CALL_S,
-    ) -> None:
-        self.interval_s = interval_s
-        self.policy = policy
-        self.ladder = ladder
-        self._daemon = daemon
-        self._manager = manager
-        self._shipper = shipper
-        self._metrics = metrics
-        self._progress = progress
-        self._signals = signals
-        self._read_status = read_status
-        self._read_totals = read_totals
-        self._gpus = gpus if gpus is not None and gpus.available else None
-        self._time_scale = time_scale
-        self._min_rate = manager_min_rate
-        self._clock = clock
-        self._call_s = call_s
-        self.state = HealthState()
-        self.ladder_state = LadderState()
-        self.assessment: Assessment | None = None
-        self._verdict: asyncio.Future[str] | None = None
-        self._crash_loop = ""
-        self._lock = asyncio.Lock()
-        self._nvml_read: asyncio.Future[tuple[GpuView, ...]] | None = None
-        self._nvml_since: float | None = None
+    interval_s: float
+    policy: HealthPolicy
+    ladder: LadderPolicy
+    daemon: Daemon
+    manager: Manager
+    shipper: LogShipper
+    metrics: MetricsSink
+    progress: Progress
+    signals: Signals
+    read_status: Callable[[], Awaitable[object | None]]
+    read_totals: Callable[[], Awaitable[str | None]]
+    gpus: NvmlHealth | None = None
+    """None as well where its NVML is not available."""
+    time_scale: float = 1.0
+    manager_min_rate: float = 50.0
+    clock: Callable[[], float] = time.monotonic
+    call_s: float = CALL_S
+    state: HealthState = field(default_factory=HealthState, init=False)
+    ladder_state: LadderState = field(default_factory=LadderState, init=False)
+    assessment: Assessment | None = field(default=None, init=False)
+    _verdict: asyncio.Future[str] | None = field(default=None, init=False)
+    _crash_loop: str = field(default="", init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _nvml_read: asyncio.Future[tuple[GpuView, ...]] | None = field(default=None, init=False)
+    _nvml_since: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None and not self.gpus.available:
+            self.gpus = None
 
     @property
     def enabled(self) -> bool:
@@ -200,7 +183,7 @@ class HealthWatch:
         if not self.enabled:
             yield
             return
-        measured = bench_gpu_stage_s(self._progress.bench_samples, self._time_scale)
+        measured = bench_gpu_stage_s(self.progress.bench_samples, self.time_scale)
         self.state = HealthState.seeded(measured)
         log.info("health.watching", interval_s=self.interval_s, ladder=self.ladder.top,
                  gpu_stage_samples=len(measured))  # fmt: skip
@@ -236,10 +219,10 @@ class HealthWatch:
             observation = await self.observe()
             self.state, assessment = assess(self.policy, self.state, observation)
             self.assessment = assessment
-            self._metrics.health(int(assessment.level), [f.kind for f in assessment.findings])
+            self.metrics.health(int(assessment.level), [f.kind for f in assessment.findings])
             self.ladder_state, actions = climb(
-                self.ladder, self.ladder_state, assessment, min_rate=self._min_rate,
-                rate_time_scale=self._time_scale, judged=self._manager.judged,
+                self.ladder, self.ladder_state, assessment, min_rate=self.manager_min_rate,
+                rate_time_scale=self.time_scale, judged=self.manager.judged,
             )  # fmt: skip
             for action in actions:
                 await self._carry_out(action)
@@ -248,12 +231,12 @@ class HealthWatch:
 
     async def observe(self) -> Observation:
         document, text, gpus = await asyncio.gather(
-            self._status(), self._read_totals(), self._nvml()
+            self._status(), self.read_totals(), self._nvml()
         )
-        keeper = self._daemon.keeper
+        keeper = self.daemon.keeper
         return Observation(
-            at=self._clock(),
-            daemon=daemon_view(document, self._time_scale),
+            at=self.clock(),
+            daemon=daemon_view(document, self.time_scale),
             totals=proof_totals(text) if text else None,
             gpus=gpus,
             daemon_starts=keeper.starts if keeper is not None else 0,
@@ -263,27 +246,27 @@ class HealthWatch:
 
     async def _status(self) -> object | None:
         try:
-            return await within(self._read_status(), self._call_s)
+            return await within(self.read_status(), self.call_s)
         except (TimeoutError, OSError):
             return None
 
     async def _nvml(self) -> tuple[GpuView, ...] | None:
         """NVML's views; a read that stalls (a GPU in a bad state can hold NVML) is waited for
         across ticks, never twice at once; stalled past ``gpu_lost_s``, no GPU answers."""
-        if self._gpus is None:
+        if self.gpus is None:
             return None
-        now = self._clock()
+        now = self.clock()
         if self._nvml_read is None:
-            self._nvml_read = asyncio.ensure_future(asyncio.to_thread(self._gpus.read))
+            self._nvml_read = asyncio.ensure_future(asyncio.to_thread(self.gpus.read))
             self._nvml_since = now
         with contextlib.suppress(TimeoutError):
-            await within(asyncio.shield(self._nvml_read), self._call_s)
+            await within(asyncio.shield(self._nvml_read), self.call_s)
         if not self._nvml_read.done():
             stalled = now - (self._nvml_since or now)
             if stalled < self.policy.gpu_lost_s:
                 return None
             error = f"NVML has not answered for {stalled:.0f} s"
-            count = self._gpus.device_count
+            count = self.gpus.device_count
             return tuple(GpuView(i, answering=False, error=error) for i in range(count))
         read, self._nvml_read = self._nvml_read, None
         try:
@@ -303,54 +286,48 @@ class HealthWatch:
             await self._tell(action)
 
     def _say(self, action: Say) -> None:
-        word = action.level.word
-        fields = {"health": word, "reason": action.text}
-        if action.level is Level.HEALTHY:
-            log.info("health.changed", **fields)
-        elif action.level is Level.DEGRADED:
-            log.warning("health.changed", **fields)
-        else:
-            log.error("health.changed", **fields)
+        level = {Level.HEALTHY: "info", Level.DEGRADED: "warning"}.get(action.level, "error")
+        getattr(log, level)("health.changed", health=action.level.word, reason=action.text)
         self._ship(f"health: {action.text}")
         if action.level is not Level.HEALTHY:
-            self._progress.last_failure = f"health: {action.text}"
+            self.progress.last_failure = f"health: {action.text}"
 
     def _ship(self, line: str) -> int | None:
         """A health finding: a milestone in the supervisor's tab and in the run phase's daemon
         tab (where it explains what the daemon's lines show); its number in the former."""
-        seq = self._shipper.add_line("setup", line, milestone=True, kind="health")
-        self._shipper.add_line("cuzk", line, milestone=True, kind="health")
+        seq = self.shipper.add_line("setup", line, milestone=True, kind="health")
+        self.shipper.add_line("cuzk", line, milestone=True, kind="health")
         return seq
 
     async def _restart(self, action: Restart) -> None:
-        keeper = self._daemon.keeper
-        self._metrics.health_action("restart")
+        keeper = self.daemon.keeper
+        self.metrics.health_action("restart")
         log.warning("health.restart", reason=action.reason, kind=action.finding.kind)
         self._ship(f"health: {action.reason}")
         if keeper is None:
             return
         keeper.restart_with(keeper.values)
         with contextlib.suppress(LifecycleFailure):  # a keeper that gives up ends the run itself
-            await self._daemon.ready()
+            await self.daemon.ready()
 
     async def _tell(self, action: Tell) -> None:
-        self._metrics.health_action("tell")
+        self.metrics.health_action("tell")
         log.error("health.telling_manager", reason=action.reason, rate=round(action.rate, 3),
                   kind=action.finding.kind)  # fmt: skip
         seq = self._ship(f"health: {action.reason}")
         # The reason first, and every line of the tab before it: once /bench-done is answered,
         # the instance is destroyed.
-        if not await self._shipper.flush(REASON_PUSH_S, through=seq):
+        if not await self.shipper.flush(REASON_PUSH_S, through=seq):
             log.warning("health.reason_not_pushed", detail="sending /bench-done anyway")
         try:
-            done = await self._manager.bench_done(action.rate)
+            done = await self.manager.bench_done(action.rate)
         except InstanceGone as exc:
-            self._signals.mark_gone(exc.message)
+            self.signals.mark_gone(exc.message)
             return
         except ManagerError as exc:
             log.warning("health.report_queued", reason=str(exc),
                         detail="the outbox sends /bench-done when the manager answers")  # fmt: skip
-            self._signals.outbox_kick.set()
+            self.signals.outbox_kick.set()
             return
         if done.passed is False:
             if not self.verdict.done():

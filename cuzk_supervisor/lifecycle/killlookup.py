@@ -2,13 +2,12 @@
 ``/running`` ping, as the base of the reporter (``reporting.Reporter``).
 
 How a kill is found, at a cost per machine that does not grow with the fleet (docs/architecture.md
-principle 9; docs/manager.md): in the run phase the repeated ``/running`` (every
-``running_ping_interval_s``, jittered) answers the manager's 404 once the record is killed;
-before ``/bench-done`` and at a resume, one read of the whole table (``GET /status``), and after
-``/param-done`` for the bench clock only when its acknowledgement was slow; otherwise nothing
-unless ``manager_status_lookup_s`` asks for a periodic (jittered) read. Only the manager's own
-word ends the instance (its JSON 404 on a report, our record in state ``killed``); a record
-missing from a listing or a proxy's page (weather) never does, nor switches anything off.
+principle 9; docs/manager.md): in the run phase the jittered ``/running`` ping answers 404 once
+the record is killed; before ``/bench-done`` and at a resume, one read of the whole table (``GET
+/status``), and after ``/param-done`` only when its acknowledgement was slow; otherwise nothing
+unless ``manager_status_lookup_s`` asks for a periodic read. Only the manager's own word ends the
+instance (its JSON 404 on a report, our record in state ``killed``); a record missing from a
+listing or a proxy's page (weather) never does, nor switches anything off.
 """
 
 from __future__ import annotations
@@ -41,16 +40,16 @@ record, ``/running`` would move it to running). The report phase reads it once a
 
 
 class KillLookup:
-    """The kill look-ups and the ``/running`` ping; the reporter, which inherits them, sets
-    what they read (``__init__`` of ``reporting.Reporter``)."""
+    """The kill look-ups and the ``/running`` ping; the reporter that inherits them has what
+    they read."""
 
     config: ReporterSettings
     manager: ManagerClient
     state: StateKeeper
     uuid: str | None
-    _signals: Signals
-    _clock: Callable[[], float]
-    _rng: random.Random
+    signals: Signals
+    clock: Callable[[], float]
+    rng: random.Random
     _next_ping_at: float
     _next_lookup_at: float | None
 
@@ -70,37 +69,37 @@ class KillLookup:
         return gone_reason(record) if looked_up else None
 
     def lookup_due(self, phase: str) -> bool:
-        """Time for the periodic read of the whole table (``manager_status_lookup_s``; never
-        when 0, never in the run phase: the /running ping answers 404 once killed)."""
+        """Time for the periodic read of the whole table (never when ``manager_status_lookup_s``
+        is 0, nor in the run phase: the /running ping answers 404 once killed)."""
         interval = self.config.manager_status_lookup_s
         if interval <= 0 or phase not in LOOKUP_PHASES or self.uuid is None:
             return False
-        now = self._clock()
+        now = self.clock()
         if self._next_lookup_at is None:
-            self._next_lookup_at = now + first_delay(interval, self._rng.random())
+            self._next_lookup_at = now + first_delay(interval, self.rng.random())
         if now < self._next_lookup_at:
             return False
         self._next_lookup_at = now + next_delay(
-            interval, self.config.manager_jitter, self._rng.random()
+            interval, self.config.manager_jitter, self.rng.random()
         )
         return True
 
     def ping_due(self) -> bool:
-        return bool(self.uuid) and self._clock() >= self._next_ping_at
+        return bool(self.uuid) and self.clock() >= self._next_ping_at
 
     async def ping(self, *, stop_s: float) -> bool:
         """A repeated (idempotent) /running as the liveness ping and the run phase's kill
         look-up (404 once killed); False: the instance is gone."""
         assert self.uuid is not None
         interval, jitter = self.config.running_ping_interval_s, self.config.manager_jitter
-        self._next_ping_at = self._clock() + next_delay(interval, jitter, self._rng.random())
+        self._next_ping_at = self.clock() + next_delay(interval, jitter, self.rng.random())
         try:
             await self.manager.running(self.uuid, stop_s=stop_s)
         except InstanceGone as exc:
             # The manager's word on this uuid. Its record, read once now (the end of this
             # instance's life), says why, for the person reading the log.
             reason = await self.look_up_kill(stop_s=stop_s)
-            self._signals.mark_gone(reason or f"/running answered: {exc.message}")
+            self.signals.mark_gone(reason or f"/running answered: {exc.message}")
             return False
         except ManagerError as exc:
             # Weather or an outage (the client's warnings say which), or a 400: never a kill.
@@ -132,5 +131,5 @@ class KillLookup:
             return
         reason = await self.look_up_kill(stop_s=self._status_read_s)
         if reason is not None:
-            self._signals.mark_gone(reason)
+            self.signals.mark_gone(reason)
             raise InstanceGone("status", self._uuid(), reason)

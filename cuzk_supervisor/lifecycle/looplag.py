@@ -1,11 +1,10 @@
 """How late the supervisor's own event loop wakes, while a bench stretch runs.
 
-The bench's rate depends on the supervisor submitting the next proof as soon as one ends. A
-supervisor starved of CPU (a loaded host, a noisy neighbour, a blocking call) reacts late and the
-pipeline idles, which no figure of the daemon's shows. So the stretch is watched: a task sleeps
-``interval_s`` at a time and keeps the worst lateness of its wake-ups, reported with the stretch
-(``bench.stretch_done`` ``loop_lag_max_ms``) so that a measurement taken while the supervisor
-itself was starved can be told from a slow machine.
+The bench's rate depends on the supervisor submitting the next proof as soon as one ends; one
+starved of CPU (a loaded host, a noisy neighbour, a blocking call) reacts late and the pipeline
+idles, which no figure of the daemon's shows. A task sleeps ``interval_s`` at a time and keeps the
+worst lateness of its wake-ups (``bench.stretch_done`` ``loop_lag_max_ms``), so a measurement
+taken while the supervisor itself was starved can be told from a slow machine.
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 
 The only module that knows the order of phases (docs/architecture.md); it reads top to bottom in
 that order. The paths that end a run (a failure, the manager's kill, a verdict that stands) are its
-base's, :class:`~cuzk_supervisor.lifecycle.endings.RunEndings`. Everything
-it does to the world goes through a collaborator it is given (:mod:`.ports`; built in the
-composition root, :mod:`cuzk_supervisor.compose`). Every transition is written to the state file
-before anyone is told, logged, and shipped to the manager's log endpoint. Failures are values
-with reasons: a benchmark that cannot complete reports rate 0 with the reason (never silence,
-incident I2) and ends with a documented exit code.
+base's, :class:`~cuzk_supervisor.lifecycle.endings.RunEndings`. Everything it does to the world
+goes through a collaborator it is given (:mod:`.ports`; built in :mod:`cuzk_supervisor.compose`).
+Every transition is written to the state file before anyone is told, logged, and shipped to the
+manager's log endpoint. Failures are values with reasons: a benchmark that cannot complete reports
+rate 0 with the reason (never silence, incident I2) and ends with a documented exit code.
 """
 
 from __future__ import annotations
@@ -39,12 +38,7 @@ from cuzk_supervisor.lifecycle import ports
 from cuzk_supervisor.lifecycle.benchrun import bench_result
 from cuzk_supervisor.lifecycle.endings import RunEndings
 from cuzk_supervisor.lifecycle.healthwatch import Unwatched
-from cuzk_supervisor.lifecycle.shared import (
-    LifecycleFailure,
-    MemoryTrouble,
-    Progress,
-    Signals,
-)
+from cuzk_supervisor.lifecycle.shared import LifecycleFailure, MemoryTrouble, Progress, Signals
 from cuzk_supervisor.lifecycle.values import PhaseSettings
 from cuzk_supervisor.serve.metricsink import MetricsSink
 
@@ -189,12 +183,10 @@ class Lifecycle(RunEndings):
             await self.daemon.replace(plan, plan.full_workers)
 
     async def _settle_and_bench(self) -> RateMeasurement:
-        """Settle, then one stretch of proofs sized to the budget as it runs (core.bench).
-
-        A daemon restart or a step-down inside the bench ends the stretch: the proofs in flight
-        are lost time, not throughput. The daemon is settled again at the current plan and a new
-        stretch measures anew, while the budget allows one; the rate comes from
-        :func:`~cuzk_supervisor.core.benchreport.choose_measurement`."""
+        """Settle, then one stretch of proofs sized to the budget as it runs (core.bench). A
+        daemon restart or a step-down inside the bench ends the stretch (the proofs in flight are
+        lost time, not throughput); settled again, a new stretch measures anew while the budget
+        allows one; the rate comes from ``core.benchreport.choose_measurement``."""
         stretches: list[bench.Stretch] = []
         settle_s = 0.0
         while True:
@@ -262,8 +254,8 @@ class Lifecycle(RunEndings):
         return True
 
     def _bound(self, measurement: RateMeasurement) -> Verdict | None:
-        """What bounded the rate, from the status sampled between the first and the last
-        completion of the latest stretch (None when sampling is off)."""
+        """What bounded the rate, from the status sampled over the latest stretch's completions
+        (None when sampling is off)."""
         if self.config.bench_status_sample_s <= 0:
             return None
         plan = self._plan_now()
@@ -349,30 +341,30 @@ class Lifecycle(RunEndings):
         return running if running is not None else (self.plan.full_workers if self.plan else 0)
 
 
+@dataclass(frozen=True)
 class LifecycleSource:
     """``/readyz``'s ``HealthSource`` (:mod:`cuzk_supervisor.serve.probes`) over the lifecycle:
     read at request time, nothing copied."""
 
-    def __init__(self, lifecycle: Lifecycle) -> None:
-        self._lifecycle = lifecycle
+    lifecycle: Lifecycle
 
     @property
     def phase(self) -> str:
-        return self._lifecycle.progress.phase
+        return self.lifecycle.progress.phase
 
     @property
     def daemon_ready(self) -> bool:
-        keeper = self._lifecycle.keeper
+        keeper = self.lifecycle.keeper
         return keeper is not None and keeper.is_ready
 
     @property
     def last_failure(self) -> str:
-        return self._lifecycle.last_failure
+        return self.lifecycle.last_failure
 
     @property
     def health(self) -> dict[str, str] | None:
         """The run phase's latest health assessment (None before the first)."""
-        assessment = getattr(self._lifecycle.health, "assessment", None)
+        assessment = getattr(self.lifecycle.health, "assessment", None)
         if assessment is None:
             return None
         return {"level": assessment.level.word, "reason": assessment.reason}

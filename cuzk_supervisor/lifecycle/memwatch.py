@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
@@ -26,37 +27,30 @@ from cuzk_supervisor.core.risk import (
 
 log = structlog.get_logger()
 
-# Samples kept for the trend at most (its window at the fast interval is 100); the older ones
-# are dropped as they leave the window.
-_KEPT_SAMPLES = 200
+_KEPT_SAMPLES = 200  # at most, for the trend (its window at the fast interval is 100)
 
 
+@dataclass(eq=False)
 class MemoryWatch:
     """One task (``run``) sampling memory; ``critical`` is set when the risk becomes critical."""
 
-    def __init__(
-        self,
-        sampler: MemorySampler,
-        policy: RiskPolicy,
-        daemon_pid: Callable[[], int | None],
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.sampler = sampler
-        self.policy = policy
-        self._daemon_pid = daemon_pid
-        self._clock = clock
-        self._samples: deque[MemorySample] = deque(maxlen=_KEPT_SAMPLES)
-        self.level = RiskLevel.OK
-        self.last: MemorySnapshot | None = None
-        self.assessment: RiskAssessment | None = None
-        self.critical = asyncio.Event()
-        self.samples_taken = 0
-        self.base_bytes: int | None = None
-        """Usage with the daemon idle (ready, no proof yet): the base a fit is measured over."""
-        self.plateau_bytes: int | None = None
-        """Where the running plan's usage is measured to level off (a fitted step-down)."""
-        self._listeners: list[Callable[[RiskAssessment], None]] = []
+    sampler: MemorySampler
+    policy: RiskPolicy
+    daemon_pid: Callable[[], int | None]
+    _: KW_ONLY
+    clock: Callable[[], float] = time.monotonic
+    level: RiskLevel = field(default=RiskLevel.OK, init=False)
+    last: MemorySnapshot | None = field(default=None, init=False)
+    assessment: RiskAssessment | None = field(default=None, init=False)
+    critical: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    base_bytes: int | None = field(default=None, init=False)
+    """Usage with the daemon idle (ready, no proof yet): the base a fit is measured over."""
+    plateau_bytes: int | None = field(default=None, init=False)
+    """Where the running plan's usage is measured to level off (a fitted step-down)."""
+    _samples: deque[MemorySample] = field(
+        default_factory=lambda: deque(maxlen=_KEPT_SAMPLES), init=False
+    )
+    _listeners: list[Callable[[RiskAssessment], None]] = field(default_factory=list, init=False)
 
     def add_listener(self, listener: Callable[[RiskAssessment], None]) -> None:
         """Called with every assessment (metrics, status lines)."""
@@ -77,12 +71,11 @@ class MemoryWatch:
         self.level = RiskLevel.OK
 
     def sample_once(self) -> RiskAssessment:
-        snapshot = self.sampler.sample(self._daemon_pid())
+        snapshot = self.sampler.sample(self.daemon_pid())
         self.last = snapshot
-        self.samples_taken += 1
         limit = snapshot.effective_limit
         used = max(0, limit - snapshot.headroom)
-        now = self._clock()
+        now = self.clock()
         samples = self._samples
         samples.append(MemorySample(now, used, snapshot.psi_some_avg10))
         # Only the trend window and the last two samples count (``assess_risk``): the older ones

@@ -3,11 +3,9 @@ samples, and the memory watch turned into memory trouble.
 
 The status loop is jittered (docs/architecture.md, rule 7): its first tick falls at a random point
 of ``status_interval_s`` and each later one is varied by ``± manager_jitter``, so a fleet started
-together does not push its status lines, ping or look up kills in the same second.
-
-Each is one long-running task the phase machine starts beside itself (:meth:`Monitors.loops`)
-and cancels when it ends. None of them decides anything about the phases: they raise the
-shared signals (``trouble``, ``gone``) and the phase machine acts on them.
+together does not push its status lines, ping or look up kills in the same second. Each monitor is
+one task beside the phase machine (:meth:`Monitors.loops`); none decides anything about the
+phases: they raise the shared signals (``trouble``, ``gone``) and the phase machine acts on them.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 import structlog
@@ -31,10 +30,6 @@ from cuzk_supervisor.lifecycle.values import MonitorSettings
 from cuzk_supervisor.serve.metricsink import MetricsSink
 
 log = structlog.get_logger()
-
-# Phases in which the manager's record may be looked up (killed?), when the reporter says a
-# look-up is due (``manager_status_lookup_s``); the run phase's look-up is the /running ping.
-WATCHED_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench"})
 
 Loop = Callable[[], Coroutine[Any, Any, None]]
 
@@ -59,31 +54,19 @@ class Restarts(Protocol):
     def restarts(self) -> int: ...
 
 
+@dataclass(eq=False)
 class Monitors:
-    def __init__(
-        self,
-        config: MonitorSettings,
-        *,
-        progress: Progress,
-        signals: Signals,
-        watch: MemoryWatch,
-        gpu: GpuProbe,
-        metrics: MetricsSink,
-        daemon: Restarts,
-        manager: ManagerView,
-        clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.config = config
-        self._progress = progress
-        self._signals = signals
-        self.watch = watch
-        self._gpu = gpu
-        self._metrics = metrics
-        self._daemon = daemon
-        self._manager = manager
-        self._clock = clock
-        self._rng = rng if rng is not None else random.Random()
+    config: MonitorSettings
+    _: KW_ONLY
+    progress: Progress
+    signals: Signals
+    watch: MemoryWatch
+    gpu: GpuProbe
+    metrics: MetricsSink
+    daemon: Restarts
+    manager: ManagerView
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
 
     def loops(self) -> list[Loop]:
         return [self.status_loop, self.watch.run, self.critical_memory, self.gpu_loop]
@@ -95,9 +78,9 @@ class Monitors:
     # --- status lines ---------------------------------------------------------------------
 
     def status_fields(self) -> dict[str, Any]:
-        progress = self._progress
+        progress = self.progress
         snapshot = self.watch.last
-        now = self._clock()
+        now = self.clock()
         fields: dict[str, Any] = {
             "phase": progress.phase,
             "elapsed_s": round(now - progress.phase_started, 1),
@@ -109,7 +92,7 @@ class Monitors:
                 else None
             ),
             "risk": self.watch.level.value,
-            "restarts": self._daemon.restarts,
+            "restarts": self.daemon.restarts,
             "step_downs": progress.step_downs,
         }
         if progress.phase == "register" and progress.register_failures:
@@ -136,25 +119,24 @@ class Monitors:
 
     async def status_loop(self) -> None:
         """A status line at a steady (jittered) cadence, so a slow but healthy machine visibly
-        is one; before the run phase, the manager's record looked up when a look-up is due
-        (were we killed?); in the run phase a repeated (idempotent) /running as the liveness
-        ping and kill look-up, at its own, slower cadence."""
+        is one; the manager's record looked up when a look-up is due (killed?); in the run phase
+        the /running ping, at its own, slower cadence."""
         interval = self.config.status_interval_s
-        schedule = JitteredSchedule(interval, self.config.manager_jitter, self._rng.random)
+        schedule = JitteredSchedule(interval, self.config.manager_jitter, self.rng.random)
         # A look-up or ping holds the status line at most this long (while the manager is away
         # the shared backoff may hold a request longer: it is tried again at the next tick).
         stop_s = min(max(1.0, interval), CALL_STOP_S)
         while True:
             await asyncio.sleep(schedule.delay())
             log.info("supervisor.status", **self.status_fields())
-            phase = self._progress.phase
-            if phase in WATCHED_PHASES and self._manager.lookup_due(phase):
-                reason = await self._manager.look_up_kill(stop_s=stop_s)
+            phase = self.progress.phase  # the reporter's LOOKUP_PHASES; in run, the ping
+            if self.manager.lookup_due(phase):
+                reason = await self.manager.look_up_kill(stop_s=stop_s)
                 if reason is not None:
-                    self._signals.mark_gone(reason)
+                    self.signals.mark_gone(reason)
                     return
-            ping_due = self._progress.phase == "run" and self._manager.ping_due()
-            if ping_due and not await self._manager.ping(stop_s=stop_s):
+            ping_due = phase == "run" and self.manager.ping_due()
+            if ping_due and not await self.manager.ping(stop_s=stop_s):
                 return
 
     # --- GPUs ------------------------------------------------------------------------------
@@ -164,11 +146,11 @@ class Monitors:
         seen: set[tuple[int, str]] = set()
         while True:
             await asyncio.sleep(self.config.status_interval_s)
-            if not self._gpu.available:
+            if not self.gpu.available:
                 continue
             # NVML can stall on a GPU in a bad state: never in the event loop.
-            sample = await asyncio.to_thread(self._gpu.sample)
-            self._metrics.gpus(sample.devices)
+            sample = await asyncio.to_thread(self.gpu.sample)
+            self.metrics.gpus(sample.devices)
             for fault in sample.faults:
                 if (fault.index, fault.error) in seen:
                     continue
@@ -185,9 +167,9 @@ class Monitors:
             assessment = self.watch.assessment
             reason = assessment.reason if assessment else "memory critical"
             if self.config.proactive_oom:
-                self._signals.flag_trouble(f"memory critical: {reason}", daemon_running=True)
-                await self._signals.acted.wait()
-                self._signals.acted.clear()
+                self.signals.flag_trouble(f"memory critical: {reason}", daemon_running=True)
+                await self.signals.acted.wait()
+                self.signals.acted.clear()
                 continue
             log.warning("memory.critical_ignored", detail="proactive_oom is off", reason=reason)
             self.watch.critical.clear()

@@ -1,8 +1,7 @@
 """What the phase machine is given: one protocol per collaborator.
 
 The real ones are built in the composition root (:mod:`cuzk_supervisor.compose`); tests give
-fakes. Each
-protocol is only what the phase machine calls: a collaborator may do more for the others.
+fakes. Each protocol is only what the phase machine calls: a collaborator may do more.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Proof attempts: one proof (warmup, settle) tried under a retry policy, and a bench stretch.
 
-Proof work runs *watched*: critical memory or an OOM kill interrupts it as
-:class:`MemoryTrouble` (the phase machine steps down), a daemon exit as :class:`DaemonRestarted`
-(its jobs are lost with it: waiting for them is waste), a keeper that gave up as the keeper's
-:class:`LifecycleFailure`. The daemon is only ever reached through a client from
-``client_factory`` (a gRPC :class:`~cuzk_supervisor.adapters.proving.client.ProvingClient`;
-tests pass their own).
+Proof work runs *watched*: critical memory or an OOM kill interrupts it as :class:`MemoryTrouble`
+(the phase machine steps down), a daemon exit as :class:`DaemonRestarted` (its jobs are lost with
+it), a keeper that gave up as the keeper's :class:`LifecycleFailure`. The daemon is only reached
+through a client from ``client_factory`` (a gRPC ``ProvingClient``; tests pass their own).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -59,49 +58,34 @@ class DaemonWatch(Protocol):
     async def ready(self) -> None: ...
 
 
+@dataclass(eq=False, kw_only=True)
 class ProofRunner:
-    def __init__(
-        self,
-        *,
-        daemon: DaemonWatch,
-        client_factory: ClientFactory,
-        c1_file: Path,
-        signals: Signals,
-        progress: Progress,
-        metrics: MetricsSink,
-        shipper: LogShipper,
-        retry: Retry,
-        proof_budget_s: float | None,
-        rate_time_scale: float,
-        loop_lag: Callable[[], LoopLag] = LoopLag,
-        status_sampler: StatusSampler | None = None,
-    ) -> None:
-        self._daemon = daemon
-        self._client = client_factory
-        self._c1_file = c1_file
-        self._signals = signals
-        self._progress = progress
-        self._metrics = metrics
-        self._shipper = shipper
-        self._retry = retry
-        self._proof_budget_s = proof_budget_s
-        self._rate_time_scale = rate_time_scale
-        self._loop_lag = loop_lag
-        self._status_sampler = status_sampler
-        self._request: pb.SubmitProofRequest | None = None
+    daemon: DaemonWatch
+    client_factory: ClientFactory
+    c1_file: Path
+    signals: Signals
+    progress: Progress
+    metrics: MetricsSink
+    shipper: LogShipper
+    retry: Retry
+    proof_budget_s: float | None
+    rate_time_scale: float
+    loop_lag: Callable[[], LoopLag] = LoopLag
+    status_sampler: StatusSampler | None = None
+    _request: pb.SubmitProofRequest | None = field(default=None, init=False)
 
     # --- one proof ----------------------------------------------------------------------------
 
     async def prove(self, budget_s: float) -> ProofResult:
         """One proof, tried under the proof retry policy; memory trouble propagates."""
-        attempts = self._retry.attempts
+        attempts = self.retry.attempts
 
         def failed(state: RetryCallState) -> None:
             result: ProofResult = state.outcome.result()  # type: ignore[union-attr]
             log.warning("proof.attempt_failed", attempt=state.attempt_number, of=attempts,
                         status=str(result.status), reason=result.error)  # fmt: skip
 
-        retrying = self._retry.controller(
+        retrying = self.retry.controller(
             retry_if_result(lambda result: not result.ok),
             after=failed,
             retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
@@ -111,7 +95,7 @@ class ProofRunner:
             return result
         raise LifecycleFailure(
             exitcodes.BENCH_FAILED,
-            f"{self._progress.phase} proof failed {attempts} times; last: {result.error}",
+            f"{self.progress.phase} proof failed {attempts} times; last: {result.error}",
         )
 
     async def _attempt(self, budget_s: float) -> ProofResult:
@@ -124,16 +108,16 @@ class ProofRunner:
                 )
                 break
             except DaemonRestarted as restart:
-                log.warning("proof.daemon_restarted", phase=self._progress.phase,
+                log.warning("proof.daemon_restarted", phase=self.progress.phase,
                             cause=restart.cause)  # fmt: skip
-                await self._daemon.ready()
-        self._metrics.proof_finished(result.ok, result.wall_s)
+                await self.daemon.ready()
+        self.metrics.proof_finished(result.ok, result.wall_s)
         if result.ok:
-            self._progress.proofs_done += 1
+            self.progress.proofs_done += 1
         else:
-            self._progress.proofs_failed += 1
-            self._progress.last_failure = (
-                f"{self._progress.phase} proof {result.status}: {result.error}"
+            self.progress.proofs_failed += 1
+            self.progress.last_failure = (
+                f"{self.progress.phase} proof {result.status}: {result.error}"
             )
         return result
 
@@ -144,11 +128,11 @@ class ProofRunner:
     ) -> Stretch:
         """One stretch; a daemon restart under it ends it as interrupted (its completions kept).
         Memory trouble propagates, the stretch so far left in ``progress.stretch``."""
-        run = StretchRun(policy, workers, deadline, daemon_seconds_per_second=self._rate_time_scale)
-        progress = self._progress
+        run = StretchRun(policy, workers, deadline, daemon_seconds_per_second=self.rate_time_scale)
+        progress = self.progress
         progress.stretch = run.stretch
         progress.bench_planned = policy.max_proofs
-        shipper = self._shipper
+        shipper = self.shipper
         log.info(
             "bench.started",
             concurrency=run.stretch.concurrency,
@@ -158,7 +142,7 @@ class ProofRunner:
 
         def on_result(index: int, result: ProofResult, stretch: Stretch) -> None:
             progress.stretch = stretch
-            self._metrics.proof_finished(result.ok, result.wall_s)
+            self.metrics.proof_finished(result.ok, result.wall_s)
             if result.ok:
                 progress.proofs_done += 1
             else:
@@ -172,15 +156,15 @@ class ProofRunner:
             )  # fmt: skip
 
         request = self.c1_request()
-        sampler = self._status_sampler
+        sampler = self.status_sampler
         sampling: AbstractAsyncContextManager[list[StatusSample]] = (
             sampler.sampling() if sampler is not None else contextlib.nullcontext([])
         )
         # How late we ourselves woke while it ran; what the daemon's status said meanwhile.
-        async with self._loop_lag() as lag, sampling as samples:
+        async with self.loop_lag() as lag, sampling as samples:
             try:
                 stretch = await self._watched(
-                    lambda client: run.run(client, request, self._proof_budget_s, on_result)
+                    lambda client: run.run(client, request, self.proof_budget_s, on_result)
                 )
             except DaemonRestarted as restart:
                 stretch = run.stretch.interrupt(restart.cause)
@@ -191,7 +175,7 @@ class ProofRunner:
                     f"bench interrupted: {restart.cause}; {stretch.in_flight} proof(s) lost",
                     milestone=True,
                 )
-                await self._daemon.ready()
+                await self.daemon.ready()
             except MemoryTrouble:
                 progress.stretch = run.stretch
                 raise
@@ -214,18 +198,17 @@ class ProofRunner:
     def c1_request(self) -> pb.SubmitProofRequest:
         if self._request is None:
             try:
-                self._request = build_submit_request(load_c1(self._c1_file))
+                self._request = build_submit_request(load_c1(self.c1_file))
             except UsageError as exc:
                 raise LifecycleFailure(exitcodes.USAGE, str(exc)) from None
         return self._request
 
     async def _watched(self, work: Callable[[Prover], Awaitable[T]]) -> T:
-        """Run proof work; critical memory, an OOM kill, a daemon exit or a dead keeper
-        interrupt it (the jobs of an exited daemon are lost: waiting for them is waste)."""
-        keeper_task = self._daemon.ended
-        signals = self._signals
+        """Run proof work, interrupted as the module docstring says."""
+        keeper_task = self.daemon.ended
+        signals = self.signals
         signals.daemon_exited.clear()
-        async with self._client() as client:
+        async with self.client_factory() as client:
             job = asyncio.ensure_future(work(client))
             trouble = asyncio.ensure_future(signals.trouble.wait())
             exited = asyncio.ensure_future(signals.daemon_exited.wait())

@@ -10,10 +10,10 @@ once the manager said this instance is gone, ``signals.gone`` is set and nothing
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import random
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -44,42 +44,27 @@ from cuzk_supervisor.lifecycle.values import ReporterSettings
 log = structlog.get_logger()
 
 
+@dataclass(eq=False)
 class Reporter(KillLookup):
-    def __init__(
-        self,
-        config: ReporterSettings,
-        *,
-        label: str,
-        min_rate: float,
-        manager: ManagerClient,
-        state: StateKeeper,
-        outbox: Outbox,
-        shipper: LogShipper,
-        signals: Signals,
-        progress: Progress,
-        retries: LifecycleRetries,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.config = config
-        self.label = label
-        self.min_rate = min_rate
-        self.manager = manager
-        self.state = state
-        self.outbox = outbox
-        self._shipper = shipper
-        self._signals = signals
-        self._progress = progress
-        self._retries = retries
-        self._clock = clock
-        self._wall = wall_clock
-        self.uuid: str | None = None
-        self.reported = False
-        """A verdict was reported (or must not be: a killed instance); no failure report."""
-        self._rng = rng if rng is not None else random.Random()
-        self._next_ping_at = float("inf")  # after the first /running report, pings follow
-        self._next_lookup_at: float | None = None  # the periodic whole-table read, if any
+    config: ReporterSettings
+    _: KW_ONLY
+    label: str
+    min_rate: float
+    manager: ManagerClient
+    state: StateKeeper
+    outbox: Outbox
+    shipper: LogShipper
+    signals: Signals
+    progress: Progress
+    retries: LifecycleRetries
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    rng: random.Random = field(default_factory=random.Random)
+    uuid: str | None = field(default=None, init=False)
+    reported: bool = field(default=False, init=False)
+    """A verdict was reported (or must not be: a killed instance); no failure report."""
+    _next_ping_at: float = field(default=float("inf"), init=False)  # pings follow /running
+    _next_lookup_at: float | None = field(default=None, init=False)  # the periodic table read
 
     @property
     def judged(self) -> bool:
@@ -95,15 +80,15 @@ class Reporter(KillLookup):
             log.info("manager.outbox_resent", reports=len(drained.sent))
 
     async def register(self) -> None:
-        """``/register`` until it answers (the status line shows the wait); a new uuid for our
-        label means the old instance was killed: nothing of it carries on but the params."""
-        retrying = self._retries.register.controller(
+        """``/register`` until it answers; a new uuid for our label means the old instance was
+        killed: nothing of it carries on but the params."""
+        retrying = self.retries.register.controller(
             retry_if_exception_type(ManagerUnavailable), before_sleep=self._register_waiting
         )
         registration: Registration = await retrying(
             self.manager.register, self.label, self.min_rate
         )
-        self._progress.register_retry_at = None
+        self.progress.register_retry_at = None
         previous = self.state.state
         if previous.uuid and previous.uuid != registration.uuid:
             log.warning("manager.new_instance", old_uuid=previous.uuid, uuid=registration.uuid)
@@ -114,9 +99,9 @@ class Reporter(KillLookup):
         self.uuid = registration.uuid
         uuid, runner = registration.uuid, registration.runner_id
         await self.state.update(
-            lambda st: dataclasses.replace(st, uuid=uuid, runner_id=runner, label=self.label)
+            lambda st: replace(st, uuid=uuid, runner_id=runner, label=self.label)
         )
-        self._shipper.set_uuid(registration.uuid)
+        self.shipper.set_uuid(registration.uuid)
         logcontext.bind(uuid=registration.uuid)
 
     def _register_waiting(self, state: RetryCallState) -> None:
@@ -127,24 +112,24 @@ class Reporter(KillLookup):
 
     def on_manager_retry(self, call: str, attempt: int, pause_s: float) -> None:
         """The manager client's retry listener: a failed ``/register`` attempt inside one call."""
-        if call == "register" and self._progress.phase == "register":
+        if call == "register" and self.progress.phase == "register":
             self._register_failed(pause_s)
 
     def _register_failed(self, pause_s: float) -> None:
-        self._progress.register_failures += 1
-        self._progress.register_retry_at = self._clock() + pause_s
+        self.progress.register_failures += 1
+        self.progress.register_retry_at = self.clock() + pause_s
 
     # --- reports ------------------------------------------------------------------------------
 
     async def params_done(self) -> None:
-        """``/param-done`` queued, durable, and sent by the outbox task: the warmup does not wait
-        on the manager (its clock starts when it acknowledges, see :meth:`bench_deadline`)."""
+        """``/param-done`` queued, durable, sent by the outbox task: the warmup does not wait on
+        the manager (its clock starts when it acknowledges: :meth:`bench_deadline`)."""
         acked = self.outbox.latest(PARAM_DONE)
         if acked is not None and acked.outcome == OUTCOME_OK:
             await self._start_bench_clock(resumed=True)
         if acked is None:
             await self.outbox.enqueue(self._report(PARAM_DONE))
-        self._signals.outbox_kick.set()
+        self.signals.outbox_kick.set()
 
     def answered_bench(self) -> Report | None:
         """The ``/bench-done`` of an earlier run that the manager answered, if any."""
@@ -159,8 +144,8 @@ class Reporter(KillLookup):
 
     async def bench_done(self, rate: float) -> Report:
         """``/bench-done`` with ``rate`` (or the one a crash left queued), unless the instance
-        was killed meanwhile (InstanceGone); returns it with the manager's verdict. In a local
-        run nobody gives one: ``bench.unjudged`` says so (the phase machine logs no pass)."""
+        was killed meanwhile (InstanceGone); returns it with the manager's verdict (none in a
+        local run: ``bench.unjudged``)."""
         await self._check_alive()
         report = self._pending_bench() or self._report(BENCH_DONE, rate)
         done = await self.send(report)
@@ -171,10 +156,10 @@ class Reporter(KillLookup):
 
     async def running(self) -> None:
         await self.send(self._report(RUNNING))
-        self._shipper.enter_run_phase()  # the run phase's log budget, after one more turn
+        self.shipper.enter_run_phase()  # the run phase's log budget, after one more turn
         # The first ping anywhere in its interval: a fleet running together pings apart.
         interval = self.config.running_ping_interval_s
-        self._next_ping_at = self._clock() + first_delay(interval, self._rng.random())
+        self._next_ping_at = self.clock() + first_delay(interval, self.rng.random())
 
     async def send(self, report: Report) -> Report:
         """Send a report until the manager answers; InstanceGone ends the instance."""
@@ -183,7 +168,7 @@ class Reporter(KillLookup):
             exc = state.outcome.exception() if state.outcome is not None else None
             log.warning("manager.report_waiting", kind=report.kind, reason=str(exc))
 
-        retrying = self._retries.report.controller(
+        retrying = self.retries.report.controller(
             retry_if_exception_type(ManagerUnavailable), before_sleep=waiting
         )
         try:
@@ -196,9 +181,9 @@ class Reporter(KillLookup):
 
     async def report_failure(self, reason: str, *, durable: bool = True) -> None:
         """No silence: the reason to the log endpoint, and rate 0 if no rate was reported."""
-        phase = self._progress.phase
+        phase = self.progress.phase
         log.error("lifecycle.failed", reason=reason, phase=phase)
-        self._shipper.add_line("setup", f"FAILED in {phase}: {reason}", milestone=True)
+        self.shipper.add_line("setup", f"FAILED in {phase}: {reason}", milestone=True)
         if durable:
             with contextlib.suppress(StateWriteError):
                 await self.state.update(lambda st: st.with_failure(reason))
@@ -216,7 +201,9 @@ class Reporter(KillLookup):
 
     def _report(self, kind: str, rate: float | None = None) -> Report:
         """A new report, stamped by the injected wall clock (the bench clock reads the stamp)."""
-        return Report(kind=kind, uuid=self._uuid(), rate=rate, created_at=utc_now_iso(self._wall))
+        return Report(
+            kind=kind, uuid=self._uuid(), rate=rate, created_at=utc_now_iso(self.wall_clock)
+        )
 
     def _pending_bench(self) -> Report | None:
         report = self.outbox.latest(BENCH_DONE)
@@ -227,12 +214,12 @@ class Reporter(KillLookup):
     async def outbox_loop(self) -> None:
         """Send what the outbox holds, in order, whenever it holds something, so that progress
         never waits on the manager; while it is away, try again with a growing pause."""
-        kick = self._signals.outbox_kick
+        kick = self.signals.outbox_kick
         pause = 1.0
         while True:
             await kick.wait()
             kick.clear()
-            while self.outbox.pending and not self._signals.gone.is_set():
+            while self.outbox.pending and not self.signals.gone.is_set():
                 try:
                     result = await self.outbox.drain(deadline_s=self.config.manager_retry_s)
                 except StateWriteError as exc:
@@ -248,7 +235,7 @@ class Reporter(KillLookup):
                 # empty drain do not yield to the event loop).
                 away = result is None or result.error is not None
                 jitter = self.config.manager_jitter
-                wait_s = next_delay(pause if away else 1.0, jitter, self._rng.random())
+                wait_s = next_delay(pause if away else 1.0, jitter, self.rng.random())
                 with contextlib.suppress(TimeoutError):
                     await within(kick.wait(), wait_s)
                 kick.clear()
@@ -258,22 +245,19 @@ class Reporter(KillLookup):
     async def _after_drain(self, sent: tuple[Report, ...]) -> None:
         for report in sent:
             if report.outcome == OUTCOME_GONE:
-                self._signals.mark_gone(report.detail or f"{report.kind} answered 404")
+                self.signals.mark_gone(report.detail or f"{report.kind} answered 404")
             elif report.kind == PARAM_DONE and report.outcome == OUTCOME_OK:
                 await self._start_bench_clock(queued_at=manager_time(report.created_at))
 
     # --- the manager's bench clock ------------------------------------------------------------
 
     def bench_deadline(self) -> float:
-        """The end of the manager's benchmark budget, on the monotonic clock.
-
-        One clock, the manager's: it counts from its acknowledgement of /param-done (or its own
-        ``param_done_at``), kept in the state file. Until it acknowledged, its clock has not
-        started, so the whole budget is still ahead (asked again at every decision).
-        """
+        """The end of the manager's benchmark budget, on the monotonic clock: its clock counts
+        from its acknowledgement of /param-done (or its own ``param_done_at``), kept in the state
+        file; until then the whole budget is still ahead (asked again at every decision)."""
         return bench_deadline(
-            now_monotonic=self._clock(),
-            now_wall=self._wall(),
+            now_monotonic=self.clock(),
+            now_wall=self.wall_clock(),
             clock_start=self.state.state.bench_clock_start,
             budget_s=self.config.bench_budget_s,
         )
@@ -284,15 +268,13 @@ class Reporter(KillLookup):
         """The manager acknowledged /param-done: its 45-minute clock runs from then, or from its
         own ``param_done_at`` when the record shows an earlier one (kept in the state file).
         ``resumed``: acknowledged before this process, by a build that kept no clock; the local
-        params-done time is the safe (earlier) guess.
-
-        ``queued_at``: when the report was queued (wall clock), never after the manager's stamp;
-        acknowledged within one request's time of that (:func:`cuzk_supervisor.core.benchclock.
-        prompt_ack`), it is the clock's start (safe, earlier by at most that) and the whole
-        table is not read: a fleet started together would read it all at once."""
+        params-done time is the safe (earlier) guess. ``queued_at``: when the report was queued,
+        never after the manager's stamp; acknowledged within one request's time of that
+        (``core.benchclock.prompt_ack``), it is the start (earlier by at most that) and the
+        whole table is not read: a fleet started together would read it all at once."""
         if self.state.state.bench_clock_start is not None:
             return
-        now = self._wall()
+        now = self.wall_clock()
         start, source = now, "acknowledged"
         done_at = self.state.state.params_done_at
         if resumed and done_at is not None:
@@ -300,7 +282,7 @@ class Reporter(KillLookup):
         prompt_s = self.config.manager_connect_timeout_s + self.config.manager_read_timeout_s
         if not resumed and prompt_ack(queued_at, now, prompt_s):
             assert queued_at is not None
-            await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=queued_at))
+            await self.state.update(lambda st: replace(st, bench_clock_start=queued_at))
             log.info("bench.clock_started", source="queued, acknowledged promptly",
                      ago_s=round(now - queued_at, 1),
                      budget_s=self.config.bench_budget_s)  # fmt: skip
@@ -309,6 +291,6 @@ class Reporter(KillLookup):
         stamped = manager_time(record.get("param_done_at")) if looked_up and record else None
         if stamped is not None and stamped < start:
             start, source = stamped, "manager param_done_at"
-        await self.state.update(lambda st: dataclasses.replace(st, bench_clock_start=start))
-        log.info("bench.clock_started", source=source, ago_s=round(self._wall() - start, 1),
+        await self.state.update(lambda st: replace(st, bench_clock_start=start))
+        log.info("bench.clock_started", source=source, ago_s=round(self.wall_clock() - start, 1),
                  budget_s=self.config.bench_budget_s)  # fmt: skip

@@ -1,17 +1,13 @@
 """The lifecycle's own retry policies, as values (tenacity does the retrying).
 
-Three things are tried again by the lifecycle itself, above the clients' own retries:
+Tried again by the lifecycle itself, above the clients' own retries:
 
-- ``/register``: until it answers. Without a uuid nothing else can be reported; each call
-  already retries with backoff inside the manager client (``ManagerRetry.register_stop_s``),
-  so the next call starts at once.
+- ``/register``: until it answers (without a uuid nothing else can be reported); each call
+  already retries with backoff inside the manager client, so the next starts at once.
 - a report the lifecycle waits on (``/bench-done``, ``/running``): until the manager answers;
   each send retries inside the outbox for ``manager_retry_s``.
-- one proof (warmup, settle): up to 3 attempts when the daemon answers FAILED or the budget
-  runs out. A daemon restart under the proof is not an attempt (the proof runner submits it
-  again once the new daemon answers).
-
-Tests pass their own values (fewer attempts, no pause).
+- one proof (warmup, settle): up to 3 attempts when the daemon answers FAILED or the budget runs
+  out. A daemon restart under the proof is not an attempt (the proof runner submits it again).
 """
 
 from __future__ import annotations
@@ -37,10 +33,8 @@ class Retry:
     """How often and how fast one kind of thing is tried again: print it, compare it."""
 
     name: str
-    attempts: int | None = None
-    """Most attempts (None: until it succeeds)."""
+    attempts: int | None = None  # None: until it succeeds
     pause_s: float = 0.0
-    """Pause between two attempts."""
 
     def __post_init__(self) -> None:
         if self.attempts is not None and self.attempts < 1:

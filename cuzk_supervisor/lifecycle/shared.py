@@ -1,10 +1,9 @@
 """What the phase machine and its collaborators share: the progress, the signals, the failures.
 
-One ``Progress`` and one ``Signals`` are made by the composition root (``cuzk_supervisor.compose``)
-and handed to every collaborator: the phase machine writes the phase, the proof runner the
-counts, the daemon control the last failure; the status line and ``/readyz`` read them. The
-signals are the events they raise to each other (memory trouble, a daemon exit, the manager's
-kill, an outbox kick).
+One ``Progress`` and one ``Signals`` are made by the composition root and handed to every
+collaborator: the phase machine writes the phase, the proof runner the counts, the daemon control
+the last failure; the status line and ``/readyz`` read them. The signals are the events they raise
+to each other (memory trouble, a daemon exit, the manager's kill, an outbox kick).
 """
 
 from __future__ import annotations
@@ -28,21 +27,19 @@ class LifecycleFailure(Exception):
         self.reason = reason
 
 
-class MemoryTrouble(Exception):
+class _Interruption(Exception):
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class MemoryTrouble(_Interruption):
     """Critical memory or an OOM kill interrupted a proof: step down and try again."""
 
-    def __init__(self, cause: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
 
-
-class DaemonRestarted(Exception):
+class DaemonRestarted(_Interruption):
     """The daemon exited under a proof (crash, liveness kill) and its keeper is restarting it:
     the jobs in flight are lost with it."""
-
-    def __init__(self, cause: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
 
 
 @dataclass
@@ -56,15 +53,13 @@ class Progress:
     step_downs: int = 0
     last_failure: str = ""
     """The latest failure in words (a daemon exit, a failed proof): ``/readyz`` shows it."""
-    stretch: Stretch | None = None
-    """The bench stretch being run (its completions so far)."""
+    stretch: Stretch | None = None  # the bench stretch being run (its completions so far)
     bench_planned: int = 0
     bench_samples: tuple[StatusSample, ...] = ()
     """The daemon's status sampled over the latest bench stretch (``bench_status_sample_s``)."""
     bench_window: tuple[float, float] | None = None
     """That stretch's first and last completion (monotonic): the samples the verdict reads."""
-    register_failures: int = 0
-    """Failed ``/register`` attempts so far (the manager is away)."""
+    register_failures: int = 0  # failed ``/register`` attempts so far (the manager is away)
     register_retry_at: float | None = None
     """When (monotonic) the next ``/register`` attempt is due; None: not waiting."""
 
@@ -79,16 +74,12 @@ class Signals:
         self.trouble_daemon_running = False
         """The trouble is a critical level with the daemon still running (not an OOM kill):
         the proofs it was running are still there to estimate its active partitions from."""
-        self.acted = asyncio.Event()
-        """A step-down was carried out: watch for the next one."""
-        self.gone = asyncio.Event()
-        """The manager killed this instance."""
+        self.acted = asyncio.Event()  # a step-down was carried out: watch for the next one
+        self.gone = asyncio.Event()  # the manager killed this instance
         self.gone_reason = ""
-        self.daemon_exited = asyncio.Event()
-        """Set at every daemon exit; cleared by proof work before it starts."""
+        self.daemon_exited = asyncio.Event()  # at every exit; cleared by proof work first
         self.exit_cause = ""
-        self.outbox_kick = asyncio.Event()
-        """Something was queued in the outbox: send it."""
+        self.outbox_kick = asyncio.Event()  # something was queued in the outbox: send it
 
     def flag_trouble(self, cause: str, *, daemon_running: bool) -> None:
         if not self.trouble.is_set():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
@@ -54,43 +55,34 @@ class Daemon(Protocol):
     async def replace(self, plan: WorkerPlan, workers: int) -> None: ...
 
 
+@dataclass(eq=False, kw_only=True)
 class StepDown:
-    def __init__(
-        self,
-        *,
-        daemon: Daemon,
-        watch: Watch,
-        signals: Signals,
-        progress: Progress,
-        memory_policy: MemoryPolicy,
-        active_partitions: Callable[[], int | None],
-    ) -> None:
-        self._daemon = daemon
-        self._watch = watch
-        self._signals = signals
-        self._progress = progress
-        self._memory_policy = memory_policy
-        self._active_partitions = active_partitions
-        """Partitions synthesizing now, from the daemon's status (blocking: run in a thread)."""
-        self.peak_per_partition: float | None = None
-        """The largest memory per partition measured at a step-down so far (outside the
-        warmup): what a fit taken while memory still grows plans with at least."""
+    daemon: Daemon
+    watch: Watch
+    signals: Signals
+    progress: Progress
+    memory_policy: MemoryPolicy
+    active_partitions: Callable[[], int | None]
+    """Partitions synthesizing now, from the daemon's status (blocking: run in a thread)."""
+    peak_per_partition: float | None = field(default=None, init=False)
+    """The largest memory per partition measured at a step-down so far (outside the warmup):
+    what a fit taken while memory still grows plans with at least."""
 
     async def next_plan(self, plan: WorkerPlan, cause: str) -> tuple[WorkerPlan, MemoryFit | None]:
         """The plan after ``cause``, and the fit it was measured from (None: one step down).
         Out of memory at one worker is the lifecycle's end (exit 5)."""
-        running = self._daemon.workers
+        running = self.daemon.workers
         fit = await self._measured_fit(plan, running)
         self.peak_per_partition = peak_partition_bytes(
-            self.peak_per_partition, fit, self._progress.phase
+            self.peak_per_partition, fit, self.progress.phase
         )
         result = step_down(
-            plan, cause, self._memory_policy, running_workers=running,
+            plan, cause, self.memory_policy, running_workers=running,
             fitted=fit.workers if fit else None, fitted_reason=fit.reason if fit else "",
         )  # fmt: skip
         if isinstance(result, GiveUpOOM):
             raise LifecycleFailure(exitcodes.OUT_OF_MEMORY, f"out of memory: {result.reason}")
-        self._progress.step_downs += 1
+        self.progress.step_downs += 1
         log.warning(
             "plan.step_down",
             cause=cause,
@@ -102,47 +94,43 @@ class StepDown:
     async def relaunch(self, plan: WorkerPlan, fit: MemoryFit | None) -> None:
         """Carry the adopted ``plan`` out: replace the daemon now, in any phase (it still holds
         the abandoned proof's memory, or its keeper is restarting it with the old plan after an
-        OOM kill); only then start the watch over, so no sample of the old daemon counts against
-        the new plan."""
-        if self._daemon.workers is not None:
-            # The OOM kills that led here belong to the step-down policy, not to the crash-loop
-            # verdict.
-            self._daemon.forget_failures()
+        OOM kill); only then start the watch over, so no sample of the old daemon counts."""
+        if self.daemon.workers is not None:
+            self.daemon.forget_failures()  # the OOM kills that led here are no crash loop
             workers = relaunch_workers(
-                self._progress.phase,
+                self.progress.phase,
                 full_workers=plan.full_workers,
                 warmup_workers=plan.warmup_workers,
             )
-            await self._daemon.replace(plan, workers)
-        self._signals.trouble.clear()
-        self._watch.acknowledge()
+            await self.daemon.replace(plan, workers)
+        self.signals.trouble.clear()
+        self.watch.acknowledge()
         # The new plan's plateau, as measured: a ramp toward it is not a march to OOM.
-        self._watch.plateau_bytes = expected_plateau(fit, plan.full_workers)
-        self._signals.acted.set()
+        self.watch.plateau_bytes = expected_plateau(fit, plan.full_workers)
+        self.signals.acted.set()
 
     async def _measured_fit(self, plan: WorkerPlan, running: int | None) -> MemoryFit | None:
         """What fits, from the memory the running plan was measured to use (None: one step).
         While memory was still growing, aimed at the partitions' plateau (core.memfit)."""
-        assessment, base = self._watch.assessment, self._watch.base_bytes
+        assessment, base = self.watch.assessment, self.watch.base_bytes
         if assessment is None or base is None or running is None:
-            # Nothing measured yet, or no daemon: one step down.
             log.info("memory.no_fit", reason="no daemon or no idle base measured yet")
             return None
-        active = await asyncio.to_thread(self._active_partitions)
-        progress, stretch = self._progress, self._progress.stretch
+        active = await asyncio.to_thread(self.active_partitions)
+        progress, stretch = self.progress, self.progress.stretch
         running_proofs = proofs_running(
             progress.phase, stretch.in_flight if stretch is not None else None,
-            daemon_running=self._signals.trouble_daemon_running,
+            daemon_running=self.signals.trouble_daemon_running,
         )  # fmt: skip
         fit = measured_fit(
             limit_bytes=assessment.limit_bytes, used_bytes=assessment.used_bytes, base_bytes=base,
             active_partitions=active, running_workers=running,
             # Where the watch reads ok again: a plan that fits keeps the level there.
-            target_headroom=self._watch.policy.warn_exit_headroom,
+            target_headroom=self.watch.policy.warn_exit_headroom,
             slope_bytes_per_s=assessment.slope_bytes_per_s,
             peak_per_partition=self.peak_per_partition,
             model_per_partition=model_partition_bytes(
-                self._memory_policy, plan.inputs.memory_scale
+                self.memory_policy, plan.inputs.memory_scale
             ),
             proofs_running=running_proofs,
         )  # fmt: skip

@@ -121,8 +121,7 @@ NAMED_ALIKE: Final[frozenset[str]] = frozenset(
 
 
 def policy(cls: type[T], s: Settings, **given: Any) -> T:
-    """``cls`` made from the settings ``FROM_SETTINGS`` names for it (or, for a value named
-    alike, ``NAMED_ALIKE``, from the settings of its fields' names), and ``given``."""
+    """``cls`` made from the settings ``FROM_SETTINGS`` or ``NAMED_ALIKE`` names, and ``given``."""
     names: Mapping[str, str] = FROM_SETTINGS.get(cls.__name__, {})
     if cls.__name__ in NAMED_ALIKE:
         names = {f.name: f.name for f in fields(cls) if f.name not in given}  # type: ignore[arg-type]

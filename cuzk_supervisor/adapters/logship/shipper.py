@@ -68,9 +68,6 @@ __all__ = ["LogShipper", "ShipperSettings", "ShipperStats"]
 log = structlog.get_logger("supervisor.logship")
 
 
-# --- the shipper --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class ShipperStats:
     buffered_lines: int
@@ -86,13 +83,11 @@ class ShipperStats:
 
 
 class LogShipper:
-    """Buffers lines (``add_line``) and pushes them from one task (``run``).
+    """Buffers lines (``add_line``, from any thread) and pushes them from one task (``run``).
 
-    Lines added before the instance's uuid is known (:meth:`set_uuid`) wait in the buffer.
-    ``add_line`` may be called from any thread; the rest belongs to the event loop. ``rng``
-    draws the jitter (seeded in tests); ``clock`` (the manager client's, by default) fills
-    the budget's buckets. Nothing is global: a process may run many shippers (the fleet
-    benchmark).
+    Lines added before the instance's uuid is known (:meth:`set_uuid`) wait in the buffer. ``rng``
+    draws the jitter; ``clock`` (the manager client's, by default) fills the budget's buckets.
+    Nothing is global: a process may run many shippers (the fleet benchmark).
     """
 
     def __init__(
@@ -115,8 +110,6 @@ class LogShipper:
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self._turn_lock = asyncio.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
         self._run_from: float | None = None  # the run phase's budget from then on
         self.budget = self.config.budget(run_phase=False)
         self._requests = Pace(self.budget.requests_per_min / 60, self.budget.burst_requests)
@@ -170,11 +163,6 @@ class LogShipper:
         fleet registering in the same second does not push in that second too)."""
         self._uuid = uuid
 
-    @property
-    def running(self) -> bool:
-        """True once :meth:`run` has started and until :meth:`stop`."""
-        return self._loop is not None and not self._stopped.is_set()
-
     def stats(self) -> ShipperStats:
         with self._lock:
             return ShipperStats(
@@ -185,15 +173,6 @@ class LogShipper:
                 rejected_lines=self._rejected_lines, failed_pushes=self._failed,
             )  # fmt: skip
 
-    def _signal(self) -> None:
-        loop = self._loop
-        if loop is None:
-            return  # run() has not started; its first turn comes at once when it does
-        if threading.get_ident() == self._loop_thread:
-            self._wake.set()
-        else:
-            loop.call_soon_threadsafe(self._wake.set)
-
     # -- sender side: the event loop --
 
     async def run(self) -> None:
@@ -201,8 +180,6 @@ class LogShipper:
         if not self.enabled:
             await self._stopped.wait()
             return
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         schedule = JitteredSchedule(self.budget.interval_s, self.config.jitter, self._rng.random)
         wait = 0.0  # the first turn at once: what was logged before the start goes
         while not self._stopped.is_set():
@@ -241,16 +218,16 @@ class LogShipper:
         self, deadline_s: float | None = None, *, last: bool = False, through: int | None = None
     ) -> bool:
         """One turn out of turn (the exit's, or a reason that must reach the manager before a
-        report): the supervisor's tab first, at most ``final_requests`` pushes and
-        ``final_bytes``, one attempt each, within ``deadline_s``. True when the manager took
-        every body the turn sent (the older lines of a chatty tab may be summarised). The
-        ``last`` turn (the shipper's stop) holds nothing back: what it does not send it counts,
-        and every other tab with anything waiting is pushed once, as its count.
+        report): the supervisor's tab first, at most ``final_requests`` pushes and ``final_bytes``,
+        one attempt each, within ``deadline_s``. True when the manager took every body the turn
+        sent (the older lines of a chatty tab may be summarised). The ``last`` turn (the
+        shipper's stop) holds nothing back: what it does not send it counts, and every other tab
+        with anything waiting is pushed once, as its count.
 
-        ``through`` (a sequence number :meth:`add_line` returned for the supervisor's tab):
-        turns go on until that line was taken, so a reason behind more waiting milestones than
-        one turn carries still arrives before the report that follows it. Those milestones are
-        bounded (``milestone_backlog_s`` of the budget), so the turns are too."""
+        ``through`` (a sequence number :meth:`add_line` returned for the supervisor's tab): turns
+        go on until that line was taken, so a reason behind more waiting milestones than one turn
+        carries still arrives before the report that follows it. Those milestones are bounded
+        (``milestone_backlog_s`` of the budget), so the turns are too."""
         if not self.enabled:
             return True
         deadline = None if deadline_s is None else self._clock() + deadline_s
@@ -276,10 +253,8 @@ class LogShipper:
         self._requests.available(now)  # what was earned until now, at the old rate
         self._bytes.available(now)
         self.budget = budget
-        self._requests.rate_per_s, self._requests.burst = (
-            budget.requests_per_min / 60,
-            budget.burst_requests,
-        )
+        self._requests.rate_per_s = budget.requests_per_min / 60
+        self._requests.burst = budget.burst_requests
         self._bytes.rate_per_s, self._bytes.burst = budget.bytes_per_min / 60, budget.burst_bytes
         self._requests.tokens = min(self._requests.tokens, budget.burst_requests)
         self._bytes.tokens = min(self._bytes.tokens, budget.burst_bytes)
