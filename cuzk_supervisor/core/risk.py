@@ -185,13 +185,18 @@ class _Thresholds:
 
 
 def _thresholds(policy: RiskPolicy, level: RiskLevel, *, holding: bool) -> _Thresholds:
-    side = "exit" if holding else "enter"  # the fields are named {level}_{side}_... (psi_...)
-    return _Thresholds(
-        getattr(policy, f"{level}_{side}_headroom"),
-        getattr(policy, f"{level}_{side}_seconds_to_limit"),
-        getattr(policy, f"psi_{level}_{side}"),
-        holding,
-    )
+    p = policy
+    if level is RiskLevel.CRITICAL:
+        if holding:
+            return _Thresholds(p.critical_exit_headroom, p.critical_exit_seconds_to_limit,
+                               p.psi_critical_exit, holding)  # fmt: skip
+        return _Thresholds(p.critical_enter_headroom, p.critical_enter_seconds_to_limit,
+                           p.psi_critical_enter, holding)  # fmt: skip
+    if holding:
+        return _Thresholds(p.warn_exit_headroom, p.warn_exit_seconds_to_limit, p.psi_warn_exit,
+                           holding)  # fmt: skip
+    return _Thresholds(p.warn_enter_headroom, p.warn_enter_seconds_to_limit, p.psi_warn_enter,
+                       holding)  # fmt: skip
 
 
 def _signals(fraction: float, ttl: float | None, psi: float | None, th: _Thresholds) -> list[str]:
