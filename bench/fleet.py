@@ -232,7 +232,8 @@ async def run_fleet(plan: Plan, url: str, control: Control, clock: vtime.Virtual
     if plan.outage_s > 0:
         await _fleetoutage.outage(run, control, launch)
     if plan.throttle_s > 0:
-        launch("throttle", clock.monotonic())
+        launched = clock.monotonic()
+        launch("throttle", launched)
         await control.faults(throttle_rate=plan.throttle, retry_after=plan.retry_after,
                              retry_after_form="seconds")  # fmt: skip
         mark("throttle_start")
@@ -240,14 +241,20 @@ async def run_fleet(plan: Plan, url: str, control: Control, clock: vtime.Virtual
         await control.faults(throttle_rate=0.0)
         mark("throttle_end")
         reporting = [m for m in machines if m.cohort == "throttle"]
-        await _fleetoutage.until(clock, lambda: all(_running(m) for m in reporting),
-                     clock.monotonic() + plan.recover_s)  # fmt: skip
+        # Its whole life may outlast the 429s (--quick: 3 min of them, a life of 5): the
+        # verdicts are awaited until the slowest life drawn, its 429s and recover_s are over.
+        late = plan.late_life
+        slowest = launched + 30 + (late.params_s + late.middle_s) * (1 + late.spread)
+        until_s = max(clock.monotonic(), slowest + plan.throttle_s) + plan.recover_s
+        await _fleetoutage.until(clock, lambda: all(_running(m) for m in reporting), until_s)
     sampling.set()
     await sampler
     stop.set()
     await asyncio.wait(tasks, timeout=120)
     for task in tasks:
         task.cancel()
+    # Awaited once cancelled: none left to be closed with the loop (a shipper's last flush).
+    await asyncio.gather(*tasks, return_exceptions=True)
     mark("end")
     run.counters = await control.counters()
     run.unmatched = attribute_raw(machines, recorder.requests, await control.proxy_stats())
