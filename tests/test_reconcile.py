@@ -13,7 +13,6 @@ from cuzk_supervisor.core.reconcile import (
     Recorded,
     find_record,
     recorded_outcome,
-    table_read_skipped,
 )
 from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_GONE, OUTCOME_OK, PARAM_DONE, RUNNING
 
@@ -79,13 +78,3 @@ def test_find_record_picks_this_instance():
     assert find_record(listing, "missing") is None
     with pytest.raises(ValueError, match="not a list"):
         find_record({"error": "nope"}, "u-1")
-
-
-def test_the_table_is_read_while_the_runner_ids_bound_it_small():
-    assert table_read_skipped(None, 250) is None  # not registered yet: nothing to bound it
-    assert table_read_skipped(250, 250) is None
-    why = table_read_skipped(2_000, 250)
-    assert why is not None
-    assert "2,000 runner ids" in why
-    assert "580 KB" in why
-    assert table_read_skipped(1, 0) == "manager_status_read_max_rows is 0"

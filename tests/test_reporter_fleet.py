@@ -14,7 +14,7 @@ import pytest
 from phasefakes import UUID, FakeManager, FakeShipper, MemoryStore, World
 
 from cuzk_supervisor.adapters.manager.outbox import Outbox
-from cuzk_supervisor.adapters.manager.values import InstanceGone
+from cuzk_supervisor.adapters.manager.values import InstanceGone, ManagerUnavailable
 from cuzk_supervisor.adapters.state.doc import Report, SupervisorState
 from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.reconcile import manager_time
@@ -207,27 +207,42 @@ async def test_a_slow_param_done_ack_reads_the_manager_stamp():
     assert rep.state.state.bench_clock_start == epoch + 30.0
 
 
-async def test_before_bench_done_the_whole_table_is_read_only_while_it_is_small():
-    """Issue 31: the one whole-table read before /bench-done costs each machine about 290 bytes
-    per row; the manager's runner ids bound its rows. Past manager_status_read_max_rows the
-    report goes unchecked (the read would grow with the fleet); within it, a killed record is
-    still found."""
+async def test_before_bench_done_one_running_asks_whether_the_record_was_killed():
+    """Issue 43: the check before /bench-done (which would revive a record killed from the
+    dashboard) is one /running, the same small request at any fleet size; the whole table is read
+    only once the manager has said 404, to say why. A live record is never read."""
     reads: list[str] = []
 
     async def killed(uuid: str, *, stop_s: float | None = None) -> Any:
         reads.append(uuid)
         return {"uuid": uuid, "state": "killed", "kill_reason": "manually killed via UI"}
 
-    small, rig = reporter(random.Random(1), manager_status_read_max_rows=250)
+    alive, rig = reporter(random.Random(1))
     rig.manager.instance_record = killed
-    await small.state.update(lambda st: dataclasses.replace(st, runner_id=250))
-    with pytest.raises(InstanceGone, match="manually killed via UI"):
-        await small._check_alive()
-    assert reads == [UUID]
+    await alive._check_alive()
+    assert (rig.manager.pings, reads) == (1, [])
+    assert not rig.signals.gone.is_set()
 
-    large, rig = reporter(random.Random(1), manager_status_read_max_rows=250)
+    gone, rig = reporter(random.Random(1))
     rig.manager.instance_record = killed
-    await large.state.update(lambda st: dataclasses.replace(st, runner_id=2_000))
-    await large._check_alive()  # no read: the report goes unchecked
+
+    async def not_found(uuid: str, *, stop_s: float | None = None) -> None:
+        raise InstanceGone("running", uuid, "instance not found or already killed")
+
+    rig.manager.running = not_found
+    with pytest.raises(InstanceGone, match="manually killed via UI"):
+        await gone._check_alive()
     assert reads == [UUID]
+    assert rig.signals.gone.is_set()
+
+
+async def test_an_unanswered_check_before_bench_done_sends_the_report_unchecked():
+    rep, rig = reporter(random.Random(1), manager_status_read_s=1.0)
+
+    async def away(uuid: str, *, stop_s: float | None = None) -> None:
+        assert stop_s == 1.0  # manager_status_read_s bounds it
+        raise ManagerUnavailable("running", 3, "connection refused")
+
+    rig.manager.running = away
+    await rep._check_alive()
     assert not rig.signals.gone.is_set()

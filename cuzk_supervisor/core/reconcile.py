@@ -141,26 +141,3 @@ def _parse_stamp(text: str) -> datetime | None:
         with contextlib.suppress(ValueError):
             return datetime.strptime(text, fmt)
     return None
-
-
-ROW_BYTES = 290
-"""About what one instance's row of ``GET /status`` costs (docs/manager-api.md)."""
-
-
-def table_read_skipped(runner_id: int | None, max_rows: int) -> str | None:
-    """Why the whole table is not read before ``/bench-done`` (None: it is read). The manager's
-    ``runner_id`` is a global counter that survives its restarts: it bounds the rows the table can
-    hold, so it bounds what one read costs the manager and this machine's phase (about
-    :data:`ROW_BYTES` a row). Past ``max_rows`` the read would grow with the fleet (2,000 machines:
-    about 430 KB each, 47 KB/min over a bench phase, bench/fleet.py): the report goes unchecked, and
-    only a kill from the dashboard by uuid alone (one that leaves the container running) goes unseen
-    before it."""
-    if max_rows <= 0:
-        return "manager_status_read_max_rows is 0"
-    if runner_id is None or runner_id <= max_rows:
-        return None
-    return (
-        f"the manager has handed out {runner_id:,} runner ids: its table may hold that many rows "
-        f"(about {runner_id * ROW_BYTES / 1000:,.0f} KB), past manager_status_read_max_rows "
-        f"{max_rows:,}"
-    )

@@ -3,11 +3,12 @@
 
 How a kill is found, at a cost per machine that does not grow with the fleet (docs/architecture.md
 principle 9; docs/manager.md): in the run phase the jittered ``/running`` ping answers 404 once
-the record is killed; before ``/bench-done`` and at a resume, one read of the whole table (``GET
-/status``), and after ``/param-done`` only when its acknowledgement was slow; otherwise nothing
-unless ``manager_status_lookup_s`` asks for a periodic read. Only the manager's own word ends the
-instance (its JSON 404 on a report, our record in state ``killed``); a record missing from a
-listing or a proxy's page (weather) never does, nor switches anything off.
+the record is killed; before ``/bench-done`` (which would revive a killed record: the manager
+does not check the state) one ``/running`` asks the same; the whole table (``GET /status``) is
+read only to say why at the end, at a resume, after a slow ``/param-done`` acknowledgement, or at
+``manager_status_lookup_s`` when set. Only the manager's own word ends the instance (its JSON 404
+on a report, our record in state ``killed``); a record missing from a listing or a proxy's page
+(weather) never does, nor switches anything off.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from cuzk_supervisor.adapters.manager.values import (
 )
 from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.jitter import first_delay, next_delay
-from cuzk_supervisor.core.reconcile import gone_reason, table_read_skipped
+from cuzk_supervisor.core.reconcile import gone_reason
 from cuzk_supervisor.lifecycle.shared import Signals
 from cuzk_supervisor.lifecycle.values import ReporterSettings
 
@@ -36,7 +37,8 @@ log = structlog.get_logger()
 LOOKUP_PHASES = frozenset({"params", "plan", "warmup", "restart", "settle", "bench"})
 """Phases in which ``manager_status_lookup_s`` (when not 0) reads the whole table for a kill:
 before the run phase, where no per-instance call shows one (``/param-done`` says ok on a killed
-record, ``/running`` would move it to running). The report phase reads it once anyway."""
+record, ``/running`` would move it to running for the whole phase). The report phase asks one
+``/running`` just before ``/bench-done``."""
 
 
 class KillLookup:
@@ -59,7 +61,8 @@ class KillLookup:
 
     @property
     def _status_read_s(self) -> float:
-        """How long one read of the whole table is retried (within one report's window)."""
+        """How long the check before ``/bench-done`` or one read of the whole table is retried
+        (within one report's window)."""
         return min(self.config.manager_status_read_s, self.config.manager_retry_s)
 
     async def look_up_kill(self, *, stop_s: float) -> str | None:
@@ -90,21 +93,24 @@ class KillLookup:
     async def ping(self, *, stop_s: float) -> bool:
         """A repeated (idempotent) /running as the liveness ping and the run phase's kill
         look-up (404 once killed); False: the instance is gone."""
-        assert self.uuid is not None
         interval, jitter = self.config.running_ping_interval_s, self.config.manager_jitter
         self._next_ping_at = self.clock() + next_delay(interval, jitter, self.rng.random())
+        return await self._gone_by_running(stop_s=stop_s) is None
+
+    async def _gone_by_running(self, *, stop_s: float) -> str | None:
+        """One ``/running``: why the instance is gone when the manager answers 404 (its word on
+        this uuid), else None (alive, or not answered: weather, an outage or a 400, never a
+        kill)."""
         try:
-            await self.manager.running(self.uuid, stop_s=stop_s)
+            await self.manager.running(self._uuid(), stop_s=stop_s)
         except InstanceGone as exc:
-            # The manager's word on this uuid. Its record, read once now (the end of this
-            # instance's life), says why, for the person reading the log.
-            reason = await self.look_up_kill(stop_s=stop_s)
-            self.signals.mark_gone(reason or f"/running answered: {exc.message}")
-            return False
+            # The record, read once now (the end of this instance's life), says why.
+            reason = await self.look_up_kill(stop_s=stop_s) or f"/running answered: {exc.message}"
+            self.signals.mark_gone(reason)
+            return reason
         except ManagerError as exc:
-            # Weather or an outage (the client's warnings say which), or a 400: never a kill.
             log.info("manager.ping_failed", reason=str(exc))
-        return True
+        return None
 
     async def _record(self, *, stop_s: float) -> tuple[bool, Mapping[str, Any] | None]:
         """(looked up, this instance's record in GET /status or None when it is not listed);
@@ -120,16 +126,13 @@ class KillLookup:
             return False, None
 
     async def _check_alive(self) -> None:
-        """Before a report that would revive a killed instance: is it still alive? Asked of
-        the whole table only while it is small (:func:`~cuzk_supervisor.core.reconcile.
-        table_read_skipped`)."""
-        runner_id = self.state.state.runner_id
-        skipped = table_read_skipped(runner_id, self.config.manager_status_read_max_rows)
-        if skipped is not None:
-            log.info("manager.kill_check_skipped", reason=skipped,
-                     detail="the report is sent unchecked")  # fmt: skip
+        """Before ``/bench-done``, which would revive a record killed from the dashboard: one
+        ``/running``, answered 404 once the record is killed, at one small request at any fleet
+        size (the whole table is about 290 bytes a row). On a live record its only trace is the
+        state ``running`` until the ``/bench-done`` that follows moves it to ``bench_done``. Not
+        answered in ``manager_status_read_s``, the report is sent unchecked."""
+        if self.manager.is_local or self.uuid is None:
             return
-        reason = await self.look_up_kill(stop_s=self._status_read_s)
+        reason = await self._gone_by_running(stop_s=self._status_read_s)
         if reason is not None:
-            self.signals.mark_gone(reason)
-            raise InstanceGone("status", self._uuid(), reason)
+            raise InstanceGone("running", self._uuid(), reason)

@@ -36,7 +36,6 @@ class ReporterSettings:
     manager_read_timeout_s: float
     manager_status_read_s: float
     manager_status_lookup_s: float
-    manager_status_read_max_rows: int
 
 
 @dataclass(frozen=True)

@@ -69,22 +69,17 @@ class EdgeFields:
     )  # fmt: skip
     manager_status_lookup_s: float = setting(
         0.0, "before the run phase, how often the manager's whole table (GET /status) is read to "
-        "find a kill from the dashboard; 0: only at a resume and before /bench-done (each read "
-        "costs the manager its whole table, about 290 bytes per instance it knows)",
+        "find a kill from the dashboard; 0: never periodically (a /running before /bench-done asks "
+        "instead; each read costs the manager its whole table, about 290 bytes per instance it "
+        "knows)",
         minimum=0, maximum=DAY_S, group="manager",
     )  # fmt: skip
     manager_status_read_s: float = setting(
-        30.0, "how long one read of the manager's whole table is retried (the manager away, or "
-        "answering what cannot be its table) before going on without it: before /bench-done the "
-        "report is then sent unchecked; for the bench clock, at most 10 s of it",
+        30.0, "how long the check before /bench-done (one /running, answered 404 once the record "
+        "is killed) or one read of the manager's whole table is retried (the manager away, or "
+        "answering what cannot be its own) before going on without it: the report is then sent "
+        "unchecked; for the bench clock, at most 10 s of it",
         minimum=0.1, maximum=DAY_S, group="manager",
-    )  # fmt: skip
-    manager_status_read_max_rows: int = setting(
-        250, "the whole table (GET /status) is read before /bench-done, to send no report that "
-        "would revive an instance killed from the dashboard, only while the manager's runner ids "
-        "(a bound on its rows, about 290 bytes each) are at most this many: past it the read "
-        "would cost each machine more as the fleet grows; 0: never",
-        minimum=0, maximum=10_000_000, group="manager", metavar="ROWS",
     )  # fmt: skip
     log_push: bool = setting(True, "push log lines to the manager's log endpoint", group="manager")
     log_buffer_lines: int = setting(
