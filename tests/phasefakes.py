@@ -32,7 +32,7 @@ from cuzk_supervisor.adapters.state.doc import Report, SupervisorState, utc_now_
 from cuzk_supervisor.adapters.state.store import StateKeeper, StateWriteError
 from cuzk_supervisor.core.bench import BenchPolicy, Stretch
 from cuzk_supervisor.core.memory import MemoryPolicy
-from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK
+from cuzk_supervisor.core.reports import BENCH_DONE, OUTCOME_OK, RUNNING
 from cuzk_supervisor.core.risk import RiskAssessment, RiskPolicy
 from cuzk_supervisor.core.units import GIB
 from cuzk_supervisor.daemon.keeper import DaemonKeeper, KeeperOutcome
@@ -214,6 +214,8 @@ class FakeManager:
 
     async def running(self, uuid: str, *, stop_s: float | None = None) -> None:
         self.pings += 1
+        if self.killed is not None:  # the real one's 404 "instance not found or already killed"
+            raise InstanceGone(RUNNING, uuid, "instance not found or already killed")
 
     async def instance_record(self, uuid: str, *, stop_s: float | None = None) -> Any:
         await self.world.step()
