@@ -41,7 +41,8 @@ def test_every_report_applied_exactly_once_behind_a_flaky_proxy(tmp_path, manage
     assert any(r.get("faulted") for r in mgr.requests()), "the proxy never misbehaved"
     for path in REPORTS[1:]:
         ok = [r for r in applied(mgr, path) if 200 <= r["status"] < 300]
-        assert len(ok) == 1, (path, ok)
+        # /running also checks for a kill before /bench-done (unchecked if not answered then).
+        assert len(ok) in ((1, 2) if path == "/running" else (1,)), (path, ok)
     (instance,) = mgr.instances()
     assert instance["state"] == "running"
     assert "ManagerBadResponse" not in run.stderr_text()
