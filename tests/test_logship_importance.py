@@ -10,6 +10,7 @@ import re
 from logshipfakes import LogManager, shipped
 
 from cuzk_supervisor.adapters.logship.shipper import LogShipper, ShipperSettings
+from cuzk_supervisor.adapters.manager.wire import HttpAnswer
 from cuzk_supervisor.daemon.output import OutputPump
 from cuzk_supervisor.daemon.spec import READY_LINE
 
@@ -114,3 +115,19 @@ def test_a_crash_loop_past_the_budget_keeps_its_first_and_last_exits_and_counts_
     assert numbers[-1] == 599  # and the last
     assert summarised > 0  # the middle of the loop, counted
     assert len(lines) + summarised == 600
+
+
+def test_a_body_the_manager_rejects_counts_the_lines_its_summary_stood_for():
+    """A JSON 400 to a push that carries a summary: the lines it stood for are rejected too
+    (counted in ``rejected_lines``), not gone from every count."""
+
+    async def scenario(shipper: LogShipper, fake: LogManager) -> None:
+        for k in range(2_000):  # past one turn's budget: most are summarised
+            shipper.add_line("benchdaemon", f"INFO {k} " + "y" * 80, kind="daemon INFO")
+        fake.answer = lambda _: HttpAnswer.of_json(400, {"error": "bad request: test"})
+        await asyncio.sleep(60)
+
+    shipper, fake, _ = shipped(scenario)
+    stats = shipper.stats()
+    assert fake.pushes == []
+    assert stats.rejected_lines == 2_000

@@ -325,8 +325,8 @@ class LogShipper:
         except ManagerRejected as exc:
             # The manager's JSON 400 (a request of ours it cannot take): sending it again cannot
             # help. Counted, not logged per batch: a line logged here would be pushed too.
-            with self._lock:
-                self._rejected_lines += len(entries)
+            with self._lock:  # the lines its summary stood for too: they leave the count
+                self._rejected_lines += len(entries) + skipped.lines
             log.debug("logship.rejected", source=source, lines=len(entries), detail=exc.message)
             return True
         except BaseException:
