@@ -8,7 +8,8 @@ watch reads the same tree at least as often and hands its reading over (``note_r
 CPU). Here two processes of a plain ``sleep``, side by side: the one handed readings takes none
 of its own while the other goes on taking its own; and the peak watch, handed readings, waits
 for them to stop. The liveness probe: a GetMetrics answer of the health watch's spares it
-(``note_answer``), a new gRPC channel every 30 s less.
+(``note_answer``), a new gRPC channel every 30 s less. And a failed output pump is said at the
+daemon's exit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from collections.abc import Callable, Sized
 from pathlib import Path
 
+import structlog
 from simhelpers import apoll_until, free_tcp_port
 
 from cuzk_supervisor.address import Address
@@ -197,3 +199,32 @@ async def test_a_dead_daemons_stat_file_is_closed_at_its_exit(tmp_path: Path) ->
         assert _stat_files_open(pid) == []
     finally:
         await daemon.stop()
+
+
+class _BrokenSink:
+    """A line sink with a bug: the pump's task ends with its exception."""
+
+    def line(self, text: str, index: int) -> None:
+        raise RuntimeError(f"sink bug at line {index}")
+
+    def end(self) -> None:
+        pass
+
+
+async def test_a_pump_that_failed_is_told_when_the_daemon_exits(tmp_path: Path) -> None:
+    """Lines neither pushed nor counted are a bug of ours: said at the exit, not swallowed."""
+    settings = DaemonSettings(
+        binary=sys.executable, extra_args=("-c", "print('hello', flush=True)"),
+        config_path=tmp_path / "cuzk.toml", log_path=tmp_path / "cuzk.log", stop_grace_s=5.0,
+    )  # fmt: skip
+    values = DaemonConfigValues(
+        partition_workers=1, total_budget_gib=89, max_parallel_synthesis=1,
+        listen=f"127.0.0.1:{free_tcp_port()}", status_listen=f"127.0.0.1:{free_tcp_port()}",
+    )  # fmt: skip
+    daemon = DaemonProcess(settings, values, ready_probe=_answers, alive_probe=_answers,
+                           line_sinks=[_BrokenSink()])  # fmt: skip
+    with structlog.testing.capture_logs() as logs:
+        await daemon.start()
+        await daemon.wait()
+    (failed,) = [e for e in logs if e["event"] == "daemon.output_pump_failed"]
+    assert failed["reason"] == "RuntimeError: sink bug at line 0"

@@ -307,7 +307,9 @@ class DaemonProcess:
             task.cancel()
         if pending:
             log.warning("daemon.output_held_open", detail="a descendant still holds its pipes")
-        await asyncio.gather(*self._pump_tasks, return_exceptions=True)
+        for result in await asyncio.gather(*self._pump_tasks, return_exceptions=True):
+            if isinstance(result, Exception):  # a bug of ours: lines went neither out nor counted
+                log.error("daemon.output_pump_failed", reason=f"{type(result).__name__}: {result}")
 
     def _signal_group(self, signum: int) -> None:
         assert self._proc is not None
