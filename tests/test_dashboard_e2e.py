@@ -102,5 +102,9 @@ def test_the_dashboard_tells_the_machines_story(tmp_path, mgr, scale, chatty):
         with path.open("rb") as lines:
             written += sum(1 for _ in lines)
         path.unlink()  # a flood's hundreds of megabytes, counted
-    unsent = [e for e in events(out) if e["event"] == "logship.unsent"]
-    assert len(bench) + bench_counted + len(run) + run_counted == written, unsent
+    # A miss says what would explain it (one miss of 2 lines in 1.1 million, once, unexplained).
+    telling = ("logship.unsent", "daemon.output_pump_failed", "daemon.output_held_open",
+               "childlog.unwritable", "childlog.resumed")  # fmt: skip
+    said = [e for e in events(out) if e["event"] in telling]
+    tabs = {"benchdaemon": (len(bench), bench_counted), "cuzk": (len(run), run_counted)}
+    assert len(bench) + bench_counted + len(run) + run_counted == written, (written, tabs, said)
