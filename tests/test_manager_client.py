@@ -165,13 +165,16 @@ async def test_a_real_server_that_never_answers_times_out_and_is_retried():
         async with ManagerClient(
             f"http://127.0.0.1:{port}", retry=retry, timeouts=timeouts
         ) as client:
-            with pytest.raises(ManagerUnavailable, match="read timed out") as caught:
+            # The last attempt gets what is left of the stop: on a loaded machine that can be
+            # too little to connect (CI: "connect timed out after 0.001s").
+            with pytest.raises(ManagerUnavailable, match=r"(read|connect) timed out") as caught:
                 await client.running("u-1")
     finally:
         server.close()
-    # A timed-out exchange leaves the connection in an unknown state: a new one each attempt.
+    # A timed-out exchange leaves the connection in an unknown state: a new one each attempt
+    # (the last one's perhaps not accepted before it gave up).
     assert caught.value.attempts >= 2
-    assert accepted == caught.value.attempts
+    assert caught.value.attempts - 1 <= accepted <= caught.value.attempts
 
 
 def _told(logs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
