@@ -125,7 +125,7 @@ def test_a_body_the_manager_rejects_counts_the_lines_its_summary_stood_for():
         for k in range(2_000):  # past one turn's budget: most are summarised
             shipper.add_line("benchdaemon", f"INFO {k} " + "y" * 80, kind="daemon INFO")
         fake.answer = lambda _: HttpAnswer.of_json(400, {"error": "bad request: test"})
-        await asyncio.sleep(60)
+        await asyncio.wait_for(fake.attempted.wait(), 120)  # the next turn's push, rejected
 
     shipper, fake, _ = shipped(scenario)
     stats = shipper.stats()

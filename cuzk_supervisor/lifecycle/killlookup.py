@@ -26,7 +26,6 @@ from cuzk_supervisor.adapters.manager.values import (
     ManagerRejected,
     ManagerUnavailable,
 )
-from cuzk_supervisor.adapters.state.store import StateKeeper
 from cuzk_supervisor.core.jitter import first_delay, next_delay
 from cuzk_supervisor.core.reconcile import gone_reason
 from cuzk_supervisor.lifecycle.shared import Signals
@@ -47,7 +46,6 @@ class KillLookup:
 
     config: ReporterSettings
     manager: ManagerClient
-    state: StateKeeper
     uuid: str | None
     signals: Signals
     clock: Callable[[], float]
